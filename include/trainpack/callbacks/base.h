@@ -1,0 +1,195 @@
+// Callback: everything other than the training iterations lives in one.
+//
+// The trainer calls each hook at a fixed moment (see docs/callbacks.md for the full timeline):
+//
+//   setup_graph(trainer)           once, before the graph is finalized: register ops, resolve names
+//   before_train()                 once, after the graph is finalized (and a checkpoint restored)
+//   for each epoch:
+//     before_epoch()
+//     for each step:
+//       before_run(ctx)   ┐        around every hooked run of the step: ask for tensors/ops,
+//       after_run(ctx, v) ┘        receive them from that same step
+//       trigger_step()             after every step, with the incremented global_step
+//     after_epoch()
+//     trigger_epoch()              by default calls trigger()
+//   after_train()                  always, even after an error
+//
+// A subclass overrides the protected `_hook` virtuals; the public methods of the same name
+// without the underscore call them (and are what the trainer and wrappers call). A hook that a
+// subclass does not override costs nothing: the trainer works out once, at setup, which
+// callbacks override which hooks and calls only those.
+//
+//   class PrintEpoch : public trainpack::Callback {
+//    protected:
+//     void _trigger_epoch() override { TP_LOG_INFO("epoch {} done", epoch_num()); }
+//   };
+//
+// Differences from tensorpack: none in timing. `name()` plays the role of `__str__` (the class
+// name); a hook that throws is reported with the callback's name (see Callbacks).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainpack/train/step_context.h"
+
+namespace trainpack {
+
+class Graph;
+class Trainer;
+
+// The hooks of a callback, for override detection and dispatch lists.
+enum class Hook : uint8_t {
+  kSetupGraph,
+  kBeforeTrain,
+  kBeforeEpoch,
+  kBeforeRun,
+  kAfterRun,
+  kTriggerStep,
+  kAfterEpoch,
+  kTriggerEpoch,
+  kTrigger,
+  kAfterTrain,
+};
+constexpr int kNumHooks = 10;
+const char* hook_name(Hook hook);
+
+class Callback {
+ public:
+  Callback() = default;
+  virtual ~Callback() = default;
+  Callback(const Callback&) = delete;
+  Callback& operator=(const Callback&) = delete;
+
+  // ---- the hooks, called by the trainer (and by wrappers) ----
+  void setup_graph(Trainer& trainer);
+  void before_train() { _before_train(); }
+  void before_epoch() { _before_epoch(); }
+  void after_epoch() { _after_epoch(); }
+  RunArgs before_run(const StepContext& ctx) { return _before_run(ctx); }
+  void after_run(const StepContext& ctx, const RunValues& values) { _after_run(ctx, values); }
+  void trigger_step() { _trigger_step(); }
+  void trigger_epoch() { _trigger_epoch(); }
+  void trigger() { _trigger(); }
+  void after_train() { _after_train(); }
+
+  // ---- properties ----
+  // Whether only the chief worker runs this callback (tensorpack's default: true).
+  bool chief_only() const { return chief_only_; }
+  void set_chief_only_flag(bool v) { chief_only_ = v; }
+  // tensorpack's `set_chief_only(v=True)`: sets the flag and returns this callback.
+  Callback& set_chief_only(bool v = true) {
+    chief_only_ = v;
+    return *this;
+  }
+
+  // What logs print for this callback: the class name (tensorpack's `__str__`).
+  virtual std::string name() const;
+
+  // The name scope that setup_graph enters (at the graph's root): the one set, or the class
+  // name without '_'.
+  std::string name_scope() const;
+  void set_name_scope(std::string scope) { name_scope_ = std::move(scope); }
+
+  // True if this callback's class overrides `hook` (for trigger_epoch: overrides
+  // `_trigger_epoch`, or keeps the default, which calls an overridden `_trigger`).
+  bool overrides(Hook hook) const;
+
+  // ---- access, valid from setup_graph on ----
+  Trainer& trainer() const;
+  Graph& graph() const;
+  bool is_set_up() const { return trainer_ != nullptr; }
+  int64_t epoch_num() const;
+  int64_t global_step() const;
+  int64_t local_step() const;
+
+ protected:
+  virtual void _setup_graph() {}
+  virtual void _before_train() {}
+  virtual void _before_epoch() {}
+  virtual void _after_epoch() {}
+  virtual RunArgs _before_run(const StepContext& /*ctx*/) { return RunArgs(); }
+  virtual void _after_run(const StepContext& /*ctx*/, const RunValues& /*values*/) {}
+  virtual void _trigger_step() {}
+  // Default: calls trigger(), so that a callback with only `_trigger` runs at every epoch end.
+  virtual void _trigger_epoch() { trigger(); }
+  virtual void _trigger() {}
+  virtual void _after_train() {}
+
+  // Monitors set this to false: their setup_graph enters no name scope.
+  bool enter_name_scope_ = true;
+
+ private:
+  friend class ProxyCallback;
+  bool overrides_slot(Hook hook) const;
+
+  Trainer* trainer_ = nullptr;
+  bool chief_only_ = true;
+  std::string name_scope_;
+};
+
+using CallbackPtr = std::shared_ptr<Callback>;
+
+// A callback that forwards every hook to another one. Base of the wrappers (PeriodicTrigger,
+// EnableCallbackIf, ...). The inner callback's chief_only flag is copied at construction.
+class ProxyCallback : public Callback {
+ public:
+  explicit ProxyCallback(CallbackPtr callback);
+  std::string name() const override { return "Proxy-" + callback_->name(); }
+  const CallbackPtr& inner() const { return callback_; }
+
+ protected:
+  void _setup_graph() override;
+  void _before_train() override { callback_->before_train(); }
+  void _before_epoch() override { callback_->before_epoch(); }
+  void _after_epoch() override { callback_->after_epoch(); }
+  RunArgs _before_run(const StepContext& ctx) override { return callback_->_before_run(ctx); }
+  void _after_run(const StepContext& ctx, const RunValues& values) override {
+    callback_->_after_run(ctx, values);
+  }
+  void _trigger_step() override { callback_->trigger_step(); }
+  void _trigger_epoch() override { callback_->trigger_epoch(); }
+  void _trigger() override { callback_->trigger(); }
+  void _after_train() override { callback_->after_train(); }
+
+  CallbackPtr callback_;
+};
+
+// A callback made of functions: each given function is called with the callback itself at
+// setup_graph, before_train, trigger (every epoch end by default) and after_train.
+//
+//   trainer_callbacks.push_back(std::make_shared<CallbackFactory>(
+//       CallbackFactoryOptions().before_train([](CallbackFactory&) { load_vocab(); })));
+class CallbackFactory;
+struct CallbackFactoryOptions {
+  using Fn = std::function<void(CallbackFactory&)>;
+  CallbackFactoryOptions& setup_graph(Fn f) { setup_graph_ = std::move(f); return *this; }
+  CallbackFactoryOptions& before_train(Fn f) { before_train_ = std::move(f); return *this; }
+  CallbackFactoryOptions& trigger(Fn f) { trigger_ = std::move(f); return *this; }
+  CallbackFactoryOptions& after_train(Fn f) { after_train_ = std::move(f); return *this; }
+  Fn setup_graph_, before_train_, trigger_, after_train_;
+};
+
+class CallbackFactory : public Callback {
+ public:
+  explicit CallbackFactory(CallbackFactoryOptions options);
+  // `CallbackFactory(before_train, trigger)`: the hooks that were given.
+  std::string name() const override;
+
+ protected:
+  void _setup_graph() override { call(options_.setup_graph_); }
+  void _before_train() override { call(options_.before_train_); }
+  void _trigger() override { call(options_.trigger_); }
+  void _after_train() override { call(options_.after_train_); }
+
+ private:
+  void call(const CallbackFactoryOptions::Fn& f) {
+    if (f) f(*this);
+  }
+  CallbackFactoryOptions options_;
+};
+
+}  // namespace trainpack

@@ -1,0 +1,199 @@
+// Trainer: the training loop. It owns the callbacks, the counters and the Graph, and calls every
+// callback at the moment tensorpack would (docs/trainer.md).
+//
+//   train(callbacks, monitors, steps_per_epoch, starting_epoch, max_epoch)
+//     = setup_callbacks(callbacks, monitors)   every callback's setup_graph, in order
+//     + initialize(session_init)               restore state, finalize the graph
+//     + main_loop(...)                         before_train, the epochs and steps, after_train
+//
+// A subclass defines one iteration by overriding `run_step()`; inside it, `hooked_run(op)` runs
+// `op` with the callbacks' before_run/after_run around it (a plain call of `op` runs no hooks).
+//
+//   class MyTrainer : public trainpack::Trainer {
+//     void run_step() override {
+//       hooked_run([&](trainpack::StepContext& ctx) {
+//         auto loss = compute_loss();
+//         ctx.publish("cost", loss);
+//         loss.backward(); opt.step();
+//       });
+//     }
+//   };
+//
+// Counters (tensorpack's TrainLoop): epoch_num is starting_epoch-1 in before_train and N during
+// epoch N (it stays max_epoch after training); local_step is the 0-based step in the epoch,
+// assigned before run_step; global_step is incremented after every hooked run by the built-in
+// MaintainStepCounter (the first callback after the trainer's own), so trigger_step sees the
+// incremented value.
+//
+// SIGINT and SIGTERM (handle_signals, on by default): the handler only sets a flag; the loop
+// stops at the next step boundary as if StopTraining were raised, every after_train runs, and
+// `received_signal()` tells the caller, who can exit with `exit_code_for_signal()` (130 / 143).
+// A second signal while the first is pending terminates the process at once.
+//
+// Differences from tensorpack (spec section 22): local_step is -1 from before_epoch until the
+// first step of each epoch (#1); a stop requested during an epoch's last step does not start the
+// next epoch (#14); signals stop training cleanly instead of raising KeyboardInterrupt.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/arg.h>
+
+#include "trainpack/callbacks/base.h"
+#include "trainpack/callbacks/group.h"
+#include "trainpack/callbacks/monitor.h"
+#include "trainpack/graph.h"
+#include "trainpack/session_init.h"
+#include "trainpack/train/exceptions.h"
+#include "trainpack/train/step_context.h"
+
+namespace trainpack {
+
+// Arguments of Trainer::train_with_defaults, with tensorpack's defaults.
+struct TrainOptions {
+  // The user's callbacks, in the order they should run.
+  TORCH_ARG(std::vector<CallbackPtr>, callbacks);
+  // Appended after `callbacks`; unset means DEFAULT_CALLBACKS() (an empty list means none).
+  TORCH_ARG(std::optional<std::vector<CallbackPtr>>, extra_callbacks);
+  // Unset means DEFAULT_MONITORS() (an empty list means none).
+  TORCH_ARG(std::optional<std::vector<MonitorPtr>>, monitors);
+  // Unset means JustCurrentSession.
+  TORCH_ARG(std::shared_ptr<SessionInit>, session_init);
+  // Required.
+  TORCH_ARG(std::optional<int64_t>, steps_per_epoch);
+  TORCH_ARG(int64_t, starting_epoch) = 1;
+  TORCH_ARG(int64_t, max_epoch) = 9999999;
+};
+
+class Trainer {
+ public:
+  Trainer();
+  virtual ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // ---- counters ----
+  int64_t epoch_num() const { return epoch_num_; }
+  int64_t global_step() const { return global_step_; }
+  int64_t local_step() const { return local_step_; }
+  int64_t starting_epoch() const { return starting_epoch_; }
+  int64_t max_epoch() const { return max_epoch_; }
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+
+  // ---- the three phases; each may be called once ----
+  void setup_callbacks(const std::vector<CallbackPtr>& callbacks,
+                       const std::vector<MonitorPtr>& monitors);
+  void initialize(std::shared_ptr<SessionInit> session_init = nullptr);
+  void main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t max_epoch);
+
+  void train(const std::vector<CallbackPtr>& callbacks, const std::vector<MonitorPtr>& monitors,
+             int64_t steps_per_epoch, int64_t starting_epoch = 1, int64_t max_epoch = 9999999,
+             std::shared_ptr<SessionInit> session_init = nullptr);
+  void train_with_defaults(TrainOptions options);
+
+  // Registers one callback, before setup_callbacks (a subclass's setup registers its own this
+  // way, so they precede the step counter). Returns false when the callback is chief-only and
+  // this trainer is not the chief (it is then skipped with a warning).
+  bool register_callback(CallbackPtr callback);
+
+  // ---- the iteration ----
+  // One training iteration. The default runs the op set by set_train_op with hooks.
+  virtual void run_step();
+
+  // Runs `op` once with the callbacks' hooks: before_run of every callback that overrides it
+  // (collecting RunArgs), then `op(ctx)`, then the RunArgs ops, then after_run with the tensors
+  // each callback asked for, published by `op` in this same run.
+  template <typename Op>
+  void hooked_run(Op&& op) {
+    begin_hooked_run();
+    op(step_context_);
+    end_hooked_run();
+  }
+
+  // ---- state ----
+  Graph& graph() { return graph_; }
+  const Graph& graph() const { return graph_; }
+  // The monitors aggregator; valid after setup_callbacks.
+  Monitors& monitors() const;
+  // The registered callbacks, in order (the group exists after setup_callbacks).
+  const std::vector<CallbackPtr>& registered_callbacks() const { return registered_; }
+
+  bool is_chief() const { return is_chief_; }
+  void set_is_chief(bool chief) { is_chief_ = chief; }
+
+  // Asks the loop to stop at the next step (or epoch) boundary.
+  void request_stop() { stop_requested_ = true; }
+  bool stop_requested() const { return stop_requested_; }
+
+  // Install SIGINT/SIGTERM handlers during main_loop (default: true).
+  void set_handle_signals(bool handle) { handle_signals_ = handle; }
+  // The signal that stopped training (SIGINT or SIGTERM), or 0.
+  int received_signal() const { return received_signal_; }
+
+ protected:
+  // The op that the default run_step runs with hooks.
+  void set_train_op(StepFn op) { train_op_ = std::move(op); }
+  // Sets the step counter (restoring a checkpoint). Only before main_loop's before_train ends.
+  void set_global_step(int64_t step) { global_step_ = step; }
+  // Throws std::logic_error("Method <Class>.<method> can only be called once per object!") on
+  // a second call with the same flag.
+  void call_once(bool& flag, const char* method) const;
+
+ private:
+  friend class MaintainStepCounter;
+
+  void begin_hooked_run();
+  void end_hooked_run();
+  // True when the loop must stop now; throws StopTraining when a signal arrived.
+  bool should_stop();
+  [[noreturn]] void fail_missing_fetch(const std::string& name) const;
+
+  Graph graph_;
+  std::vector<CallbackPtr> registered_;
+  std::unique_ptr<Callbacks> callbacks_;
+  std::shared_ptr<Monitors> monitors_;
+
+  int64_t epoch_num_ = 0;
+  int64_t global_step_ = 0;
+  int64_t local_step_ = -1;
+  int64_t starting_epoch_ = 1;
+  int64_t max_epoch_ = 0;
+  int64_t steps_per_epoch_ = 0;
+
+  StepContext step_context_;
+  // RunArgs of this run, one slot per callback in the before_run list.
+  std::vector<RunArgs> run_args_;
+  // For each callback in the after_run list: its slot in run_args_, or -1.
+  std::vector<int> after_run_slots_;
+  std::vector<Callback*> before_run_list_;
+  std::vector<Callback*> after_run_list_;
+  bool any_ops_ = false;
+
+  StepFn train_op_;
+  bool is_chief_ = true;
+  bool stop_requested_ = false;
+  bool handle_signals_ = true;
+  int received_signal_ = 0;
+  bool setup_callbacks_called_ = false;
+  bool setup_done_ = false;  // the callback list is complete; registration is closed
+  bool initialize_done_ = false;
+  bool main_loop_done_ = false;
+};
+
+// Runs hooks and moves the step counter; computes nothing. For testing callbacks.
+class NoOpTrainer : public Trainer {
+ public:
+  void run_step() override {
+    hooked_run([](StepContext&) {});
+  }
+};
+
+// The conventional exit status of a process stopped by `signal` (128 + signal: 130 for SIGINT,
+// 143 for SIGTERM), or 0 when `signal` is 0.
+int exit_code_for_signal(int signal);
+
+}  // namespace trainpack

@@ -1,0 +1,121 @@
+#include "trainpack/callbacks/base.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <typeinfo>
+
+#include "trainpack/detail/override_detection.h"
+#include "trainpack/graph.h"
+#include "trainpack/train/trainer.h"
+#include "trainpack/utils/demangle.h"
+
+namespace trainpack {
+
+const char* hook_name(Hook hook) {
+  switch (hook) {
+    case Hook::kSetupGraph: return "setup_graph";
+    case Hook::kBeforeTrain: return "before_train";
+    case Hook::kBeforeEpoch: return "before_epoch";
+    case Hook::kBeforeRun: return "before_run";
+    case Hook::kAfterRun: return "after_run";
+    case Hook::kTriggerStep: return "trigger_step";
+    case Hook::kAfterEpoch: return "after_epoch";
+    case Hook::kTriggerEpoch: return "trigger_epoch";
+    case Hook::kTrigger: return "trigger";
+    case Hook::kAfterTrain: return "after_train";
+  }
+  return "?";
+}
+
+namespace {
+// A callback that overrides nothing: its vtable holds the defaults to compare against.
+class PlainCallback final : public Callback {};
+}  // namespace
+
+bool Callback::overrides_slot(Hook hook) const {
+  static const PlainCallback reference;
+  switch (hook) {
+    case Hook::kSetupGraph: return detail::overrides_virtual<Callback>(*this, reference, &Callback::_setup_graph);
+    case Hook::kBeforeTrain: return detail::overrides_virtual<Callback>(*this, reference, &Callback::_before_train);
+    case Hook::kBeforeEpoch: return detail::overrides_virtual<Callback>(*this, reference, &Callback::_before_epoch);
+    case Hook::kAfterEpoch: return detail::overrides_virtual<Callback>(*this, reference, &Callback::_after_epoch);
+    case Hook::kBeforeRun: return detail::overrides_virtual<Callback>(*this, reference, &Callback::_before_run);
+    case Hook::kAfterRun: return detail::overrides_virtual<Callback>(*this, reference, &Callback::_after_run);
+    case Hook::kTriggerStep: return detail::overrides_virtual<Callback>(*this, reference, &Callback::_trigger_step);
+    case Hook::kTriggerEpoch: return detail::overrides_virtual<Callback>(*this, reference, &Callback::_trigger_epoch);
+    case Hook::kTrigger: return detail::overrides_virtual<Callback>(*this, reference, &Callback::_trigger);
+    case Hook::kAfterTrain: return detail::overrides_virtual<Callback>(*this, reference, &Callback::_after_train);
+  }
+  return true;
+}
+
+bool Callback::overrides(Hook hook) const {
+  if (hook == Hook::kTriggerEpoch) {
+    // The default _trigger_epoch calls trigger(): it matters when _trigger is overridden.
+    return overrides_slot(Hook::kTriggerEpoch) || overrides_slot(Hook::kTrigger);
+  }
+  return overrides_slot(hook);
+}
+
+std::string Callback::name() const { return type_name(typeid(*this)); }
+
+std::string Callback::name_scope() const {
+  if (!name_scope_.empty()) return name_scope_;
+  std::string scope = name();
+  auto colon = scope.rfind("::");
+  if (colon != std::string::npos) scope = scope.substr(colon + 2);
+  std::string out;
+  for (char c : scope) {
+    if (c != '_') out += c;
+  }
+  return out;
+}
+
+void Callback::setup_graph(Trainer& trainer) {
+  trainer_ = &trainer;
+  Graph::NameScope scope(trainer.graph(), enter_name_scope_ ? name_scope() : "",
+                         /*from_root=*/true);
+  _setup_graph();
+}
+
+Trainer& Callback::trainer() const {
+  if (!trainer_) {
+    throw std::logic_error(fmt::format(
+        "Callback {}: trainer() was used before setup_graph(); register the callback with a "
+        "trainer and use it from the hooks",
+        name()));
+  }
+  return *trainer_;
+}
+
+Graph& Callback::graph() const { return trainer().graph(); }
+int64_t Callback::epoch_num() const { return trainer().epoch_num(); }
+int64_t Callback::global_step() const { return trainer().global_step(); }
+int64_t Callback::local_step() const { return trainer().local_step(); }
+
+ProxyCallback::ProxyCallback(CallbackPtr callback) : callback_(std::move(callback)) {
+  if (!callback_) throw std::invalid_argument("ProxyCallback: callback is null");
+  set_chief_only_flag(callback_->chief_only());
+}
+
+// The inner callback enters its own name scope from the root, as tensorpack's proxy does.
+void ProxyCallback::_setup_graph() { callback_->setup_graph(trainer()); }
+
+CallbackFactory::CallbackFactory(CallbackFactoryOptions options) : options_(std::move(options)) {}
+
+std::string CallbackFactory::name() const {
+  std::string given;
+  auto add = [&](const CallbackFactoryOptions::Fn& f, const char* n) {
+    if (!f) return;
+    if (!given.empty()) given += ", ";
+    given += n;
+  };
+  add(options_.setup_graph_, "setup_graph");
+  add(options_.before_train_, "before_train");
+  add(options_.trigger_, "trigger");
+  add(options_.after_train_, "after_train");
+  return "CallbackFactory(" + given + ")";
+}
+
+}  // namespace trainpack

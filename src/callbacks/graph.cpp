@@ -1,0 +1,67 @@
+#include "trainpack/callbacks/graph.h"
+
+#include <stdexcept>
+
+#include "trainpack/graph.h"
+#include "trainpack/train/trainer.h"
+#include "trainpack/utils/logger.h"
+
+namespace trainpack {
+
+RunOp::RunOp(Op op, RunOpOptions options) : options_(options), op_name_("op"), op_(std::move(op)) {
+  if (!op_) throw std::invalid_argument("RunOp: op is empty; pass a callable or an op name");
+  set_chief_only_flag(false);
+}
+
+RunOp::RunOp(std::string op_name, RunOpOptions options)
+    : options_(options), op_name_(std::move(op_name)) {
+  if (op_name_.empty()) throw std::invalid_argument("RunOp: op_name is empty");
+  set_chief_only_flag(false);
+}
+
+void RunOp::_setup_graph() {
+  if (!op_) op_ = graph().op(op_name_);  // throws, listing the ops that exist
+  step_args_ = RunArgs();
+  if (options_.run_step()) {
+    step_args_.add_op([this] { run(nullptr); });
+  }
+}
+
+void RunOp::run(const char* /*when*/) {
+  if (options_.verbose()) TP_LOG_INFO("Running Op {} ...", op_name_);
+  op_();
+}
+
+void RunOp::_before_train() {
+  if (options_.run_before()) run("before_train");
+}
+
+RunArgs RunOp::_before_run(const StepContext& /*ctx*/) {
+  return options_.run_step() ? RunArgs::ref(step_args_) : RunArgs();
+}
+
+void RunOp::_trigger() {
+  if (options_.run_as_trigger()) run("trigger");
+}
+
+RunUpdateOps::RunUpdateOps(std::string collection)
+    : RunOp([] {}, RunOpOptions().run_before(false).run_as_trigger(false).run_step(true)),
+      collection_(std::move(collection)) {
+  op_name_ = collection_;
+}
+
+void RunUpdateOps::_setup_graph() {
+  const auto& ops = graph().collection(collection_);
+  if (!ops.empty()) {
+    TP_LOG_INFO("Applying collection {} of {} ops.", collection_, ops.size());
+    op_ = [&ops] {
+      for (const auto& op : ops) op();
+    };
+  } else {
+    op_ = [] {};
+    options_.run_step(false);  // nothing to run: stay off the per-step path
+  }
+  RunOp::_setup_graph();
+}
+
+}  // namespace trainpack

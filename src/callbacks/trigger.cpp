@@ -1,0 +1,111 @@
+#include "trainpack/callbacks/trigger.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "trainpack/train/trainer.h"
+
+namespace trainpack {
+
+PeriodicTrigger::PeriodicTrigger(CallbackPtr triggerable, PeriodicTriggerOptions options)
+    : ProxyCallback(std::move(triggerable)), options_(options) {
+  if (options_.every_k_steps() < 0) {
+    throw std::invalid_argument(fmt::format(
+        "PeriodicTrigger: every_k_steps must be positive (or 0 for unset), got {}",
+        options_.every_k_steps()));
+  }
+  if (options_.every_k_epochs() < 0) {
+    throw std::invalid_argument(fmt::format(
+        "PeriodicTrigger: every_k_epochs must be positive (or 0 for unset), got {}",
+        options_.every_k_epochs()));
+  }
+  if (options_.every_k_steps() == 0 && options_.every_k_epochs() == 0 &&
+      !options_.before_train()) {
+    throw std::invalid_argument(
+        "PeriodicTrigger: every_k_steps and every_k_epochs are both unset and before_train is "
+        "false, which disables the triggerable; set every_k_steps or every_k_epochs");
+  }
+}
+
+void PeriodicTrigger::_before_train() {
+  callback_->before_train();
+  if (options_.before_train()) callback_->trigger();
+}
+
+void PeriodicTrigger::_trigger_step() {
+  callback_->trigger_step();
+  const int64_t k = options_.every_k_steps();
+  if (k > 0 && global_step() % k == 0) callback_->trigger();
+}
+
+void PeriodicTrigger::_trigger_epoch() {
+  const int64_t k = options_.every_k_epochs();
+  if (k > 0 && epoch_num() % k == 0) callback_->trigger();
+}
+
+EnableCallbackIf::EnableCallbackIf(CallbackPtr callback, Predicate pred)
+    : ProxyCallback(std::move(callback)), pred_(std::move(pred)) {
+  if (!pred_) throw std::invalid_argument("EnableCallbackIf: pred is empty");
+}
+
+void EnableCallbackIf::_before_epoch() {
+  if (pred_(*this)) callback_->before_epoch();
+}
+
+void EnableCallbackIf::_after_epoch() {
+  if (pred_(*this)) callback_->after_epoch();
+}
+
+RunArgs EnableCallbackIf::_before_run(const StepContext& ctx) {
+  enabled_in_run_ = pred_(*this);
+  return enabled_in_run_ ? ProxyCallback::_before_run(ctx) : RunArgs();
+}
+
+void EnableCallbackIf::_after_run(const StepContext& ctx, const RunValues& values) {
+  if (enabled_in_run_) ProxyCallback::_after_run(ctx, values);
+}
+
+void EnableCallbackIf::_trigger_step() {
+  if (pred_(*this)) callback_->trigger_step();
+}
+
+void EnableCallbackIf::_trigger_epoch() {
+  if (pred_(*this)) callback_->trigger_epoch();
+}
+
+namespace {
+
+PeriodicCallbackOptions checked(PeriodicCallbackOptions options) {
+  if (options.every_k_steps() < 0) {
+    throw std::invalid_argument(fmt::format(
+        "PeriodicCallback: every_k_steps must be positive (or 0 for unset), got {}",
+        options.every_k_steps()));
+  }
+  if (options.every_k_epochs() < 0) {
+    throw std::invalid_argument(fmt::format(
+        "PeriodicCallback: every_k_epochs must be positive (or 0 for unset), got {}",
+        options.every_k_epochs()));
+  }
+  if (options.every_k_steps() == 0 && options.every_k_epochs() == 0) {
+    throw std::invalid_argument(
+        "PeriodicCallback: every_k_steps and every_k_epochs are both unset; set at least one");
+  }
+  return options;
+}
+
+}  // namespace
+
+PeriodicCallback::PeriodicCallback(CallbackPtr callback, PeriodicCallbackOptions options)
+    : EnableCallbackIf(std::move(callback), [o = checked(options)](const EnableCallbackIf& self) {
+        const Trainer& t = self.trainer();
+        const int64_t ks = o.every_k_steps();
+        const int64_t ke = o.every_k_epochs();
+        if (ks > 0 && t.global_step() % ks == 0) return true;
+        if (ke > 0 && t.epoch_num() % ke == 0) return true;
+        if (ke > 0 && t.local_step() == t.steps_per_epoch() - 1 && t.epoch_num() == t.max_epoch())
+          return true;
+        return false;
+      }) {}
+
+}  // namespace trainpack

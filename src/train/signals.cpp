@@ -1,0 +1,51 @@
+#include "trainpack/detail/signals.h"
+
+#include <signal.h>
+
+namespace trainpack {
+namespace detail {
+
+std::atomic<int> g_pending_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal flag must be lock-free");
+
+namespace {
+
+extern "C" void on_stop_signal(int sig) {
+  int expected = 0;
+  if (!g_pending_signal.compare_exchange_strong(expected, sig)) {
+    // A second signal: the user insists. Default action (terminate) right away.
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+  }
+}
+
+}  // namespace
+
+struct SignalHandlerScope::Saved {
+  struct sigaction int_action;
+  struct sigaction term_action;
+};
+
+SignalHandlerScope::SignalHandlerScope(bool enable) : enabled_(enable) {
+  g_pending_signal.store(0);
+  if (!enabled_) return;
+  saved_ = new Saved();
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;  // blocking I/O in the step resumes; the loop polls the flag
+  sigaction(SIGINT, &action, &saved_->int_action);
+  sigaction(SIGTERM, &action, &saved_->term_action);
+}
+
+SignalHandlerScope::~SignalHandlerScope() {
+  if (enabled_) {
+    sigaction(SIGINT, &saved_->int_action, nullptr);
+    sigaction(SIGTERM, &saved_->term_action, nullptr);
+    delete saved_;
+  }
+  g_pending_signal.store(0);
+}
+
+}  // namespace detail
+}  // namespace trainpack

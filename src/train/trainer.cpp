@@ -1,0 +1,309 @@
+#include "trainpack/train/trainer.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <csignal>
+#include <stdexcept>
+#include <typeinfo>
+
+#include "trainpack/callbacks/steps.h"
+#include "trainpack/detail/signals.h"
+#include "trainpack/train/defaults.h"
+#include "trainpack/utils/demangle.h"
+#include "trainpack/utils/humanize.h"
+#include "trainpack/utils/logger.h"
+
+namespace trainpack {
+
+std::string SessionInit::name() const { return type_name(typeid(*this)); }
+
+int exit_code_for_signal(int signal) { return signal == 0 ? 0 : 128 + signal; }
+
+Trainer::Trainer() : step_context_(*this) {}
+Trainer::~Trainer() = default;
+
+void Trainer::call_once(bool& flag, const char* method) const {
+  if (flag) {
+    throw std::logic_error(fmt::format("Method {}.{} can only be called once per object!",
+                                       type_name(typeid(*this)), method));
+  }
+  flag = true;
+}
+
+Monitors& Trainer::monitors() const {
+  if (!monitors_) {
+    throw std::logic_error("Trainer::monitors() is available after setup_callbacks()");
+  }
+  return *monitors_;
+}
+
+bool Trainer::register_callback(CallbackPtr callback) {
+  if (!callback) throw std::invalid_argument("Trainer::register_callback: callback is null");
+  if (setup_done_) {
+    throw std::logic_error(fmt::format(
+        "Cannot register more callbacks after trainer was setup! ({})", callback->name()));
+  }
+  if (!is_chief_ && callback->chief_only()) {
+    TP_LOG_WARN("Callback {} is chief-only, skipped.", callback->name());
+    return false;
+  }
+  registered_.push_back(std::move(callback));
+  return true;
+}
+
+void Trainer::setup_callbacks(const std::vector<CallbackPtr>& callbacks,
+                              const std::vector<MonitorPtr>& monitors) {
+  for (const auto& cb : callbacks) {
+    if (!cb) throw std::invalid_argument("Trainer::setup_callbacks: a callback is null");
+    if (dynamic_cast<const MonitorBase*>(cb.get()) != nullptr) {
+      throw std::invalid_argument(fmt::format(
+          "Trainer::setup_callbacks: {} is a monitor, but was passed in 'callbacks'; pass it in "
+          "'monitors' instead",
+          cb->name()));
+    }
+  }
+  for (const auto& m : monitors) {
+    if (!m) throw std::invalid_argument("Trainer::setup_callbacks: a monitor is null");
+  }
+  for (const auto& cb : registered_) {
+    if (dynamic_cast<const MonitorBase*>(cb.get()) != nullptr) {
+      throw std::invalid_argument("Monitor cannot be pre-registered for now!");
+    }
+  }
+  call_once(setup_callbacks_called_, "setup_callbacks");
+
+  graph_.add_variable(
+      "global_step", [this] { return static_cast<double>(global_step_); },
+      [this](double v) { global_step_ = static_cast<int64_t>(v); }, /*is_floating=*/false);
+
+  register_callback(std::make_shared<MaintainStepCounter>());
+  for (const auto& cb : callbacks) register_callback(cb);
+  std::vector<MonitorPtr> kept;
+  for (const auto& m : monitors) {
+    if (register_callback(m)) kept.push_back(m);
+  }
+  monitors_ = std::make_shared<Monitors>(kept);
+  register_callback(monitors_);
+  setup_done_ = true;
+
+  TP_LOG_INFO("Setup callbacks graph ...");
+  callbacks_ = std::make_unique<Callbacks>(registered_);
+  callbacks_->setup_graph(*this);
+
+  // Work out the per-step dispatch once: who asks for what, and where each answer goes.
+  before_run_list_ = callbacks_->dispatch_list(Hook::kBeforeRun);
+  after_run_list_ = callbacks_->dispatch_list(Hook::kAfterRun);
+  run_args_.assign(before_run_list_.size(), RunArgs());
+  after_run_slots_.clear();
+  for (Callback* cb : after_run_list_) {
+    int slot = -1;
+    for (size_t i = 0; i < before_run_list_.size(); ++i) {
+      if (before_run_list_[i] == cb) slot = static_cast<int>(i);
+    }
+    after_run_slots_.push_back(slot);
+  }
+}
+
+void Trainer::initialize(std::shared_ptr<SessionInit> session_init) {
+  call_once(initialize_done_, "initialize");
+  if (!setup_done_) {
+    throw std::logic_error("Trainer::initialize must be called after setup_callbacks");
+  }
+  if (!session_init) session_init = std::make_shared<JustCurrentSession>();
+  session_init->setup_graph(*this);
+  if (is_chief_) {
+    if (!session_init->is_noop()) TP_LOG_INFO("Initializing the session ...");
+    session_init->run_init(*this);
+  } else if (!session_init->is_noop()) {
+    TP_LOG_WARN("This is not a chief worker, 'session_init' was ignored!");
+  }
+  graph_.finalize();
+  TP_LOG_INFO("Graph Finalized.");
+}
+
+bool Trainer::should_stop() {
+  if (stop_requested_) return true;
+  if (int sig = detail::pending_signal()) {
+    received_signal_ = sig;
+    throw StopTraining(sig == SIGINT ? "received SIGINT (Ctrl-C)" : "received SIGTERM");
+  }
+  return false;
+}
+
+void Trainer::main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t max_epoch) {
+  if (steps_per_epoch < 0) {
+    throw std::invalid_argument(fmt::format(
+        "Trainer::main_loop: steps_per_epoch must be >= 0 (0 runs callbacks only), got {}",
+        steps_per_epoch));
+  }
+  if (max_epoch < 0) {
+    throw std::invalid_argument(
+        fmt::format("Trainer::main_loop: max_epoch must be >= 0, got {}", max_epoch));
+  }
+  if (starting_epoch < 1) {
+    throw std::invalid_argument(fmt::format(
+        "Trainer::main_loop: starting_epoch must be >= 1 (epochs count from 1), got {}",
+        starting_epoch));
+  }
+  if (!initialize_done_) {
+    throw std::logic_error("Trainer::main_loop must be called after setup_callbacks and initialize");
+  }
+  call_once(main_loop_done_, "main_loop");
+  steps_per_epoch_ = steps_per_epoch;
+  starting_epoch_ = starting_epoch;
+  max_epoch_ = max_epoch;
+  epoch_num_ = starting_epoch - 1;
+  local_step_ = -1;
+
+  detail::SignalHandlerScope signals(handle_signals_);
+  try {
+    callbacks_->before_train();
+    bool stopped = false;
+    for (int64_t epoch = starting_epoch; epoch <= max_epoch && !stopped; ++epoch) {
+      if (should_stop()) {  // spec 22 #14: a stop request starts no new epoch
+        stopped = true;
+        break;
+      }
+      epoch_num_ = epoch;
+      local_step_ = -1;  // spec 22 #1
+      TP_LOG_INFO("Start Epoch {} ...", epoch);
+      callbacks_->before_epoch();
+      const auto start = std::chrono::steady_clock::now();
+      for (int64_t step = 0; step < steps_per_epoch; ++step) {
+        if (should_stop()) {
+          stopped = true;
+          break;
+        }
+        local_step_ = step;
+        run_step();
+        callbacks_->trigger_step();
+      }
+      if (stopped) break;
+      callbacks_->after_epoch();
+      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+      TP_LOG_INFO("Epoch {} (global_step {}) finished, time:{}.", epoch, global_step_,
+                  humanize_time_delta(took.count()));
+      callbacks_->trigger_epoch();
+    }
+    if (!stopped) TP_LOG_INFO("Training has finished!");
+  } catch (const StopTraining& e) {
+    TP_LOG_INFO("Training was stopped by exception {}.", e.what());
+  } catch (...) {
+    TP_LOG_ERROR("Training failed at global_step={}", global_step_);
+    callbacks_->after_train();
+    throw;
+  }
+  callbacks_->after_train();
+}
+
+void Trainer::train(const std::vector<CallbackPtr>& callbacks,
+                    const std::vector<MonitorPtr>& monitors, int64_t steps_per_epoch,
+                    int64_t starting_epoch, int64_t max_epoch,
+                    std::shared_ptr<SessionInit> session_init) {
+  setup_callbacks(callbacks, monitors);
+  initialize(std::move(session_init));
+  main_loop(steps_per_epoch, starting_epoch, max_epoch);
+}
+
+void Trainer::train_with_defaults(TrainOptions options) {
+  if (!options.steps_per_epoch()) {
+    throw std::invalid_argument(
+        "Trainer::train_with_defaults: steps_per_epoch is required; set "
+        "TrainOptions().steps_per_epoch(n)");
+  }
+  std::vector<CallbackPtr> callbacks = options.callbacks();
+  std::vector<CallbackPtr> extra =
+      options.extra_callbacks() ? *options.extra_callbacks() : DEFAULT_CALLBACKS();
+  callbacks.insert(callbacks.end(), extra.begin(), extra.end());
+  std::vector<MonitorPtr> monitors = options.monitors() ? *options.monitors() : DEFAULT_MONITORS();
+  train(callbacks, monitors, *options.steps_per_epoch(), options.starting_epoch(),
+        options.max_epoch(), options.session_init());
+}
+
+void Trainer::run_step() {
+  if (!train_op_) {
+    throw std::logic_error(
+        "Please either set Trainer::set_train_op() or provide an implementation of "
+        "Trainer::run_step()!");
+  }
+  hooked_run(train_op_);
+}
+
+void Trainer::begin_hooked_run() {
+  if (stop_requested_) {
+    throw std::logic_error(
+        "Trainer::hooked_run called even after a stop was requested in this step; run_step "
+        "should check stop_requested() between hooked runs.");
+  }
+  step_context_.begin_run();
+  any_ops_ = false;
+  const size_t n = before_run_list_.size();
+  size_t i = 0;
+  try {
+    for (; i < n; ++i) {
+      run_args_[i] = before_run_list_[i]->before_run(step_context_);
+      const RunArgs& args = run_args_[i];
+      for (const std::string& name : args.fetches()) step_context_.request(name);
+      any_ops_ = any_ops_ || !args.ops().empty();
+    }
+  } catch (...) {
+    Callbacks::rethrow_named(*before_run_list_[i], Hook::kBeforeRun);
+  }
+}
+
+void Trainer::fail_missing_fetch(const std::string& name) const {
+  std::string who;
+  for (size_t i = 0; i < before_run_list_.size(); ++i) {
+    for (const auto& f : run_args_[i].fetches()) {
+      if (f == name) who = before_run_list_[i]->name();
+    }
+  }
+  std::string published;
+  for (const auto& n : step_context_.published_names()) {
+    published += published.empty() ? "'" + n + "'" : ", '" + n + "'";
+  }
+  throw std::invalid_argument(fmt::format(
+      "Callback {} asked for the tensor '{}', but the step does not publish it. Names the step "
+      "publishes: {}",
+      who, name, published.empty() ? "(none)" : published));
+}
+
+void Trainer::end_hooked_run() {
+  for (const auto& entry : step_context_.requested_) {
+    if (!entry.second.defined()) fail_missing_fetch(entry.first);
+  }
+  if (any_ops_) {
+    for (size_t i = 0; i < run_args_.size(); ++i) {
+      try {
+        for (const auto& op : run_args_[i].ops()) op();
+      } catch (...) {
+        Callbacks::rethrow_named(*before_run_list_[i], Hook::kBeforeRun);
+      }
+    }
+  }
+  const size_t n = after_run_list_.size();
+  size_t i = 0;
+  try {
+    for (; i < n; ++i) {
+      const int slot = after_run_slots_[i];
+      RunValues values(slot >= 0 ? &run_args_[slot] : nullptr, &step_context_);
+      after_run_list_[i]->after_run(step_context_, values);
+    }
+  } catch (...) {
+    Callbacks::rethrow_named(*after_run_list_[i], Hook::kAfterRun);
+  }
+}
+
+void StepContext::request_stop() { trainer_->request_stop(); }
+bool StepContext::stop_requested() const { return trainer_->stop_requested(); }
+
+const at::Tensor& StepContext::fetched(std::string_view name) const {
+  for (const auto& entry : requested_) {
+    if (entry.first == name) return entry.second;
+  }
+  throw std::out_of_range(fmt::format(
+      "RunValues: '{}' was not requested in this step; ask for it in before_run", name));
+}
+
+}  // namespace trainpack
