@@ -58,13 +58,11 @@ bool Callback::overrides(Hook hook) const {
   return overrides_slot(hook);
 }
 
-std::string Callback::name() const { return type_name(typeid(*this)); }
+std::string Callback::name() const { return class_name(typeid(*this)); }
 
 std::string Callback::name_scope() const {
   if (!name_scope_.empty()) return name_scope_;
-  std::string scope = name();
-  auto colon = scope.rfind("::");
-  if (colon != std::string::npos) scope = scope.substr(colon + 2);
+  const std::string scope = name();
   std::string out;
   for (char c : scope) {
     if (c != '_') out += c;

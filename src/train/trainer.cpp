@@ -16,7 +16,7 @@
 
 namespace trainpack {
 
-std::string SessionInit::name() const { return type_name(typeid(*this)); }
+std::string SessionInit::name() const { return class_name(typeid(*this)); }
 
 int exit_code_for_signal(int signal) { return signal == 0 ? 0 : 128 + signal; }
 
@@ -26,7 +26,7 @@ Trainer::~Trainer() = default;
 void Trainer::call_once(bool& flag, const char* method) const {
   if (flag) {
     throw std::logic_error(fmt::format("Method {}.{} can only be called once per object!",
-                                       type_name(typeid(*this)), method));
+                                       class_name(typeid(*this)), method));
   }
   flag = true;
 }
@@ -295,7 +295,7 @@ void Trainer::end_hooked_run() {
   }
 }
 
-void StepContext::request_stop() { trainer_->request_stop(); }
+void StepContext::request_stop() const { trainer_->request_stop(); }
 bool StepContext::stop_requested() const { return trainer_->stop_requested(); }
 
 const at::Tensor& StepContext::fetched(std::string_view name) const {

@@ -22,4 +22,11 @@ std::string type_name(const std::type_info& type) {
   return name;
 }
 
+std::string class_name(const std::type_info& type) {
+  const std::string full = type_name(type);
+  const size_t template_start = full.find('<');
+  const size_t last_scope = full.rfind("::", template_start);
+  return last_scope == std::string::npos ? full : full.substr(last_scope + 2);
+}
+
 }  // namespace trainpack

@@ -4,12 +4,16 @@
 
 #include <fmt/format.h>
 
+#include <functional>
+#include <string_view>
+
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "trainpack/callbacks/base.h"
 #include "trainpack/train/trainer.h"
+#include "trainpack/utils/logger.h"
 
 namespace trainpack {
 namespace testing {
@@ -59,6 +63,64 @@ class TriggerRecorder : public Callback {
  protected:
   void _trigger() override { trace_->push_back(trace_line("", "trigger", trainer())); }
   std::shared_ptr<Trace> trace_;
+};
+
+// A callback whose hooks run the given functions (unset ones do nothing). Overrides every hook.
+class ActionCallback : public Callback {
+ public:
+  using Fn = std::function<void(ActionCallback&)>;
+  Fn setup_graph_fn, before_train_fn, before_epoch_fn, after_epoch_fn, before_run_fn, after_run_fn,
+      trigger_step_fn, trigger_epoch_fn, trigger_fn, after_train_fn;
+  const StepContext* ctx = nullptr;  // the context of the run in progress (before/after_run)
+
+ protected:
+  static void call(const Fn& f, ActionCallback& self) {
+    if (f) f(self);
+  }
+  void _setup_graph() override { call(setup_graph_fn, *this); }
+  void _before_train() override { call(before_train_fn, *this); }
+  void _before_epoch() override { call(before_epoch_fn, *this); }
+  void _after_epoch() override { call(after_epoch_fn, *this); }
+  RunArgs _before_run(const StepContext& c) override {
+    ctx = &c;
+    call(before_run_fn, *this);
+    return RunArgs();
+  }
+  void _after_run(const StepContext& c, const RunValues&) override {
+    ctx = &c;
+    call(after_run_fn, *this);
+  }
+  void _trigger_step() override { call(trigger_step_fn, *this); }
+  void _trigger_epoch() override {
+    call(trigger_epoch_fn, *this);
+    Callback::_trigger_epoch();
+  }
+  void _trigger() override { call(trigger_fn, *this); }
+  void _after_train() override { call(after_train_fn, *this); }
+};
+
+// Collects the messages logged while it lives.
+class LogCapture {
+ public:
+  LogCapture() {
+    id_ = logger::add_sink([this](logger::Level level, std::string_view msg) {
+      lines_.push_back(std::string(level == logger::Level::kWarning ? "WRN " :
+                                   level == logger::Level::kError ? "ERR " : "") +
+                       std::string(msg));
+    });
+  }
+  ~LogCapture() { logger::remove_sink(id_); }
+  const std::vector<std::string>& lines() const { return lines_; }
+  bool contains(const std::string& text) const {
+    for (const auto& l : lines_) {
+      if (l.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+
+ private:
+  int id_;
+  std::vector<std::string> lines_;
 };
 
 // Runs a fresh NoOpTrainer with `callbacks`, no monitors and signal handling off.

@@ -75,7 +75,7 @@ class StepContext {
   Trainer& trainer() const { return *trainer_; }
 
   // Asks the trainer to stop: the loop ends before the next step (or epoch) starts.
-  void request_stop();
+  void request_stop() const;
   bool stop_requested() const;
 
   // True if some callback asked for `name` in this step.

@@ -10,4 +10,8 @@ namespace trainpack {
 // (`trainpack::ModelSaver` -> `ModelSaver`, `my::Saver` stays `my::Saver`).
 std::string type_name(const std::type_info& type);
 
+// The class name alone, without namespaces (`my::(anonymous namespace)::Saver<int>` ->
+// `Saver<int>`), as Python prints a class name.
+std::string class_name(const std::type_info& type);
+
 }  // namespace trainpack

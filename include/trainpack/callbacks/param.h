@@ -1,0 +1,332 @@
+// Hyperparameters and the callbacks that set them (tensorpack's callbacks/param.py).
+//
+// Public names: HyperParam, GraphVarParam, ObjAttrParam, HyperParamRef, HyperParamSetter,
+// HumanHyperParamSetter, ScheduledHyperParamSetter, HyperParamSetterWithFunc,
+// StatMonitorParamSetter.
+//
+// A HyperParam is a named scalar seen through get/set: a Graph variable (`"learning_rate"`, which
+// SingleCostTrainer binds to the optimizer's lr) or any getter/setter pair. A HyperParamSetter is
+// a callback that computes a new value and sets it. Where a setter takes a param, a string names a
+// Graph variable:
+//
+//   std::make_shared<ScheduledHyperParamSetter>(
+//       "learning_rate", std::vector<std::pair<int64_t, double>>{{30, 1e-2}, {60, 1e-3}});
+//
+// Every setter sets its value in before_train and at every epoch end (via trigger()), unless the
+// class says otherwise; wrapped in PeriodicTrigger it sets whenever trigger() is called.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/arg.h>
+
+#include "trainpack/callbacks/base.h"
+#include "trainpack/graph.h"
+
+namespace trainpack {
+
+// A hyperparameter: a named scalar with get/set. `setup_graph` runs in the owning setter's
+// setup_graph (to resolve names); the value is read and written from before_train on.
+//
+// Differences from tensorpack: get_value is const; values are doubles.
+class HyperParam {
+ public:
+  virtual ~HyperParam();
+  // Called by the setter's setup_graph; resolves whatever the param needs from the graph.
+  virtual void setup_graph(Graph& /*graph*/) {}
+  virtual void set_value(double v) = 0;
+  virtual double get_value() const = 0;
+  // The name that logs print and that HumanHyperParamSetter looks up.
+  virtual std::string readable_name() const = 0;
+};
+
+using HyperParamPtr = std::shared_ptr<HyperParam>;
+
+// A Graph variable as a hyperparam, e.g. "learning_rate". The variable is looked up by its exact
+// name when the setter's setup_graph runs; reading and writing go through the variable's get/set.
+//
+//   auto lr = std::make_shared<GraphVarParam>("learning_rate");
+//
+// setup_graph throws std::invalid_argument naming GraphVarParam and the name, and listing the
+// variables that exist, when there is no such variable. Setting a non-integral value on an integer
+// variable (such as "global_step") throws std::invalid_argument.
+//
+// Differences from tensorpack: no ':0' tensor suffix (names are Graph names); an integer variable
+// accepts a double that holds an integer (tensorpack rejects every Python float).
+class GraphVarParam : public HyperParam {
+ public:
+  // Throws std::invalid_argument if `name` is empty.
+  explicit GraphVarParam(std::string name);
+  void setup_graph(Graph& graph) override;
+  // Both throw std::logic_error before setup_graph.
+  void set_value(double v) override;
+  double get_value() const override;
+  std::string readable_name() const override { return name_; }
+
+ private:
+  const Graph::Variable& resolved(const char* method) const;
+
+  std::string name_;
+  const Graph::Variable* variable_ = nullptr;  // owned by the Graph, valid while it lives
+};
+
+// A hyperparam held anywhere, seen through a getter and a setter.
+//
+//   ObjAttrParam dropout([&] { return model.dropout; }, [&](double v) { model.dropout = v; },
+//                        "dropout");
+//
+// Differences from tensorpack: a getter/setter pair replaces (object, attribute name); the
+// readable name is required (tensorpack defaults it to the attribute name).
+class ObjAttrParam : public HyperParam {
+ public:
+  // Throws std::invalid_argument if `get` or `set` is empty or `readable_name` is empty.
+  ObjAttrParam(std::function<double()> get, std::function<void(double)> set,
+               std::string readable_name);
+  void set_value(double v) override { set_(v); }
+  double get_value() const override { return get_(); }
+  std::string readable_name() const override { return readable_name_; }
+
+ private:
+  std::function<double()> get_;
+  std::function<void(double)> set_;
+  std::string readable_name_;
+};
+
+// A setter's param argument: a Graph variable name (made into a GraphVarParam) or a HyperParam.
+class HyperParamRef {
+ public:
+  HyperParamRef(std::string graph_var);  // NOLINT(google-explicit-constructor)
+  HyperParamRef(const char* graph_var);  // NOLINT(google-explicit-constructor)
+  HyperParamRef(HyperParamPtr param);    // NOLINT(google-explicit-constructor)
+  // The param; null only if a null HyperParamPtr was given (setters reject it).
+  HyperParamPtr get() const { return param_; }
+
+ private:
+  HyperParamPtr param_;
+};
+
+// Base of the setters: a callback that, when it runs, asks `_get_value_to_set()` for a value and
+// sets the param to it (nothing happens when it returns nullopt).
+//
+// WHEN: setup_graph resolves the param; before_train sets a value (unless a subclass clears
+// enable_before_train_); trigger() sets a value, and by default trigger_epoch calls trigger(), so
+// a setter acts at every epoch end. chief_only is false: every worker sets its own copy.
+//
+// Every change is logged, at most once per epoch:
+//   [HyperParamSetter] At global_step=0, learning_rate is set to 0.100000
+//   [HyperParamSetter] At global_step=300, learning_rate changes from 0.100000 to 0.010000
+//
+//   class Halve : public HyperParamSetter {
+//     using HyperParamSetter::HyperParamSetter;
+//     std::optional<double> _get_value_to_set() override { return get_current_value() / 2; }
+//   };
+//
+// Differences from tensorpack: none.
+class HyperParamSetter : public Callback {
+ public:
+  // Throws std::invalid_argument naming the class and `param` when the param is null.
+  explicit HyperParamSetter(HyperParamRef param);
+
+  // The value to set now (from `_get_value_to_set`), logging it when it differs from the last
+  // value this setter returned. The value is returned (and set by the setter) even if unchanged.
+  std::optional<double> get_value_to_set();
+  // The param's current value.
+  double get_current_value() const;
+  const HyperParam& param() const { return *param_; }
+
+ protected:
+  // For subclasses: `class_name` is what argument errors name.
+  HyperParamSetter(HyperParamRef param, const char* class_name);
+
+  // The value to set now, or nullopt to leave the param as it is.
+  virtual std::optional<double> _get_value_to_set() = 0;
+
+  // Sets the value (if any) to the param.
+  void set_param();
+
+  // Whether before_train sets a value.
+  bool enable_before_train_ = true;
+
+  void _setup_graph() override;
+  void _before_train() override;
+  void _trigger() override;
+
+  HyperParamPtr param_;
+
+ private:
+  std::optional<double> last_value_;
+  int64_t last_epoch_set_ = -1;
+};
+
+// Sets the param from `<logger dir>/<file_name>`, a file of `name: value` lines that a person can
+// edit during training (`learning_rate: 1e-4`). The file is read every time the setter runs:
+// before_train and every epoch end (or whenever a wrapper triggers it).
+//
+//   std::make_shared<HumanHyperParamSetter>("learning_rate");  // reads <logger dir>/hyper.txt
+//
+// Lines for other names are allowed (other setters read them). A missing file changes nothing,
+// silently. A malformed line (not exactly one ':', an empty name, a value that is not a number) or
+// a blank line logs a warning naming the file and the line, e.g.
+//   HumanHyperParamSetter: /logs/hyper.txt line 2: 'learning_rate: abc' is not 'name: value';
+//   keeping learning_rate = 0.1
+// and the param keeps its value; so does a file that has no line for the param (a warning too).
+//
+// Differences from tensorpack: a warning per bad line with its number instead of one
+// `Cannot find <name> in <file>`; whitespace around the name is ignored; an absolute `file_name`
+// needs no logger directory; without a logger directory the constructor throws
+// std::invalid_argument (tensorpack fails on a None path).
+class HumanHyperParamSetter : public HyperParamSetter {
+ public:
+  explicit HumanHyperParamSetter(HyperParamRef param, std::string file_name = "hyper.txt");
+  // The file that is read.
+  const std::string& path() const { return path_; }
+
+ protected:
+  std::optional<double> _get_value_to_set() override;
+
+ private:
+  std::string path_;
+};
+
+struct ScheduledHyperParamSetterOptions {
+  // "" (set only at the scheduled points) or "linear" (interpolate between them, never after the
+  // last one).
+  TORCH_ARG(std::string, interp) = "";
+  // The schedule's points are global steps instead of epochs.
+  TORCH_ARG(bool, step_based) = false;
+  // When training starts past a scheduled point and the param does not hold the value the
+  // schedule gives there, set it (otherwise only warn).
+  TORCH_ARG(bool, set_at_beginning) = true;
+};
+
+// Sets the param by a schedule of (point, value) pairs. A point is an epoch: `(N, v)` sets v when
+// epoch N has finished, so it holds from epoch N+1, and `(0, v)` sets v in before_train when
+// training starts at epoch 1. With step_based, a point is a global step: `(S, v)` sets v in the
+// trigger_step where global_step (after the increment) is S.
+//
+// WHEN: before_train (the value at the current point: epoch starting_epoch-1, or the current
+// global step), then epoch-based: trigger_epoch, for the finished epoch (never in trigger_step);
+// step-based: trigger_step (never at the epoch end). Points between scheduled ones get a value
+// only with interp "linear"; points after the last one get none (the last value is not set again).
+//
+//   std::make_shared<ScheduledHyperParamSetter>(
+//       "learning_rate", std::vector<std::pair<int64_t, double>>{{0, 0.1}, {30, 0.01}, {60, 1e-3}});
+//
+// At before_train it also checks the value that the schedule gives for the current point (the
+// last scheduled value at or before it, or the interpolated one); if the param holds another
+// value it warns
+//   According to scheduler ScheduledHyperParamSetter(schedule=[...]), parameter 'learning_rate'
+//   should become 0.01 at the current point (epoch35). However its current value is 0.1.
+// and then sets it (set_at_beginning, logging `Setting 'learning_rate' to 0.01.`) or warns to
+// check the initialization.
+//
+// Differences from tensorpack: the schedule must be strictly increasing and its points >= 0
+// (tensorpack sorts it and keeps the first of equal points; here an unsorted schedule is an error,
+// since it is almost always a typo); a scheduled 0.0 counts in the start-up check (tensorpack
+// ignores it, spec 22 #3); the start-up warning of a step-based schedule names the step
+// (`step 150`; tensorpack prints the bare word `step`).
+class ScheduledHyperParamSetter : public HyperParamSetter {
+ public:
+  using Schedule = std::vector<std::pair<int64_t, double>>;
+
+  // Throws std::invalid_argument naming the class and the argument for a null param, an empty
+  // schedule, a negative point, points that are not strictly increasing, or an unknown interp.
+  ScheduledHyperParamSetter(HyperParamRef param, Schedule schedule,
+                            ScheduledHyperParamSetterOptions options = {});
+
+  // `ScheduledHyperParamSetter(schedule=[(30, 0.01), (60, 0.001)])`, as tensorpack's __str__.
+  std::string name() const override;
+  const Schedule& schedule() const { return schedule_; }
+  const ScheduledHyperParamSetterOptions& options() const { return options_; }
+
+  // The value that the schedule sets at `point`, or nullopt (before the first point, after the
+  // last one, or between points without interpolation).
+  std::optional<double> value_at(int64_t point) const;
+
+ protected:
+  std::optional<double> _get_value_to_set() override;
+  void _before_train() override;
+  void _trigger_epoch() override;
+  void _trigger_step() override;
+
+ private:
+  int64_t current_point() const;
+  void check_value_at_beginning();
+
+  Schedule schedule_;
+  ScheduledHyperParamSetterOptions options_;
+};
+
+// Sets the param to `func(epoch_num, current_value)`.
+//
+// WHEN: before_train, with epoch_num = starting_epoch - 1 (0 for a fresh run), and every epoch
+// end with the finished epoch's number. So a function that decays on even epochs already decays
+// once before training (spec 22 #4: kept as in tensorpack).
+//
+//   std::make_shared<HyperParamSetterWithFunc>(
+//       "learning_rate", [](int64_t e, double x) { return e % 2 == 0 ? x * 0.9 : x; });
+//
+// Differences from tensorpack: none.
+class HyperParamSetterWithFunc : public HyperParamSetter {
+ public:
+  using Func = std::function<double(int64_t epoch_num, double current_value)>;
+  // Throws std::invalid_argument naming the class and the argument for a null param or an empty
+  // func.
+  HyperParamSetterWithFunc(HyperParamRef param, Func func);
+
+ protected:
+  std::optional<double> _get_value_to_set() override;
+
+ private:
+  Func func_;
+};
+
+struct StatMonitorParamSetterOptions {
+  // Watch for the stat not increasing enough (instead of not decreasing enough).
+  TORCH_ARG(bool, reverse) = false;
+};
+
+// Changes the param by `value_func(current_value)` when the stat `stat_name` (from the monitors)
+// has not improved over its last `last_k` observations: not reverse, when
+// `min(history) >= history[0] - threshold`; reverse, when `max(history) <= history[0] + threshold`.
+// After a change the history starts again, so the next change needs last_k new observations.
+//
+// WHEN: every trigger() (every epoch end by default), never in before_train. Each time it takes the
+// latest value of the stat; it must come after the callback that produces the stat. It warns when
+// the stat has no value yet (`[StatMonitorParamSetter] No history data available for key 'x'.`)
+// or when no value was added since the last trigger; a change logs
+// `[StatMonitorParamSetter] Triggered, history of val-error: 0.8,0.9,0.85`.
+//
+//   // Divide the learning rate by 5 when val-error has not decreased over 5 epochs:
+//   std::make_shared<StatMonitorParamSetter>("learning_rate", "val-error",
+//                                            [](double x) { return x * 0.2; }, 0, 5);
+//
+// Differences from tensorpack: arguments are checked.
+class StatMonitorParamSetter : public HyperParamSetter {
+ public:
+  // Throws std::invalid_argument naming the class and the argument for a null param, an empty
+  // stat_name, an empty value_func or last_k < 1.
+  StatMonitorParamSetter(HyperParamRef param, std::string stat_name,
+                         std::function<double(double)> value_func, double threshold,
+                         int64_t last_k, StatMonitorParamSetterOptions options = {});
+
+ protected:
+  std::optional<double> _get_value_to_set() override;
+
+ private:
+  std::string stat_name_;
+  std::function<double(double)> value_func_;
+  double threshold_;
+  size_t last_k_;
+  StatMonitorParamSetterOptions options_;
+  std::deque<std::pair<int64_t, double>> history_;  // (global_step, value), at most last_k
+};
+
+}  // namespace trainpack

@@ -1,0 +1,421 @@
+#include "trainpack/callbacks/param.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <system_error>
+
+#include "trainpack/train/trainer.h"
+#include "trainpack/utils/humanize.h"
+#include "trainpack/utils/logger.h"
+
+namespace trainpack {
+namespace {
+
+// Python's repr() of a float: fmt's shortest round-trip form, which already switches to
+// exponent notation where Python does, plus the ".0" that Python keeps on integral values.
+std::string python_float_repr(double v) {
+  std::string s = fmt::format("{}", v);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // 'n': inf, nan
+  return s;
+}
+
+// Python's str(round(v, 3)): correctly rounded to 3 decimals, printed in the shortest form.
+std::string python_round3(double v) {
+  if (!std::isfinite(v)) return python_float_repr(v);
+  const std::string rounded = fmt::format("{:.3f}", v);
+  double r = v;
+  std::from_chars(rounded.data(), rounded.data() + rounded.size(), r);
+  return python_float_repr(r);
+}
+
+// numpy.isclose(a, b) with its defaults (rtol 1e-5, atol 1e-8).
+bool is_close(double a, double b) { return std::fabs(a - b) <= 1e-8 + 1e-5 * std::fabs(b); }
+
+std::string strip(const std::string& s) {
+  const char* ws = " \t\n\r\f\v";
+  const auto begin = s.find_first_not_of(ws);
+  if (begin == std::string::npos) return "";
+  const auto end = s.find_last_not_of(ws);
+  return s.substr(begin, end - begin + 1);
+}
+
+// Parses all of `text` as a number (Python's float(): an optional sign, decimal or exponent
+// notation, inf, nan). std::from_chars does not depend on the locale.
+std::optional<double> parse_double(const std::string& text) {
+  std::string s = strip(text);
+  if (!s.empty() && s[0] == '+') s.erase(0, 1);
+  if (s.empty() || s[0] == '+') return std::nullopt;
+  double value = 0;
+  const char* end = s.data() + s.size();
+  auto [ptr, ec] = std::from_chars(s.data(), end, value);
+  if (ec != std::errc() || ptr != end) return std::nullopt;
+  return value;
+}
+
+HyperParamPtr checked_param(const HyperParamRef& ref, const char* class_name) {
+  HyperParamPtr p = ref.get();
+  if (!p) throw std::invalid_argument(fmt::format("{}: param is null", class_name));
+  return p;
+}
+
+}  // namespace
+
+// ---- HyperParam ----
+
+HyperParam::~HyperParam() = default;
+
+GraphVarParam::GraphVarParam(std::string name) : name_(std::move(name)) {
+  if (name_.empty()) throw std::invalid_argument("GraphVarParam: name is empty");
+}
+
+void GraphVarParam::setup_graph(Graph& graph) {
+  try {
+    variable_ = &graph.variable(name_);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("GraphVarParam('{}'): {}", name_, e.what()));
+  }
+}
+
+const Graph::Variable& GraphVarParam::resolved(const char* method) const {
+  if (variable_ == nullptr) {
+    throw std::logic_error(fmt::format(
+        "GraphVarParam('{}').{} was called before setup_graph; the variable is resolved in the "
+        "setter's setup_graph",
+        name_, method));
+  }
+  return *variable_;
+}
+
+void GraphVarParam::set_value(double v) {
+  const Graph::Variable& var = resolved("set_value");
+  if (!var.is_floating && !(std::isfinite(v) && std::trunc(v) == v)) {
+    throw std::invalid_argument(fmt::format(
+        "GraphVarParam: HyperParam {} has an integer type. Cannot update it using float values "
+        "(got {}).",
+        name_, v));
+  }
+  var.set(v);
+}
+
+double GraphVarParam::get_value() const { return resolved("get_value").get(); }
+
+ObjAttrParam::ObjAttrParam(std::function<double()> get, std::function<void(double)> set,
+                           std::string readable_name)
+    : get_(std::move(get)), set_(std::move(set)), readable_name_(std::move(readable_name)) {
+  if (!get_) throw std::invalid_argument("ObjAttrParam: get is empty");
+  if (!set_) throw std::invalid_argument("ObjAttrParam: set is empty");
+  if (readable_name_.empty()) throw std::invalid_argument("ObjAttrParam: readable_name is empty");
+}
+
+HyperParamRef::HyperParamRef(std::string graph_var)
+    : param_(std::make_shared<GraphVarParam>(std::move(graph_var))) {}
+HyperParamRef::HyperParamRef(const char* graph_var)
+    : HyperParamRef(std::string(graph_var == nullptr ? "" : graph_var)) {}
+HyperParamRef::HyperParamRef(HyperParamPtr param) : param_(std::move(param)) {}
+
+// ---- HyperParamSetter ----
+
+HyperParamSetter::HyperParamSetter(HyperParamRef param)
+    : HyperParamSetter(std::move(param), "HyperParamSetter") {}
+
+HyperParamSetter::HyperParamSetter(HyperParamRef param, const char* class_name)
+    : param_(checked_param(param, class_name)) {
+  set_chief_only_flag(false);
+}
+
+std::optional<double> HyperParamSetter::get_value_to_set() {
+  std::optional<double> ret = _get_value_to_set();
+  if (ret && ret != last_value_) {
+    if (epoch_num() != last_epoch_set_) {  // at most one line per epoch
+      if (!last_value_) {
+        TP_LOG_INFO("[HyperParamSetter] At global_step={}, {} is set to {:.6f}", global_step(),
+                    param_->readable_name(), *ret);
+      } else {
+        TP_LOG_INFO("[HyperParamSetter] At global_step={}, {} changes from {:.6f} to {:.6f}",
+                    global_step(), param_->readable_name(), *last_value_, *ret);
+      }
+    }
+    last_epoch_set_ = epoch_num();
+    last_value_ = ret;
+  }
+  return ret;
+}
+
+double HyperParamSetter::get_current_value() const { return param_->get_value(); }
+
+void HyperParamSetter::set_param() {
+  if (std::optional<double> v = get_value_to_set()) param_->set_value(*v);
+}
+
+void HyperParamSetter::_setup_graph() { param_->setup_graph(graph()); }
+
+void HyperParamSetter::_before_train() {
+  if (enable_before_train_) set_param();
+}
+
+void HyperParamSetter::_trigger() { set_param(); }
+
+// ---- HumanHyperParamSetter ----
+
+HumanHyperParamSetter::HumanHyperParamSetter(HyperParamRef param, std::string file_name)
+    : HyperParamSetter(std::move(param), "HumanHyperParamSetter") {
+  if (file_name.empty()) throw std::invalid_argument("HumanHyperParamSetter: file_name is empty");
+  const std::filesystem::path file(file_name);
+  if (file.is_absolute()) {
+    path_ = file.string();
+  } else {
+    std::optional<std::string> dir = logger::get_logger_dir();
+    if (!dir) {
+      throw std::invalid_argument(fmt::format(
+          "HumanHyperParamSetter: file_name '{}' is relative to the logger directory, but none is "
+          "set; call logger::set_logger_dir first (or pass an absolute file_name)",
+          file_name));
+    }
+    path_ = (std::filesystem::path(*dir) / file).string();
+  }
+  TP_LOG_INFO("Use {} to set hyperparam: '{}'.", path_, param_->readable_name());
+}
+
+std::optional<double> HumanHyperParamSetter::_get_value_to_set() {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path_, ec)) return std::nullopt;  // no file: no change
+  const std::string name = param_->readable_name();
+  std::ifstream in(path_, std::ios::binary);
+  if (!in.is_open()) {
+    TP_LOG_WARN("HumanHyperParamSetter: cannot open {}; keeping {} = {}", path_, name,
+                python_float_repr(get_current_value()));
+    return std::nullopt;
+  }
+  std::stringstream content;
+  content << in.rdbuf();
+
+  // Every line must be `name: value` (Python's readlines(): a final newline ends the last line
+  // and starts none).
+  std::vector<std::string> lines;
+  std::string line;
+  const std::string text = content.str();
+  std::istringstream stream(text);
+  while (std::getline(stream, line)) lines.push_back(line);
+
+  std::optional<double> found;
+  bool malformed = false;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string stripped = strip(lines[i]);
+    const auto colon = stripped.find(':');
+    std::optional<double> value;
+    std::string key;
+    if (colon != std::string::npos && stripped.find(':', colon + 1) == std::string::npos) {
+      key = strip(stripped.substr(0, colon));
+      value = parse_double(stripped.substr(colon + 1));
+    }
+    if (key.empty() || !value) {
+      TP_LOG_WARN(
+          "HumanHyperParamSetter: {} line {}: '{}' is not 'name: value'; keeping {} = {}", path_,
+          i + 1, stripped, name, python_float_repr(get_current_value()));
+      malformed = true;
+      continue;
+    }
+    if (key == name) found = value;  // the last line for the name wins, as in a Python dict
+  }
+  if (malformed) return std::nullopt;
+  if (!found) {
+    TP_LOG_WARN("HumanHyperParamSetter: cannot find '{}' in {}; keeping {} = {}", name, path_,
+                name, python_float_repr(get_current_value()));
+  }
+  return found;
+}
+
+// ---- ScheduledHyperParamSetter ----
+
+ScheduledHyperParamSetter::ScheduledHyperParamSetter(HyperParamRef param, Schedule schedule,
+                                                     ScheduledHyperParamSetterOptions options)
+    : HyperParamSetter(std::move(param), "ScheduledHyperParamSetter"),
+      schedule_(std::move(schedule)),
+      options_(std::move(options)) {
+  if (schedule_.empty()) {
+    throw std::invalid_argument("ScheduledHyperParamSetter: schedule is empty");
+  }
+  for (size_t i = 0; i < schedule_.size(); ++i) {
+    if (schedule_[i].first < 0) {
+      throw std::invalid_argument(fmt::format(
+          "ScheduledHyperParamSetter: schedule[{}] = ({}, {}) has a negative point", i,
+          schedule_[i].first, python_float_repr(schedule_[i].second)));
+    }
+    if (i > 0 && schedule_[i].first <= schedule_[i - 1].first) {
+      throw std::invalid_argument(fmt::format(
+          "ScheduledHyperParamSetter: schedule points must be strictly increasing, but "
+          "schedule[{}] = ({}, {}) does not come after schedule[{}] = ({}, {})",
+          i, schedule_[i].first, python_float_repr(schedule_[i].second), i - 1,
+          schedule_[i - 1].first, python_float_repr(schedule_[i - 1].second)));
+    }
+  }
+  if (!options_.interp().empty() && options_.interp() != "linear") {
+    throw std::invalid_argument(fmt::format(
+        "ScheduledHyperParamSetter: interp must be \"\" or \"linear\", got \"{}\"",
+        options_.interp()));
+  }
+  // name() describes the schedule; the graph name scope stays the class name.
+  set_name_scope("ScheduledHyperParamSetter");
+}
+
+std::string ScheduledHyperParamSetter::name() const {
+  std::string out = "ScheduledHyperParamSetter(schedule=[";
+  for (size_t i = 0; i < schedule_.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += fmt::format("({}, {})", schedule_[i].first, python_float_repr(schedule_[i].second));
+  }
+  return out + "])";
+}
+
+std::optional<double> ScheduledHyperParamSetter::value_at(int64_t point) const {
+  const std::pair<int64_t, double>* last = nullptr;
+  for (const auto& entry : schedule_) {
+    if (entry.first == point) return entry.second;  // exactly at a scheduled point
+    if (entry.first > point) {
+      if (last == nullptr || options_.interp().empty()) return std::nullopt;
+      // Same arithmetic as tensorpack, so interpolated values are bit-identical.
+      return static_cast<double>(point - last->first) * 1. /
+                 static_cast<double>(entry.first - last->first) * (entry.second - last->second) +
+             last->second;
+    }
+    last = &entry;
+  }
+  return std::nullopt;  // after the last point: no extrapolation
+}
+
+int64_t ScheduledHyperParamSetter::current_point() const {
+  return options_.step_based() ? global_step() : epoch_num();
+}
+
+std::optional<double> ScheduledHyperParamSetter::_get_value_to_set() {
+  return value_at(current_point());
+}
+
+void ScheduledHyperParamSetter::_before_train() {
+  HyperParamSetter::_before_train();
+  check_value_at_beginning();
+}
+
+void ScheduledHyperParamSetter::_trigger_epoch() {
+  if (!options_.step_based()) trigger();
+}
+
+void ScheduledHyperParamSetter::_trigger_step() {
+  if (options_.step_based()) trigger();
+}
+
+void ScheduledHyperParamSetter::check_value_at_beginning() {
+  // The value the schedule has given by now: tensorpack takes the last value of value_at(p) over
+  // p = 0..point, which is value_at(point) when that exists (an exact or interpolated point), and
+  // otherwise the value of the last scheduled point before it. Computed directly here, so that a
+  // step-based schedule restored at step 10^6 does not scan every step; a scheduled 0.0 counts
+  // (spec 22 #3: tensorpack's `value or previous` skipped it).
+  const int64_t point = current_point();
+  std::optional<double> v = value_at(point);
+  if (!v) {
+    for (const auto& entry : schedule_) {
+      if (entry.first <= point) v = entry.second;
+    }
+  }
+  if (!v) return;
+  const double actual = param_->get_value();
+  if (is_close(*v, actual)) return;
+  const std::string pname = param_->readable_name();
+  const std::string where = options_.step_based() ? fmt::format("step {}", point)
+                                                  : fmt::format("epoch{}", point);
+  TP_LOG_WARN(
+      "According to scheduler {}, parameter '{}' should become {} at the current point ({}). "
+      "However its current value is {}. ",
+      name(), pname, format_g(*v, 7), where, format_g(actual, 7));
+  if (options_.set_at_beginning()) {
+    TP_LOG_INFO("Setting '{}' to {}.", pname, format_g(*v, 7));
+    param_->set_value(*v);
+  } else {
+    TP_LOG_WARN(
+        "If there is no other scheduler being used, you may want to check whether your "
+        "initialization of the parameter is as expected");
+  }
+}
+
+// ---- HyperParamSetterWithFunc ----
+
+HyperParamSetterWithFunc::HyperParamSetterWithFunc(HyperParamRef param, Func func)
+    : HyperParamSetter(std::move(param), "HyperParamSetterWithFunc"), func_(std::move(func)) {
+  if (!func_) throw std::invalid_argument("HyperParamSetterWithFunc: func is empty");
+}
+
+std::optional<double> HyperParamSetterWithFunc::_get_value_to_set() {
+  return func_(epoch_num(), get_current_value());
+}
+
+// ---- StatMonitorParamSetter ----
+
+StatMonitorParamSetter::StatMonitorParamSetter(HyperParamRef param, std::string stat_name,
+                                               std::function<double(double)> value_func,
+                                               double threshold, int64_t last_k,
+                                               StatMonitorParamSetterOptions options)
+    : HyperParamSetter(std::move(param), "StatMonitorParamSetter"),
+      stat_name_(std::move(stat_name)),
+      value_func_(std::move(value_func)),
+      threshold_(threshold),
+      last_k_(0),
+      options_(options) {
+  if (stat_name_.empty()) throw std::invalid_argument("StatMonitorParamSetter: stat_name is empty");
+  if (!value_func_) throw std::invalid_argument("StatMonitorParamSetter: value_func is empty");
+  if (last_k < 1) {
+    throw std::invalid_argument(
+        fmt::format("StatMonitorParamSetter: last_k must be >= 1, got {}", last_k));
+  }
+  if (std::isnan(threshold)) {
+    throw std::invalid_argument("StatMonitorParamSetter: threshold is NaN");
+  }
+  last_k_ = static_cast<size_t>(last_k);
+  enable_before_train_ = false;
+}
+
+std::optional<double> StatMonitorParamSetter::_get_value_to_set() {
+  const Monitors::History& all = trainer().monitors().get_history(stat_name_);
+  if (all.empty()) {
+    TP_LOG_WARN("[StatMonitorParamSetter] No history data available for key '{}'.", stat_name_);
+    return std::nullopt;
+  }
+  const std::pair<int64_t, double> last = all.back();
+  if (!history_.empty() && last.first == history_.back().first) {
+    TP_LOG_WARN(
+        "StatMonitorParamSetter is triggered, but no new data has been added since last time.");
+    return std::nullopt;
+  }
+  history_.push_back(last);
+  if (history_.size() > last_k_) history_.pop_front();
+  if (history_.size() < last_k_) return std::nullopt;
+
+  const double first = history_.front().second;
+  double lo = first;
+  double hi = first;
+  for (const auto& entry : history_) {
+    lo = std::min(lo, entry.second);
+    hi = std::max(hi, entry.second);
+  }
+  if (!options_.reverse()) {
+    if (lo < first - threshold_) return std::nullopt;  // decreased enough
+  } else {
+    if (hi > first + threshold_) return std::nullopt;  // increased enough
+  }
+  std::string values;
+  for (const auto& entry : history_) {
+    if (!values.empty()) values += ',';
+    values += python_round3(entry.second);
+  }
+  history_.clear();
+  TP_LOG_INFO("[StatMonitorParamSetter] Triggered, history of {}: {}", stat_name_, values);
+  return value_func_(get_current_value());
+}
+
+}  // namespace trainpack

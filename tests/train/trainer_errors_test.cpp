@@ -1,0 +1,277 @@
+// Failures, bad arguments, call-once guards, the chief filter and signals.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <csignal>
+
+#include "support/trace.h"
+#include "trainpack/callbacks/steps.h"
+#include "trainpack/train/defaults.h"
+#include "trainpack/train/trainer.h"
+
+namespace trainpack {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ActionCallback;
+using testing::LogCapture;
+using testing::run_noop;
+using testing::Trace;
+using testing::TraceCallback;
+
+// Asserts that `fn` throws E whose message contains every fragment.
+template <typename E, typename Fn>
+void expect_throw_with(Fn&& fn, std::initializer_list<const char*> fragments) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an exception";
+  } catch (const E& e) {
+    for (const char* f : fragments) EXPECT_THAT(e.what(), HasSubstr(f));
+  }
+}
+
+class ThrowsInAfterTrain : public Callback {
+ protected:
+  void _after_train() override { throw std::runtime_error("after_train broke"); }
+};
+
+TEST(TrainerErrors, AThrowingAfterTrainDoesNotStopTheOthers) {
+  auto trace = std::make_shared<Trace>();
+  LogCapture log;
+  run_noop({std::make_shared<ThrowsInAfterTrain>(), std::make_shared<TraceCallback>(trace)}, 1, 1,
+           1);
+  EXPECT_EQ(trace->back(), "after_train ep=1 ls=0 gs=1");
+  EXPECT_TRUE(log.contains("ERR Exception in ThrowsInAfterTrain.after_train(): after_train broke"));
+}
+
+TEST(TrainerErrors, AFailingCallbackStopsTrainingWithItsNameAndAfterTrainStillRuns) {
+  auto trace = std::make_shared<Trace>();
+  auto failing = std::make_shared<ActionCallback>();
+  failing->trigger_step_fn = [](ActionCallback& self) {
+    if (self.global_step() == 3) throw std::invalid_argument("bad value");
+  };
+  LogCapture log;
+  try {
+    run_noop({failing, std::make_shared<TraceCallback>(trace)}, 2, 1, 3);
+    FAIL() << "expected CallbackError";
+  } catch (const CallbackError& e) {
+    EXPECT_EQ(e.callback(), "ActionCallback");
+    EXPECT_EQ(e.hook(), "trigger_step");
+    EXPECT_STREQ(e.what(), "Callback ActionCallback failed in trigger_step: bad value");
+    try {
+      std::rethrow_if_nested(e);
+      FAIL() << "the original exception should be nested";
+    } catch (const std::invalid_argument& original) {
+      EXPECT_STREQ(original.what(), "bad value");
+    }
+  }
+  EXPECT_TRUE(log.contains("ERR Training failed at global_step=3"));
+  EXPECT_EQ(trace->back(), "after_train ep=2 ls=0 gs=3");
+}
+
+class FailingStepTrainer : public Trainer {
+ public:
+  void run_step() override {
+    hooked_run([](StepContext&) { throw std::runtime_error("step exploded"); });
+  }
+};
+
+TEST(TrainerErrors, AFailingStepPropagatesUnchangedAfterAfterTrain) {
+  auto trace = std::make_shared<Trace>();
+  FailingStepTrainer trainer;
+  trainer.set_handle_signals(false);
+  LogCapture log;
+  EXPECT_THROW(trainer.train({std::make_shared<TraceCallback>(trace)}, {}, 2, 1, 1),
+               std::runtime_error);
+  EXPECT_TRUE(log.contains("ERR Training failed at global_step=0"));
+  EXPECT_EQ(trace->back(), "after_train ep=1 ls=0 gs=0");
+}
+
+TEST(TrainerErrors, TrainingTwiceIsAnError) {
+  NoOpTrainer trainer;
+  trainer.set_handle_signals(false);
+  trainer.train({}, {}, 1, 1, 1);
+  expect_throw_with<std::logic_error>([&] { trainer.train({}, {}, 1, 1, 1); },
+                                      {"Method NoOpTrainer.setup_callbacks can only be called "
+                                       "once per object!"});
+}
+
+TEST(TrainerErrors, RegisteringAfterSetupIsAnError) {
+  NoOpTrainer trainer;
+  trainer.setup_callbacks({}, {});
+  expect_throw_with<std::logic_error>(
+      [&] { trainer.register_callback(std::make_shared<TraceCallback>(nullptr)); },
+      {"Cannot register more callbacks after trainer was setup!"});
+}
+
+class SomeMonitor : public MonitorBase {};
+
+TEST(TrainerErrors, AMonitorPassedAsACallbackIsAnError) {
+  NoOpTrainer trainer;
+  expect_throw_with<std::invalid_argument>(
+      [&] { trainer.setup_callbacks({std::make_shared<SomeMonitor>()}, {}); },
+      {"SomeMonitor is a monitor", "'callbacks'", "'monitors'"});
+}
+
+TEST(TrainerErrors, NegativeStepsPerEpochIsAnError) {
+  expect_throw_with<std::invalid_argument>([] { run_noop({}, -1, 1, 1); },
+                                           {"Trainer::main_loop", "steps_per_epoch", "-1"});
+}
+
+TEST(TrainerErrors, NegativeMaxEpochIsAnError) {
+  expect_throw_with<std::invalid_argument>([] { run_noop({}, 1, 1, -2); },
+                                           {"Trainer::main_loop", "max_epoch", "-2"});
+}
+
+TEST(TrainerErrors, StartingEpochBelowOneIsAnError) {
+  expect_throw_with<std::invalid_argument>([] { run_noop({}, 1, 0, 2); },
+                                           {"Trainer::main_loop", "starting_epoch", "0"});
+}
+
+TEST(TrainerErrors, TrainWithDefaultsRequiresStepsPerEpoch) {
+  NoOpTrainer trainer;
+  expect_throw_with<std::invalid_argument>([&] { trainer.train_with_defaults(TrainOptions()); },
+                                           {"train_with_defaults", "steps_per_epoch"});
+}
+
+TEST(TrainerErrors, RunStepWithoutATrainOpSaysWhatToDo) {
+  Trainer trainer;
+  trainer.set_handle_signals(false);
+  expect_throw_with<std::logic_error>([&] { trainer.train({}, {}, 1, 1, 1); },
+                                      {"Trainer::set_train_op()", "Trainer::run_step()"});
+}
+
+TEST(TrainerErrors, ANullCallbackIsAnError) {
+  NoOpTrainer trainer;
+  expect_throw_with<std::invalid_argument>([&] { trainer.setup_callbacks({nullptr}, {}); },
+                                           {"setup_callbacks", "null"});
+}
+
+// ---- train_with_defaults ----
+
+TEST(TrainWithDefaults, AppendsDefaultCallbacksUnlessAnEmptyListIsGiven) {
+  NoOpTrainer with_defaults;
+  with_defaults.set_handle_signals(false);
+  with_defaults.train_with_defaults(TrainOptions().steps_per_epoch(1).max_epoch(1));
+  // MaintainStepCounter, the defaults, Monitors.
+  EXPECT_EQ(with_defaults.registered_callbacks().size(), 2 + DEFAULT_CALLBACKS().size());
+
+  NoOpTrainer without;
+  without.set_handle_signals(false);
+  without.train_with_defaults(
+      TrainOptions().steps_per_epoch(1).max_epoch(1).extra_callbacks(std::vector<CallbackPtr>{}));
+  EXPECT_EQ(without.registered_callbacks().size(), 2u);
+}
+
+TEST(TrainWithDefaults, PassesCountersThrough) {
+  auto trace = std::make_shared<Trace>();
+  NoOpTrainer trainer;
+  trainer.set_handle_signals(false);
+  trainer.train_with_defaults(TrainOptions()
+                                  .callbacks({std::make_shared<TraceCallback>(trace)})
+                                  .steps_per_epoch(3)
+                                  .starting_epoch(2)
+                                  .max_epoch(2));
+  EXPECT_EQ(trace->back(), "after_train ep=2 ls=2 gs=3");
+}
+
+// ---- registration order and the chief filter (spec 2.2, 4) ----
+
+class Tagged : public Callback {
+ public:
+  explicit Tagged(bool chief_only) { set_chief_only(chief_only); }
+};
+
+TEST(TrainerRegistration, OrderIsCounterThenCallbacksThenMonitorsThenMonitors) {
+  NoOpTrainer trainer;
+  auto a = std::make_shared<Tagged>(false);
+  auto b = std::make_shared<Tagged>(true);
+  auto m = std::make_shared<SomeMonitor>();
+  trainer.setup_callbacks({a, b}, {m});
+  const auto& r = trainer.registered_callbacks();
+  ASSERT_EQ(r.size(), 5u);
+  EXPECT_NE(dynamic_cast<MaintainStepCounter*>(r[0].get()), nullptr);
+  EXPECT_EQ(r[1], a);
+  EXPECT_EQ(r[2], b);
+  EXPECT_EQ(r[3], m);
+  EXPECT_EQ(r[4].get(), &trainer.monitors());
+}
+
+TEST(TrainerRegistration, ANonChiefSkipsChiefOnlyCallbacksWithAWarning) {
+  NoOpTrainer trainer;
+  trainer.set_is_chief(false);
+  auto everywhere = std::make_shared<Tagged>(false);
+  auto chief = std::make_shared<Tagged>(true);
+  LogCapture log;
+  trainer.setup_callbacks({everywhere, chief}, {});
+  const auto& r = trainer.registered_callbacks();
+  EXPECT_EQ(std::count(r.begin(), r.end(), everywhere), 1);
+  EXPECT_EQ(std::count(r.begin(), r.end(), chief), 0);
+  EXPECT_TRUE(log.contains("WRN Callback Tagged is chief-only, skipped."));
+}
+
+TEST(TrainerRegistration, CallbacksAreChiefOnlyByDefault) {
+  EXPECT_TRUE(TraceCallback(nullptr).chief_only());
+  EXPECT_FALSE(MaintainStepCounter().chief_only());
+  EXPECT_FALSE(TraceCallback(nullptr).set_chief_only(false).chief_only());
+}
+
+// ---- signals ----
+
+class SignalAt : public Callback {
+ public:
+  SignalAt(int sig, int64_t step) : sig_(sig), step_(step) {}
+
+ protected:
+  void _trigger_step() override {
+    if (global_step() == step_) std::raise(sig_);
+  }
+  int sig_;
+  int64_t step_;
+};
+
+TEST(TrainerSignals, SigtermMidEpochStopsAtTheNextStepAndRunsAfterTrain) {
+  auto trace = std::make_shared<Trace>();
+  NoOpTrainer trainer;  // signal handling is on by default
+  LogCapture log;
+  trainer.train({std::make_shared<SignalAt>(SIGTERM, 3), std::make_shared<TraceCallback>(trace)},
+                {}, 4, 1, 2);
+  EXPECT_EQ(trainer.received_signal(), SIGTERM);
+  EXPECT_EQ(exit_code_for_signal(trainer.received_signal()), 143);
+  // The signalled step completes (its trigger_step reaches later callbacks), nothing after it.
+  EXPECT_EQ(Trace(trace->end() - 2, trace->end()),
+            (Trace{"trigger_step ep=1 ls=2 gs=3", "after_train ep=1 ls=2 gs=3"}));
+  EXPECT_TRUE(log.contains("Training was stopped by exception received SIGTERM."));
+  // The handler is removed after training: the default action is back.
+  struct sigaction current {};
+  sigaction(SIGTERM, nullptr, &current);
+  EXPECT_EQ(current.sa_handler, SIG_DFL);
+}
+
+TEST(TrainerSignals, SigintGivesExitCode130) {
+  NoOpTrainer trainer;
+  trainer.train({std::make_shared<SignalAt>(SIGINT, 1)}, {}, 4, 1, 1);
+  EXPECT_EQ(trainer.received_signal(), SIGINT);
+  EXPECT_EQ(exit_code_for_signal(trainer.received_signal()), 130);
+  EXPECT_EQ(trainer.global_step(), 1);
+}
+
+TEST(TrainerSignals, ASecondSignalTerminatesAtOnce) {
+  EXPECT_EXIT(
+      {
+        NoOpTrainer trainer;
+        auto twice = std::make_shared<ActionCallback>();
+        twice->trigger_step_fn = [](ActionCallback&) {
+          std::raise(SIGINT);
+          std::raise(SIGINT);
+        };
+        trainer.train({twice}, {}, 4, 1, 1);
+        std::exit(0);
+      },
+      ::testing::KilledBySignal(SIGINT), "");
+}
+
+TEST(TrainerSignals, NoSignalMeansExitCodeZero) { EXPECT_EQ(exit_code_for_signal(0), 0); }
+
+}  // namespace
+}  // namespace trainpack
