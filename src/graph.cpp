@@ -34,20 +34,25 @@ std::string Graph::scoped(const std::string& name) const {
   return scope_.empty() ? name : scope_ + "/" + name;
 }
 
-void Graph::add_variable(const std::string& name, std::function<double()> get,
-                         std::function<void(double)> set, bool is_floating) {
+std::string Graph::insert_variable(const std::string& name, Variable variable) {
   check_mutable("add_variable", name);
   if (name.empty()) throw std::invalid_argument("Graph::add_variable: the name is empty");
-  if (!get || !set) {
-    throw std::invalid_argument(
-        fmt::format("Graph::add_variable('{}'): both a getter and a setter are required", name));
-  }
   const std::string full = scoped(name);
   if (variables_.count(full)) {
     throw std::invalid_argument(
         fmt::format("Graph::add_variable: a variable named '{}' already exists", full));
   }
-  variables_[full] = Variable{std::move(get), std::move(set), at::Tensor(), is_floating};
+  variables_[full] = std::move(variable);
+  return full;
+}
+
+void Graph::add_variable(const std::string& name, std::function<double()> get,
+                         std::function<void(double)> set, bool is_floating) {
+  if (!get || !set) {
+    throw std::invalid_argument(
+        fmt::format("Graph::add_variable('{}'): both a getter and a setter are required", name));
+  }
+  insert_variable(name, Variable{std::move(get), std::move(set), at::Tensor(), is_floating});
 }
 
 void Graph::add_variable(const std::string& name, at::Tensor tensor) {
@@ -56,10 +61,9 @@ void Graph::add_variable(const std::string& name, at::Tensor tensor) {
         "Graph::add_variable('{}'): a tensor variable must be defined and hold one element", name));
   }
   const bool floating = at::isFloatingType(tensor.scalar_type());
-  add_variable(
-      name, [tensor] { return tensor.item<double>(); },
-      [tensor](double v) mutable { tensor.fill_(v); }, floating);
-  variables_[scoped(name)].tensor = tensor;
+  insert_variable(name, Variable{[tensor] { return tensor.item<double>(); },
+                                 [tensor](double v) mutable { tensor.fill_(v); }, tensor,
+                                 floating});
 }
 
 bool Graph::has_variable(const std::string& name) const { return variables_.count(name) != 0; }

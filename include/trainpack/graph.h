@@ -89,6 +89,8 @@ class Graph {
 
  private:
   void check_mutable(const char* what, const std::string& name) const;
+  // Adds a variable under the current scope and returns its full name.
+  std::string insert_variable(const std::string& name, Variable variable);
   std::string scoped(const std::string& name) const;
 
   std::map<std::string, Variable> variables_;

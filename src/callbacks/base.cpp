@@ -62,7 +62,8 @@ std::string Callback::name() const { return class_name(typeid(*this)); }
 
 std::string Callback::name_scope() const {
   if (!name_scope_.empty()) return name_scope_;
-  const std::string scope = name();
+  // From the class name, not name(): a wrapper or a setter may describe itself at length there.
+  const std::string scope = class_name(typeid(*this));
   std::string out;
   for (char c : scope) {
     if (c != '_') out += c;

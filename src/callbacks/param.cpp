@@ -216,9 +216,8 @@ std::optional<double> HumanHyperParamSetter::_get_value_to_set() {
       value = parse_double(stripped.substr(colon + 1));
     }
     if (key.empty() || !value) {
-      TP_LOG_WARN(
-          "HumanHyperParamSetter: {} line {}: '{}' is not 'name: value'; keeping {} = {}", path_,
-          i + 1, stripped, name, python_float_repr(get_current_value()));
+      TP_LOG_WARN("HumanHyperParamSetter: {} line {}: '{}' is not 'name: value'; keeping {} = {}",
+                  path_, i + 1, stripped, name, python_float_repr(get_current_value()));
       malformed = true;
       continue;
     }
@@ -226,8 +225,8 @@ std::optional<double> HumanHyperParamSetter::_get_value_to_set() {
   }
   if (malformed) return std::nullopt;
   if (!found) {
-    TP_LOG_WARN("HumanHyperParamSetter: cannot find '{}' in {}; keeping {} = {}", name, path_,
-                name, python_float_repr(get_current_value()));
+    TP_LOG_WARN("HumanHyperParamSetter: cannot find '{}' in {}; keeping {} = {}", name, path_, name,
+                python_float_repr(get_current_value()));
   }
   return found;
 }
@@ -244,22 +243,22 @@ ScheduledHyperParamSetter::ScheduledHyperParamSetter(HyperParamRef param, Schedu
   }
   for (size_t i = 0; i < schedule_.size(); ++i) {
     if (schedule_[i].first < 0) {
-      throw std::invalid_argument(fmt::format(
-          "ScheduledHyperParamSetter: schedule[{}] = ({}, {}) has a negative point", i,
-          schedule_[i].first, python_float_repr(schedule_[i].second)));
+      throw std::invalid_argument(
+          fmt::format("ScheduledHyperParamSetter: schedule[{}] = ({}, {}) has a negative point", i,
+                      schedule_[i].first, python_float_repr(schedule_[i].second)));
     }
     if (i > 0 && schedule_[i].first <= schedule_[i - 1].first) {
-      throw std::invalid_argument(fmt::format(
-          "ScheduledHyperParamSetter: schedule points must be strictly increasing, but "
-          "schedule[{}] = ({}, {}) does not come after schedule[{}] = ({}, {})",
-          i, schedule_[i].first, python_float_repr(schedule_[i].second), i - 1,
-          schedule_[i - 1].first, python_float_repr(schedule_[i - 1].second)));
+      throw std::invalid_argument(
+          fmt::format("ScheduledHyperParamSetter: schedule points must be strictly increasing, but "
+                      "schedule[{}] = ({}, {}) does not come after schedule[{}] = ({}, {})",
+                      i, schedule_[i].first, python_float_repr(schedule_[i].second), i - 1,
+                      schedule_[i - 1].first, python_float_repr(schedule_[i - 1].second)));
     }
   }
   if (!options_.interp().empty() && options_.interp() != "linear") {
-    throw std::invalid_argument(fmt::format(
-        "ScheduledHyperParamSetter: interp must be \"\" or \"linear\", got \"{}\"",
-        options_.interp()));
+    throw std::invalid_argument(
+        fmt::format("ScheduledHyperParamSetter: interp must be \"\" or \"linear\", got \"{}\"",
+                    options_.interp()));
   }
   // name() describes the schedule; the graph name scope stays the class name.
   set_name_scope("ScheduledHyperParamSetter");
@@ -328,8 +327,8 @@ void ScheduledHyperParamSetter::check_value_at_beginning() {
   const double actual = param_->get_value();
   if (is_close(*v, actual)) return;
   const std::string pname = param_->readable_name();
-  const std::string where = options_.step_based() ? fmt::format("step {}", point)
-                                                  : fmt::format("epoch{}", point);
+  const std::string where =
+      options_.step_based() ? fmt::format("step {}", point) : fmt::format("epoch{}", point);
   TP_LOG_WARN(
       "According to scheduler {}, parameter '{}' should become {} at the current point ({}). "
       "However its current value is {}. ",

@@ -123,12 +123,11 @@ void Trainer::initialize(std::shared_ptr<SessionInit> session_init) {
 }
 
 bool Trainer::should_stop() {
-  if (stop_requested_) return true;
-  if (int sig = detail::pending_signal()) {
+  if (int sig = detail::pending_signal()) {  // reported even when a stop was also requested
     received_signal_ = sig;
     throw StopTraining(sig == SIGINT ? "received SIGINT (Ctrl-C)" : "received SIGTERM");
   }
-  return false;
+  return stop_requested_;
 }
 
 void Trainer::main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t max_epoch) {
@@ -195,6 +194,9 @@ void Trainer::main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t
     throw;
   }
   callbacks_->after_train();
+  // A signal that arrived after the last check (last step, last epoch end, after_train) stopped
+  // nothing, but the caller still needs to know it to exit with the conventional status.
+  if (received_signal_ == 0) received_signal_ = detail::pending_signal();
 }
 
 void Trainer::train(const std::vector<CallbackPtr>& callbacks,

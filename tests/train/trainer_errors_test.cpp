@@ -275,3 +275,43 @@ TEST(TrainerSignals, NoSignalMeansExitCodeZero) { EXPECT_EQ(exit_code_for_signal
 
 }  // namespace
 }  // namespace trainpack
+
+namespace trainpack {
+namespace {
+
+TEST(TrainerSignals, ASignalDuringTheLastStepIsStillReported) {
+  NoOpTrainer trainer;
+  testing::LogCapture log;
+  trainer.train({std::make_shared<SignalAt>(SIGTERM, 2)}, {}, 2, 1, 1);
+  EXPECT_TRUE(log.contains("Training has finished!"));
+  EXPECT_EQ(trainer.received_signal(), SIGTERM);
+}
+
+TEST(TrainerSignals, ASignalWinsOverAStopRequestInTheSameStep) {
+  NoOpTrainer trainer;
+  auto both = std::make_shared<testing::ActionCallback>();
+  both->trigger_step_fn = [](testing::ActionCallback& self) {
+    self.trainer().request_stop();
+    std::raise(SIGINT);
+  };
+  trainer.train({both}, {}, 3, 1, 1);
+  EXPECT_EQ(trainer.received_signal(), SIGINT);
+}
+
+TEST(TrainerErrors, AGraphChangeInsideTheLoopNamesTheCallback) {
+  class Late : public Callback {
+   protected:
+    void _trigger_epoch() override { graph().add_op("late", [] {}); }
+  };
+  try {
+    testing::run_noop({std::make_shared<Late>()}, 1, 1, 1);
+    FAIL();
+  } catch (const CallbackError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("Callback Late failed in trigger_epoch: "
+                                               "Graph::add_op('late') was called after the "
+                                               "graph was finalized"));
+  }
+}
+
+}  // namespace
+}  // namespace trainpack

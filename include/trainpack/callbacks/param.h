@@ -176,7 +176,8 @@ class HyperParamSetter : public Callback {
 // a blank line logs a warning naming the file and the line, e.g.
 //   HumanHyperParamSetter: /logs/hyper.txt line 2: 'learning_rate: abc' is not 'name: value';
 //   keeping learning_rate = 0.1
-// and the param keeps its value; so does a file that has no line for the param (a warning too).
+// and the param keeps its value (after any bad line, even one for another name: a half-written
+// file is never applied); so does a file that has no line for the param (a warning too).
 //
 // Differences from tensorpack: a warning per bad line with its number instead of one
 // `Cannot find <name> in <file>`; whitespace around the name is ignored; an absolute `file_name`
@@ -217,7 +218,7 @@ struct ScheduledHyperParamSetterOptions {
 // only with interp "linear"; points after the last one get none (the last value is not set again).
 //
 //   std::make_shared<ScheduledHyperParamSetter>(
-//       "learning_rate", std::vector<std::pair<int64_t, double>>{{0, 0.1}, {30, 0.01}, {60, 1e-3}});
+//       "learning_rate", ScheduledHyperParamSetter::Schedule{{0, 0.1}, {30, 0.01}, {60, 1e-3}});
 //
 // At before_train it also checks the value that the schedule gives for the current point (the
 // last scheduled value at or before it, or the interpolated one); if the param holds another
@@ -314,8 +315,8 @@ class StatMonitorParamSetter : public HyperParamSetter {
   // Throws std::invalid_argument naming the class and the argument for a null param, an empty
   // stat_name, an empty value_func or last_k < 1.
   StatMonitorParamSetter(HyperParamRef param, std::string stat_name,
-                         std::function<double(double)> value_func, double threshold,
-                         int64_t last_k, StatMonitorParamSetterOptions options = {});
+                         std::function<double(double)> value_func, double threshold, int64_t last_k,
+                         StatMonitorParamSetterOptions options = {});
 
  protected:
   std::optional<double> _get_value_to_set() override;

@@ -131,13 +131,14 @@ class Trainer {
 
   // Install SIGINT/SIGTERM handlers during main_loop (default: true).
   void set_handle_signals(bool handle) { handle_signals_ = handle; }
-  // The signal that stopped training (SIGINT or SIGTERM), or 0.
+  // The signal received during main_loop (SIGINT or SIGTERM), or 0. Set also when it arrived too
+  // late to stop anything (during the last step or after_train).
   int received_signal() const { return received_signal_; }
 
  protected:
   // The op that the default run_step runs with hooks.
   void set_train_op(StepFn op) { train_op_ = std::move(op); }
-  // Sets the step counter (restoring a checkpoint). Only before main_loop's before_train ends.
+  // Sets the step counter (when restoring a checkpoint, before training starts).
   void set_global_step(int64_t step) { global_step_ = step; }
   // Throws std::logic_error("Method <Class>.<method> can only be called once per object!") on
   // a second call with the same flag.
