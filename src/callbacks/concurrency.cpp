@@ -29,11 +29,18 @@ constexpr milliseconds kKillWait{5000};
 // The grace period of the destructors' stop (tensorpack's join timeout).
 constexpr milliseconds kDestructorGrace{5000};
 
+// Caps a wait at about 100 years, so that `now() + wait` cannot overflow the clock (a caller
+// may pass milliseconds::max() to mean "wait as long as it takes").
+milliseconds capped(milliseconds wait) {
+  return std::min(wait,
+                  std::chrono::duration_cast<milliseconds>(std::chrono::hours(24 * 365 * 100)));
+}
+
 // Polls `done` (called with no lock held) until it returns true or `timeout` has passed; the
 // poll interval grows from 1 ms to 20 ms. Returns the last value of `done`.
 template <typename Done>
 bool poll_until(milliseconds timeout, Done&& done) {
-  const auto deadline = Clock::now() + timeout;
+  const auto deadline = Clock::now() + capped(timeout);
   milliseconds interval{1};
   while (!done()) {
     const auto now = Clock::now();
@@ -104,7 +111,7 @@ bool StoppableThread::stop(milliseconds grace) {
   {
     std::unique_lock<std::mutex> lock(mutex_);
     if (!started_) return true;
-    if (!finished_cv_.wait_for(lock, grace, [this] { return finished_; })) {
+    if (!finished_cv_.wait_for(lock, capped(grace), [this] { return finished_; })) {
       lock.unlock();
       TP_LOG_ERROR("Cannot join thread {}.", name_);
       return false;

@@ -78,6 +78,7 @@ class StoppableThread : public Startable {
   // Starts the thread; std::logic_error if it was started before.
   void start() override;
   bool alive() const override;
+  // Not from inside `fn` (a thread cannot join itself): `fn` just returns instead.
   bool stop(std::chrono::milliseconds grace) override;
 
   bool stop_requested() const { return stop_requested_.load(); }
