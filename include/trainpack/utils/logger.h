@@ -29,7 +29,8 @@ void set_level(Level level);
 Level level();
 
 // A sink receives every line that passes the level filter, besides stdout; tests use it to read
-// what was logged. Returns an id for remove_sink.
+// what was logged. Returns an id for remove_sink. Sinks run under the logger's lock: a sink must
+// not log, nor add or remove sinks.
 using Sink = std::function<void(Level, std::string_view message)>;
 int add_sink(Sink sink);
 void remove_sink(int id);
