@@ -93,8 +93,9 @@ int64_t Callback::epoch_num() const { return trainer().epoch_num(); }
 int64_t Callback::global_step() const { return trainer().global_step(); }
 int64_t Callback::local_step() const { return trainer().local_step(); }
 
-ProxyCallback::ProxyCallback(CallbackPtr callback) : callback_(std::move(callback)) {
-  if (!callback_) throw std::invalid_argument("ProxyCallback: callback is null");
+ProxyCallback::ProxyCallback(CallbackPtr callback, const char* class_name)
+    : callback_(std::move(callback)) {
+  if (!callback_) throw std::invalid_argument(std::string(class_name) + ": callback is null");
   set_chief_only_flag(callback_->chief_only());
 }
 

@@ -59,7 +59,7 @@ void RunUpdateOps::_setup_graph() {
     };
   } else {
     op_ = [] {};
-    options_.run_step(false);  // nothing to run: stay off the per-step path
+    options_.run_step(false);  // nothing to run: before_run asks for nothing
   }
   RunOp::_setup_graph();
 }

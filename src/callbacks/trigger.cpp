@@ -9,7 +9,7 @@
 namespace trainpack {
 
 PeriodicTrigger::PeriodicTrigger(CallbackPtr triggerable, PeriodicTriggerOptions options)
-    : ProxyCallback(std::move(triggerable)), options_(options) {
+    : ProxyCallback(std::move(triggerable), "PeriodicTrigger"), options_(options) {
   if (options_.every_k_steps() < 0) {
     throw std::invalid_argument(fmt::format(
         "PeriodicTrigger: every_k_steps must be positive (or 0 for unset), got {}",
@@ -45,7 +45,10 @@ void PeriodicTrigger::_trigger_epoch() {
 }
 
 EnableCallbackIf::EnableCallbackIf(CallbackPtr callback, Predicate pred)
-    : ProxyCallback(std::move(callback)), pred_(std::move(pred)) {
+    : EnableCallbackIf(std::move(callback), std::move(pred), "EnableCallbackIf") {}
+
+EnableCallbackIf::EnableCallbackIf(CallbackPtr callback, Predicate pred, const char* class_name)
+    : ProxyCallback(std::move(callback), class_name), pred_(std::move(pred)) {
   if (!pred_) throw std::invalid_argument("EnableCallbackIf: pred is empty");
 }
 
@@ -97,7 +100,9 @@ PeriodicCallbackOptions checked(PeriodicCallbackOptions options) {
 }  // namespace
 
 PeriodicCallback::PeriodicCallback(CallbackPtr callback, PeriodicCallbackOptions options)
-    : EnableCallbackIf(std::move(callback), [o = checked(options)](const EnableCallbackIf& self) {
+    : EnableCallbackIf(
+          std::move(callback),
+          [o = checked(options)](const EnableCallbackIf& self) {
         const Trainer& t = self.trainer();
         const int64_t ks = o.every_k_steps();
         const int64_t ke = o.every_k_epochs();
@@ -106,6 +111,7 @@ PeriodicCallback::PeriodicCallback(CallbackPtr callback, PeriodicCallbackOptions
         if (ke > 0 && t.local_step() == t.steps_per_epoch() - 1 && t.epoch_num() == t.max_epoch())
           return true;
         return false;
-      }) {}
+      },
+          "PeriodicCallback") {}
 
 }  // namespace trainpack

@@ -34,8 +34,16 @@ SignalHandlerScope::SignalHandlerScope(bool enable) : enabled_(enable) {
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // blocking I/O in the step resumes; the loop polls the flag
-  sigaction(SIGINT, &action, &saved_->int_action);
-  sigaction(SIGTERM, &action, &saved_->term_action);
+  install(SIGINT, action, &saved_->int_action);
+  install(SIGTERM, action, &saved_->term_action);
+}
+
+// A signal that the process ignores (`nohup`, `cmd &` in a script) stays ignored, as in Python.
+void SignalHandlerScope::install(int sig, const struct sigaction& action,
+                                 struct sigaction* previous) {
+  sigaction(sig, nullptr, previous);
+  if (previous->sa_handler == SIG_IGN) return;
+  sigaction(sig, &action, nullptr);
 }
 
 SignalHandlerScope::~SignalHandlerScope() {

@@ -125,7 +125,7 @@ void Trainer::initialize(std::shared_ptr<SessionInit> session_init) {
 bool Trainer::should_stop() {
   if (int sig = detail::pending_signal()) {  // reported even when a stop was also requested
     received_signal_ = sig;
-    throw StopTraining(sig == SIGINT ? "received SIGINT (Ctrl-C)" : "received SIGTERM");
+    throw StopTraining(sig == SIGINT ? "SIGINT (Ctrl-C)" : "SIGTERM");
   }
   return stop_requested_;
 }
@@ -187,7 +187,12 @@ void Trainer::main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t
     }
     if (!stopped) TP_LOG_INFO("Training has finished!");
   } catch (const StopTraining& e) {
-    TP_LOG_INFO("Training was stopped by exception {}.", e.what());
+    if (received_signal_ != 0) {  // tensorpack's KeyboardInterrupt line, for either signal
+      TP_LOG_INFO("Detected {} and exiting main loop.",
+                  received_signal_ == SIGINT ? "Ctrl-C" : "SIGTERM");
+    } else {
+      TP_LOG_INFO("Training was stopped by exception {}.", e.what());
+    }
   } catch (...) {
     TP_LOG_ERROR("Training failed at global_step={}", global_step_);
     callbacks_->after_train();

@@ -797,3 +797,21 @@ TEST_F(HumanHyperParamSetterTest, NullParamThrows) {
 
 }  // namespace
 }  // namespace trainpack
+
+namespace trainpack {
+namespace {
+
+TEST(HyperParamRefTest, AcceptsASharedPtrToAnyHyperParamSubclass) {
+  double value = 1.0;
+  auto param = std::make_shared<ObjAttrParam>([&] { return value; }, [&](double v) { value = v; },
+                                              "dropout");
+  auto setter = std::make_shared<HyperParamSetterWithFunc>(
+      param, [](int64_t, double current) { return current / 2; });
+  NoOpTrainer trainer;
+  trainer.set_handle_signals(false);
+  trainer.train({setter}, {}, 1, 1, 2);
+  EXPECT_DOUBLE_EQ(value, 0.125);  // before_train, then after epochs 1 and 2
+}
+
+}  // namespace
+}  // namespace trainpack

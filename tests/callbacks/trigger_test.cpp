@@ -228,3 +228,22 @@ TEST(EnableCallbackIf, NameWrapsTheInnerName) {
 
 }  // namespace
 }  // namespace trainpack
+
+namespace trainpack {
+namespace {
+
+TEST(Wrappers, ANullCallbackIsAnErrorNamingTheWrapper) {
+  EXPECT_THAT(error_of([] { PeriodicTrigger(nullptr, PeriodicTriggerOptions().every_k_steps(1)); }),
+              ::testing::StartsWith("PeriodicTrigger: callback is null"));
+  EXPECT_THAT(error_of([] {
+                PeriodicCallback(nullptr, PeriodicCallbackOptions().every_k_steps(1));
+              }),
+              ::testing::StartsWith("PeriodicCallback: callback is null"));
+  EXPECT_THAT(error_of([] { EnableCallbackIf(nullptr, [](const EnableCallbackIf&) { return true; }); }),
+              ::testing::StartsWith("EnableCallbackIf: callback is null"));
+  EXPECT_THAT(error_of([] { ProxyCallback(nullptr); }),
+              ::testing::StartsWith("ProxyCallback: callback is null"));
+}
+
+}  // namespace
+}  // namespace trainpack

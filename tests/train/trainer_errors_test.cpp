@@ -241,7 +241,7 @@ TEST(TrainerSignals, SigtermMidEpochStopsAtTheNextStepAndRunsAfterTrain) {
   // The signalled step completes (its trigger_step reaches later callbacks), nothing after it.
   EXPECT_EQ(Trace(trace->end() - 2, trace->end()),
             (Trace{"trigger_step ep=1 ls=2 gs=3", "after_train ep=1 ls=2 gs=3"}));
-  EXPECT_TRUE(log.contains("Training was stopped by exception received SIGTERM."));
+  EXPECT_TRUE(log.contains("Detected SIGTERM and exiting main loop."));
   // The handler is removed after training: the default action is back.
   struct sigaction current {};
   sigaction(SIGTERM, nullptr, &current);
@@ -250,7 +250,9 @@ TEST(TrainerSignals, SigtermMidEpochStopsAtTheNextStepAndRunsAfterTrain) {
 
 TEST(TrainerSignals, SigintGivesExitCode130) {
   NoOpTrainer trainer;
+  LogCapture log;
   trainer.train({std::make_shared<SignalAt>(SIGINT, 1)}, {}, 4, 1, 1);
+  EXPECT_TRUE(log.contains("Detected Ctrl-C and exiting main loop."));
   EXPECT_EQ(trainer.received_signal(), SIGINT);
   EXPECT_EQ(exit_code_for_signal(trainer.received_signal()), 130);
   EXPECT_EQ(trainer.global_step(), 1);
@@ -311,6 +313,26 @@ TEST(TrainerErrors, AGraphChangeInsideTheLoopNamesTheCallback) {
                                                "Graph::add_op('late') was called after the "
                                                "graph was finalized"));
   }
+}
+
+}  // namespace
+}  // namespace trainpack
+
+namespace trainpack {
+namespace {
+
+TEST(TrainerSignals, AnIgnoredSignalStaysIgnored) {
+  struct sigaction ignore {}, previous {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGINT, &ignore, &previous);
+  NoOpTrainer trainer;
+  trainer.train({std::make_shared<SignalAt>(SIGINT, 1)}, {}, 3, 1, 1);
+  EXPECT_EQ(trainer.received_signal(), 0);
+  EXPECT_EQ(trainer.global_step(), 3);
+  struct sigaction after {};
+  sigaction(SIGINT, &previous, &after);
+  EXPECT_EQ(after.sa_handler, SIG_IGN);
 }
 
 }  // namespace

@@ -137,7 +137,7 @@ using CallbackPtr = std::shared_ptr<Callback>;
 // EnableCallbackIf, ...). The inner callback's chief_only flag is copied at construction.
 class ProxyCallback : public Callback {
  public:
-  explicit ProxyCallback(CallbackPtr callback);
+  explicit ProxyCallback(CallbackPtr callback) : ProxyCallback(std::move(callback), "ProxyCallback") {}
   std::string name() const override { return "Proxy-" + callback_->name(); }
   const CallbackPtr& inner() const { return callback_; }
 
@@ -154,6 +154,9 @@ class ProxyCallback : public Callback {
   void _trigger_epoch() override { callback_->trigger_epoch(); }
   void _trigger() override { callback_->trigger(); }
   void _after_train() override { callback_->after_train(); }
+
+  // For wrappers: a null `callback` is an error naming `class_name`.
+  ProxyCallback(CallbackPtr callback, const char* class_name);
 
   CallbackPtr callback_;
 };

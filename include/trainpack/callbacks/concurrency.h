@@ -174,8 +174,9 @@ struct StartProcOrThreadOptions {
 //
 // Differences from tensorpack: processes are posix_spawn'ed programs, not fork'ed (so no fork
 // warning); a process that ignores SIGTERM is SIGKILLed after `grace` (WARN line); threads are
-// StoppableThreads with a stop flag; items that are neither are not accepted, rather than left
-// alone; a failure to start stops what was already started.
+// StoppableThreads with a stop flag; any Startable (a user's own kind too) is stopped through
+// its stop(), and "Stopping <name> ..." is logged for threads as well; a failure to start stops
+// what was already started.
 class StartProcOrThread : public Callback {
  public:
   // Throws std::invalid_argument when `startables` is empty or holds a null entry, or when the

@@ -22,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -105,6 +106,10 @@ class HyperParamRef {
   HyperParamRef(std::string graph_var);  // NOLINT(google-explicit-constructor)
   HyperParamRef(const char* graph_var);  // NOLINT(google-explicit-constructor)
   HyperParamRef(HyperParamPtr param);    // NOLINT(google-explicit-constructor)
+  // Any shared_ptr to a HyperParam subclass (`std::make_shared<ObjAttrParam>(...)`).
+  template <typename T, typename = std::enable_if_t<std::is_base_of<HyperParam, T>::value>>
+  HyperParamRef(std::shared_ptr<T> param)  // NOLINT(google-explicit-constructor)
+      : HyperParamRef(HyperParamPtr(std::move(param))) {}
   // The param; null only if a null HyperParamPtr was given (setters reject it).
   HyperParamPtr get() const { return param_; }
 

@@ -66,6 +66,7 @@ class EnableCallbackIf : public ProxyCallback {
   void _after_run(const StepContext& ctx, const RunValues& values) override;
   void _trigger_step() override;
   void _trigger_epoch() override;
+  EnableCallbackIf(CallbackPtr callback, Predicate pred, const char* class_name);
 
  private:
   Predicate pred_;

@@ -3,6 +3,8 @@
 // and re-raises, so a second Ctrl-C ends the process at once.
 #pragma once
 
+#include <signal.h>
+
 #include <atomic>
 
 namespace trainpack {
@@ -14,7 +16,7 @@ extern std::atomic<int> g_pending_signal;
 inline int pending_signal() { return g_pending_signal.load(std::memory_order_relaxed); }
 
 // Installs the handlers for its lifetime (when `enable`), restoring the previous ones after;
-// clears the pending signal on both ends.
+// clears the pending signal on both ends. A signal that was ignored stays ignored.
 class SignalHandlerScope {
  public:
   explicit SignalHandlerScope(bool enable);
@@ -23,6 +25,8 @@ class SignalHandlerScope {
   SignalHandlerScope& operator=(const SignalHandlerScope&) = delete;
 
  private:
+  static void install(int sig, const struct sigaction& action, struct sigaction* previous);
+
   bool enabled_;
   struct Saved;
   Saved* saved_ = nullptr;
