@@ -4,6 +4,10 @@
 //
 // This file holds the interface and JustCurrentSession (keep the state as constructed). The
 // restoring initialisers (SaverRestore, DictRestore, ChainInit) build on it.
+//
+// Differences from tensorpack: there is no session; `run_init` receives the trainer, whose Graph
+// variables and modules it restores. The variable initialisers that TF runs first are the
+// modules' constructors here.
 #pragma once
 
 #include <memory>

@@ -1,4 +1,7 @@
 // Exceptions that the training loop treats specially.
+//
+// Differences from tensorpack: CallbackError is trainpack's (tensorpack lets a hook's exception
+// through as it is); StopTraining is the same.
 #pragma once
 
 #include <stdexcept>

@@ -6,6 +6,10 @@
 // some callback asked for this step are kept, so an unrequested tensor costs a name comparison
 // and nothing else. After the step, every requested name must have been published: a missing one
 // is an error that names the callback and lists the names the step does publish.
+//
+// Differences from tensorpack: fetches are names published by the step function, not graph
+// tensors; there are no feeds or RunOptions; an op requested "with the step" runs right after the
+// step function instead of inside the same session run.
 #pragma once
 
 #include <ATen/core/Tensor.h>
