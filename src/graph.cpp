@@ -61,9 +61,9 @@ void Graph::add_variable(const std::string& name, at::Tensor tensor) {
         "Graph::add_variable('{}'): a tensor variable must be defined and hold one element", name));
   }
   const bool floating = at::isFloatingType(tensor.scalar_type());
-  insert_variable(name, Variable{[tensor] { return tensor.item<double>(); },
-                                 [tensor](double v) mutable { tensor.fill_(v); }, tensor,
-                                 floating});
+  insert_variable(name,
+                  Variable{[tensor] { return tensor.item<double>(); },
+                           [tensor](double v) mutable { tensor.fill_(v); }, tensor, floating});
 }
 
 bool Graph::has_variable(const std::string& name) const { return variables_.count(name) != 0; }
@@ -71,9 +71,9 @@ bool Graph::has_variable(const std::string& name) const { return variables_.coun
 const Graph::Variable& Graph::variable(const std::string& name) const {
   auto it = variables_.find(name);
   if (it == variables_.end()) {
-    throw std::invalid_argument(fmt::format(
-        "Graph: '{}' is not a variable in the graph. Variables that exist: {}", name,
-        list_keys(variables_)));
+    throw std::invalid_argument(
+        fmt::format("Graph: '{}' is not a variable in the graph. Variables that exist: {}", name,
+                    list_keys(variables_)));
   }
   return it->second;
 }
@@ -89,7 +89,8 @@ void Graph::add_op(const std::string& name, Op op) {
   if (!op) throw std::invalid_argument(fmt::format("Graph::add_op('{}'): the op is empty", name));
   const std::string full = scoped(name);
   if (ops_.count(full)) {
-    throw std::invalid_argument(fmt::format("Graph::add_op: an op named '{}' already exists", full));
+    throw std::invalid_argument(
+        fmt::format("Graph::add_op: an op named '{}' already exists", full));
   }
   ops_[full] = std::move(op);
 }

@@ -14,7 +14,8 @@ using ::testing::HasSubstr;
 TEST(Graph, GetSetVariablesReadAndWriteThroughTheirFunctions) {
   Graph g;
   double lr = 0.1;
-  g.add_variable("learning_rate", [&] { return lr; }, [&](double v) { lr = v; });
+  g.add_variable(
+      "learning_rate", [&] { return lr; }, [&](double v) { lr = v; });
   EXPECT_TRUE(g.has_variable("learning_rate"));
   EXPECT_DOUBLE_EQ(g.variable("learning_rate").get(), 0.1);
   g.variable("learning_rate").set(0.01);
@@ -36,8 +37,10 @@ TEST(Graph, TensorVariablesShareTheTensorStorage) {
 
 TEST(Graph, AnUnknownVariableListsTheOnesThatExist) {
   Graph g;
-  g.add_variable("a", [] { return 0.0; }, [](double) {});
-  g.add_variable("b", [] { return 0.0; }, [](double) {});
+  g.add_variable(
+      "a", [] { return 0.0; }, [](double) {});
+  g.add_variable(
+      "b", [] { return 0.0; }, [](double) {});
   try {
     g.variable("learning_rate");
     FAIL();
@@ -49,15 +52,20 @@ TEST(Graph, AnUnknownVariableListsTheOnesThatExist) {
 
 TEST(Graph, DuplicateNamesAreErrors) {
   Graph g;
-  g.add_variable("a", [] { return 0.0; }, [](double) {});
-  EXPECT_THROW(g.add_variable("a", [] { return 0.0; }, [](double) {}), std::invalid_argument);
+  g.add_variable(
+      "a", [] { return 0.0; }, [](double) {});
+  EXPECT_THROW(g.add_variable(
+                   "a", [] { return 0.0; }, [](double) {}),
+               std::invalid_argument);
   g.add_op("op", [] {});
   EXPECT_THROW(g.add_op("op", [] {}), std::invalid_argument);
 }
 
 TEST(Graph, BadVariablesAreErrors) {
   Graph g;
-  EXPECT_THROW(g.add_variable("", [] { return 0.0; }, [](double) {}), std::invalid_argument);
+  EXPECT_THROW(g.add_variable(
+                   "", [] { return 0.0; }, [](double) {}),
+               std::invalid_argument);
   EXPECT_THROW(g.add_variable("x", nullptr, [](double) {}), std::invalid_argument);
   EXPECT_THROW(g.add_variable("t", at::zeros({2})), std::invalid_argument);
   EXPECT_THROW(g.add_variable("u", at::Tensor()), std::invalid_argument);
@@ -101,7 +109,9 @@ TEST(Graph, ChangesAfterFinalizeThrowNamingTheCaller) {
     EXPECT_THAT(e.what(), HasSubstr("Graph::add_op('late_op') was called after the graph was "
                                     "finalized"));
   }
-  EXPECT_THROW(g.add_variable("v", [] { return 0.0; }, [](double) {}), std::logic_error);
+  EXPECT_THROW(g.add_variable(
+                   "v", [] { return 0.0; }, [](double) {}),
+               std::logic_error);
   EXPECT_THROW(g.add_to_collection("c", [] {}), std::logic_error);
 }
 

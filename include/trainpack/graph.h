@@ -40,8 +40,8 @@ class Graph {
   struct Variable {
     std::function<double()> get;
     std::function<void(double)> set;
-    at::Tensor tensor;         // defined for tensor variables
-    bool is_floating = true;   // an integer variable rejects non-integral values
+    at::Tensor tensor;        // defined for tensor variables
+    bool is_floating = true;  // an integer variable rejects non-integral values
   };
 
   // Registers a scalar variable seen through `get`/`set`. Throws std::invalid_argument if the

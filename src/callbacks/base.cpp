@@ -14,16 +14,26 @@ namespace trainpack {
 
 const char* hook_name(Hook hook) {
   switch (hook) {
-    case Hook::kSetupGraph: return "setup_graph";
-    case Hook::kBeforeTrain: return "before_train";
-    case Hook::kBeforeEpoch: return "before_epoch";
-    case Hook::kBeforeRun: return "before_run";
-    case Hook::kAfterRun: return "after_run";
-    case Hook::kTriggerStep: return "trigger_step";
-    case Hook::kAfterEpoch: return "after_epoch";
-    case Hook::kTriggerEpoch: return "trigger_epoch";
-    case Hook::kTrigger: return "trigger";
-    case Hook::kAfterTrain: return "after_train";
+    case Hook::kSetupGraph:
+      return "setup_graph";
+    case Hook::kBeforeTrain:
+      return "before_train";
+    case Hook::kBeforeEpoch:
+      return "before_epoch";
+    case Hook::kBeforeRun:
+      return "before_run";
+    case Hook::kAfterRun:
+      return "after_run";
+    case Hook::kTriggerStep:
+      return "trigger_step";
+    case Hook::kAfterEpoch:
+      return "after_epoch";
+    case Hook::kTriggerEpoch:
+      return "trigger_epoch";
+    case Hook::kTrigger:
+      return "trigger";
+    case Hook::kAfterTrain:
+      return "after_train";
   }
   return "?";
 }
@@ -36,16 +46,26 @@ class PlainCallback final : public Callback {};
 bool Callback::overrides_slot(Hook hook) const {
   static const PlainCallback reference;
   switch (hook) {
-    case Hook::kSetupGraph: return detail::overrides_virtual<Callback>(*this, reference, &Callback::_setup_graph);
-    case Hook::kBeforeTrain: return detail::overrides_virtual<Callback>(*this, reference, &Callback::_before_train);
-    case Hook::kBeforeEpoch: return detail::overrides_virtual<Callback>(*this, reference, &Callback::_before_epoch);
-    case Hook::kAfterEpoch: return detail::overrides_virtual<Callback>(*this, reference, &Callback::_after_epoch);
-    case Hook::kBeforeRun: return detail::overrides_virtual<Callback>(*this, reference, &Callback::_before_run);
-    case Hook::kAfterRun: return detail::overrides_virtual<Callback>(*this, reference, &Callback::_after_run);
-    case Hook::kTriggerStep: return detail::overrides_virtual<Callback>(*this, reference, &Callback::_trigger_step);
-    case Hook::kTriggerEpoch: return detail::overrides_virtual<Callback>(*this, reference, &Callback::_trigger_epoch);
-    case Hook::kTrigger: return detail::overrides_virtual<Callback>(*this, reference, &Callback::_trigger);
-    case Hook::kAfterTrain: return detail::overrides_virtual<Callback>(*this, reference, &Callback::_after_train);
+    case Hook::kSetupGraph:
+      return detail::overrides_virtual<Callback>(*this, reference, &Callback::_setup_graph);
+    case Hook::kBeforeTrain:
+      return detail::overrides_virtual<Callback>(*this, reference, &Callback::_before_train);
+    case Hook::kBeforeEpoch:
+      return detail::overrides_virtual<Callback>(*this, reference, &Callback::_before_epoch);
+    case Hook::kAfterEpoch:
+      return detail::overrides_virtual<Callback>(*this, reference, &Callback::_after_epoch);
+    case Hook::kBeforeRun:
+      return detail::overrides_virtual<Callback>(*this, reference, &Callback::_before_run);
+    case Hook::kAfterRun:
+      return detail::overrides_virtual<Callback>(*this, reference, &Callback::_after_run);
+    case Hook::kTriggerStep:
+      return detail::overrides_virtual<Callback>(*this, reference, &Callback::_trigger_step);
+    case Hook::kTriggerEpoch:
+      return detail::overrides_virtual<Callback>(*this, reference, &Callback::_trigger_epoch);
+    case Hook::kTrigger:
+      return detail::overrides_virtual<Callback>(*this, reference, &Callback::_trigger);
+    case Hook::kAfterTrain:
+      return detail::overrides_virtual<Callback>(*this, reference, &Callback::_after_train);
   }
   return true;
 }

@@ -11,17 +11,16 @@ namespace trainpack {
 PeriodicTrigger::PeriodicTrigger(CallbackPtr triggerable, PeriodicTriggerOptions options)
     : ProxyCallback(std::move(triggerable), "PeriodicTrigger"), options_(options) {
   if (options_.every_k_steps() < 0) {
-    throw std::invalid_argument(fmt::format(
-        "PeriodicTrigger: every_k_steps must be positive (or 0 for unset), got {}",
-        options_.every_k_steps()));
+    throw std::invalid_argument(
+        fmt::format("PeriodicTrigger: every_k_steps must be positive (or 0 for unset), got {}",
+                    options_.every_k_steps()));
   }
   if (options_.every_k_epochs() < 0) {
-    throw std::invalid_argument(fmt::format(
-        "PeriodicTrigger: every_k_epochs must be positive (or 0 for unset), got {}",
-        options_.every_k_epochs()));
+    throw std::invalid_argument(
+        fmt::format("PeriodicTrigger: every_k_epochs must be positive (or 0 for unset), got {}",
+                    options_.every_k_epochs()));
   }
-  if (options_.every_k_steps() == 0 && options_.every_k_epochs() == 0 &&
-      !options_.before_train()) {
+  if (options_.every_k_steps() == 0 && options_.every_k_epochs() == 0 && !options_.before_train()) {
     throw std::invalid_argument(
         "PeriodicTrigger: every_k_steps and every_k_epochs are both unset and before_train is "
         "false, which disables the triggerable; set every_k_steps or every_k_epochs");
@@ -81,14 +80,14 @@ namespace {
 
 PeriodicCallbackOptions checked(PeriodicCallbackOptions options) {
   if (options.every_k_steps() < 0) {
-    throw std::invalid_argument(fmt::format(
-        "PeriodicCallback: every_k_steps must be positive (or 0 for unset), got {}",
-        options.every_k_steps()));
+    throw std::invalid_argument(
+        fmt::format("PeriodicCallback: every_k_steps must be positive (or 0 for unset), got {}",
+                    options.every_k_steps()));
   }
   if (options.every_k_epochs() < 0) {
-    throw std::invalid_argument(fmt::format(
-        "PeriodicCallback: every_k_epochs must be positive (or 0 for unset), got {}",
-        options.every_k_epochs()));
+    throw std::invalid_argument(
+        fmt::format("PeriodicCallback: every_k_epochs must be positive (or 0 for unset), got {}",
+                    options.every_k_epochs()));
   }
   if (options.every_k_steps() == 0 && options.every_k_epochs() == 0) {
     throw std::invalid_argument(
@@ -103,15 +102,16 @@ PeriodicCallback::PeriodicCallback(CallbackPtr callback, PeriodicCallbackOptions
     : EnableCallbackIf(
           std::move(callback),
           [o = checked(options)](const EnableCallbackIf& self) {
-        const Trainer& t = self.trainer();
-        const int64_t ks = o.every_k_steps();
-        const int64_t ke = o.every_k_epochs();
-        if (ks > 0 && t.global_step() % ks == 0) return true;
-        if (ke > 0 && t.epoch_num() % ke == 0) return true;
-        if (ke > 0 && t.local_step() == t.steps_per_epoch() - 1 && t.epoch_num() == t.max_epoch())
-          return true;
-        return false;
-      },
+            const Trainer& t = self.trainer();
+            const int64_t ks = o.every_k_steps();
+            const int64_t ke = o.every_k_epochs();
+            if (ks > 0 && t.global_step() % ks == 0) return true;
+            if (ke > 0 && t.epoch_num() % ke == 0) return true;
+            if (ke > 0 && t.local_step() == t.steps_per_epoch() - 1 &&
+                t.epoch_num() == t.max_epoch())
+              return true;
+            return false;
+          },
           "PeriodicCallback") {}
 
 }  // namespace trainpack

@@ -141,12 +141,13 @@ void Trainer::main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t
         fmt::format("Trainer::main_loop: max_epoch must be >= 0, got {}", max_epoch));
   }
   if (starting_epoch < 1) {
-    throw std::invalid_argument(fmt::format(
-        "Trainer::main_loop: starting_epoch must be >= 1 (epochs count from 1), got {}",
-        starting_epoch));
+    throw std::invalid_argument(
+        fmt::format("Trainer::main_loop: starting_epoch must be >= 1 (epochs count from 1), got {}",
+                    starting_epoch));
   }
   if (!initialize_done_) {
-    throw std::logic_error("Trainer::main_loop must be called after setup_callbacks and initialize");
+    throw std::logic_error(
+        "Trainer::main_loop must be called after setup_callbacks and initialize");
   }
   call_once(main_loop_done_, "main_loop");
   steps_per_epoch_ = steps_per_epoch;

@@ -55,15 +55,25 @@ void log(Level lvl, const char* file, int line, std::string_view message) {
   const char* tag = "";
   const char* tag_colour = "";
   switch (lvl) {
-    case Level::kDebug: tag = "DBG "; tag_colour = "\033[33m"; break;
-    case Level::kInfo: break;
-    case Level::kWarning: tag = "WRN "; tag_colour = "\033[5m\033[31m"; break;
-    case Level::kError: tag = "ERR "; tag_colour = "\033[4m\033[5m\033[31m"; break;
+    case Level::kDebug:
+      tag = "DBG ";
+      tag_colour = "\033[33m";
+      break;
+    case Level::kInfo:
+      break;
+    case Level::kWarning:
+      tag = "WRN ";
+      tag_colour = "\033[5m\033[31m";
+      break;
+    case Level::kError:
+      tag = "ERR ";
+      tag_colour = "\033[4m\033[5m\033[31m";
+      break;
   }
   std::string text;
   if (colour) {
-    text = fmt::format("\033[32m{}\033[0m {}{}{}{}\n", prefix, tag_colour, tag, *tag ? "\033[0m" : "",
-                       message);
+    text = fmt::format("\033[32m{}\033[0m {}{}{}{}\n", prefix, tag_colour, tag,
+                       *tag ? "\033[0m" : "", message);
   } else {
     text = fmt::format("{} {}{}\n", prefix, tag, message);
   }
@@ -94,7 +104,8 @@ std::optional<std::string> get_logger_dir() {
 }
 
 void set_logger_dir(const std::string& dir) {
-  if (dir.empty()) throw std::invalid_argument("logger::set_logger_dir: the directory name is empty");
+  if (dir.empty())
+    throw std::invalid_argument("logger::set_logger_dir: the directory name is empty");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {

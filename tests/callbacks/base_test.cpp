@@ -138,7 +138,9 @@ TEST(Callback, NameScopeDefaultsToTheClassNameWithoutUnderscores) {
 TEST(Callback, OpsRegisteredInSetupGraphGetTheNameScope) {
   class Registers : public Callback {
    protected:
-    void _setup_graph() override { graph().add_op("sync", [] {}); }
+    void _setup_graph() override {
+      graph().add_op("sync", [] {});
+    }
   };
   NoOpTrainer trainer;
   trainer.setup_callbacks({std::make_shared<Registers>()}, {});
@@ -174,7 +176,9 @@ TEST(ProxyCallback, NameAndChiefOnlyComeFromTheInnerCallback) {
 TEST(ProxyCallback, TheInnerCallbackKeepsItsOwnNameScope) {
   class Registers : public Callback {
    protected:
-    void _setup_graph() override { graph().add_op("op", [] {}); }
+    void _setup_graph() override {
+      graph().add_op("op", [] {});
+    }
   };
   NoOpTrainer trainer;
   trainer.setup_callbacks({std::make_shared<ProxyCallback>(std::make_shared<Registers>())}, {});
@@ -200,8 +204,9 @@ TEST(CallbackFactory, CallsEachGivenFunctionWithItself) {
 }
 
 TEST(CallbackFactory, NameListsTheGivenFunctionsAndItIsChiefOnly) {
-  CallbackFactory f(CallbackFactoryOptions().before_train([](CallbackFactory&) {}).trigger(
-      [](CallbackFactory&) {}));
+  CallbackFactory f(
+      CallbackFactoryOptions().before_train([](CallbackFactory&) {}).trigger([](CallbackFactory&) {
+      }));
   EXPECT_EQ(f.name(), "CallbackFactory(before_train, trigger)");
   EXPECT_TRUE(f.chief_only());
 }
@@ -211,7 +216,8 @@ TEST(CallbackFactory, NameListsTheGivenFunctionsAndItIsChiefOnly) {
 TEST(RunOp, RunsBeforeTrainAndAtEveryTriggerByDefault) {
   auto trace = std::make_shared<Trace>();
   Trainer* current = nullptr;
-  auto op = std::make_shared<RunOp>([&] { trace->push_back(testing::trace_line("", "op", *current)); });
+  auto op =
+      std::make_shared<RunOp>([&] { trace->push_back(testing::trace_line("", "op", *current)); });
   NoOpTrainer trainer;
   current = &trainer;
   trainer.set_handle_signals(false);
@@ -222,10 +228,10 @@ TEST(RunOp, RunsBeforeTrainAndAtEveryTriggerByDefault) {
 
 TEST(RunOp, RunStepRunsTheOpWithEveryHookedRun) {
   int runs = 0;
-  run_noop({std::make_shared<RunOp>(
-               [&] { ++runs; },
-               RunOpOptions().run_before(false).run_as_trigger(false).run_step(true))},
-           3, 1, 2);
+  run_noop(
+      {std::make_shared<RunOp>(
+          [&] { ++runs; }, RunOpOptions().run_before(false).run_as_trigger(false).run_step(true))},
+      3, 1, 2);
   EXPECT_EQ(runs, 6);
 }
 

@@ -53,9 +53,7 @@ TEST(Monitors, AreNotChiefOnly) {
   EXPECT_EQ(NoOpMonitor().name(), "NoOpMonitor");
 }
 
-TEST(Monitors, ANullMonitorIsAnError) {
-  EXPECT_THROW(Monitors({nullptr}), std::invalid_argument);
-}
+TEST(Monitors, ANullMonitorIsAnError) { EXPECT_THROW(Monitors({nullptr}), std::invalid_argument); }
 
 }  // namespace
 }  // namespace trainpack

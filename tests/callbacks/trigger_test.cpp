@@ -8,8 +8,8 @@
 namespace trainpack {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::ActionCallback;
+using ::testing::HasSubstr;
 using testing::run_noop;
 using testing::Trace;
 using testing::TraceCallback;
@@ -38,8 +38,8 @@ TEST(PeriodicTrigger, FiresEveryKStepsAfterTheIncrement) {
   run_noop({std::make_shared<PeriodicTrigger>(std::make_shared<TraceCallback>(trace),
                                               PeriodicTriggerOptions().every_k_steps(2))},
            3, 1, 2);
-  EXPECT_EQ(only(*trace, "trigger"), (Trace{"trigger ep=1 ls=1 gs=2", "trigger ep=2 ls=0 gs=4",
-                                            "trigger ep=2 ls=2 gs=6"}));
+  EXPECT_EQ(only(*trace, "trigger"),
+            (Trace{"trigger ep=1 ls=1 gs=2", "trigger ep=2 ls=0 gs=4", "trigger ep=2 ls=2 gs=6"}));
   // The inner trigger_step is always forwarded, the inner trigger_epoch never.
   EXPECT_EQ(only(*trace, "trigger_step").size(), 6u);
   EXPECT_TRUE(only(*trace, "trigger_epoch").empty());
@@ -114,9 +114,7 @@ TEST(PeriodicTrigger, ANegativePeriodIsAnError) {
 }
 
 TEST(PeriodicTrigger, ANullCallbackIsAnError) {
-  EXPECT_THAT(error_of([] {
-                PeriodicTrigger(nullptr, PeriodicTriggerOptions().every_k_steps(1));
-              }),
+  EXPECT_THAT(error_of([] { PeriodicTrigger(nullptr, PeriodicTriggerOptions().every_k_steps(1)); }),
               HasSubstr("callback is null"));
 }
 
@@ -126,14 +124,12 @@ TEST(PeriodicCallback, StepPeriodSeesTheOldStepInBeforeRunAndTheNewOneInTriggerS
                                                PeriodicCallbackOptions().every_k_steps(2))},
            3, 1, 2);
   const Trace expected = {
-      "setup_graph ep=0 ls=-1 gs=0",  "before_train ep=0 ls=-1 gs=0",
-      "before_epoch ep=1 ls=-1 gs=0", "before_run ep=1 ls=0 gs=0",
-      "after_run ep=1 ls=0 gs=1",     "trigger_step ep=1 ls=1 gs=2",
-      "before_run ep=1 ls=2 gs=2",    "after_run ep=1 ls=2 gs=3",
-      "trigger_step ep=2 ls=0 gs=4",  "before_run ep=2 ls=1 gs=4",
-      "after_run ep=2 ls=1 gs=5",     "trigger_step ep=2 ls=2 gs=6",
-      "after_epoch ep=2 ls=2 gs=6",   "trigger_epoch ep=2 ls=2 gs=6",
-      "trigger ep=2 ls=2 gs=6",       "after_train ep=2 ls=2 gs=6",
+      "setup_graph ep=0 ls=-1 gs=0", "before_train ep=0 ls=-1 gs=0", "before_epoch ep=1 ls=-1 gs=0",
+      "before_run ep=1 ls=0 gs=0",   "after_run ep=1 ls=0 gs=1",     "trigger_step ep=1 ls=1 gs=2",
+      "before_run ep=1 ls=2 gs=2",   "after_run ep=1 ls=2 gs=3",     "trigger_step ep=2 ls=0 gs=4",
+      "before_run ep=2 ls=1 gs=4",   "after_run ep=2 ls=1 gs=5",     "trigger_step ep=2 ls=2 gs=6",
+      "after_epoch ep=2 ls=2 gs=6",  "trigger_epoch ep=2 ls=2 gs=6", "trigger ep=2 ls=2 gs=6",
+      "after_train ep=2 ls=2 gs=6",
   };
   EXPECT_EQ(*trace, expected);
 }
@@ -144,17 +140,26 @@ TEST(PeriodicCallback, EpochPeriodEnablesWholeEpochsAndTheEndOfTheLastEpoch) {
                                                PeriodicCallbackOptions().every_k_epochs(2))},
            2, 1, 3);
   const Trace expected = {
-      "setup_graph ep=0 ls=-1 gs=0",  "before_train ep=0 ls=-1 gs=0",
+      "setup_graph ep=0 ls=-1 gs=0",
+      "before_train ep=0 ls=-1 gs=0",
       // epoch 2, all of it
-      "before_epoch ep=2 ls=-1 gs=2", "before_run ep=2 ls=0 gs=2",
-      "after_run ep=2 ls=0 gs=3",     "trigger_step ep=2 ls=0 gs=3",
-      "before_run ep=2 ls=1 gs=3",    "after_run ep=2 ls=1 gs=4",
-      "trigger_step ep=2 ls=1 gs=4",  "after_epoch ep=2 ls=1 gs=4",
-      "trigger_epoch ep=2 ls=1 gs=4", "trigger ep=2 ls=1 gs=4",
+      "before_epoch ep=2 ls=-1 gs=2",
+      "before_run ep=2 ls=0 gs=2",
+      "after_run ep=2 ls=0 gs=3",
+      "trigger_step ep=2 ls=0 gs=3",
+      "before_run ep=2 ls=1 gs=3",
+      "after_run ep=2 ls=1 gs=4",
+      "trigger_step ep=2 ls=1 gs=4",
+      "after_epoch ep=2 ls=1 gs=4",
+      "trigger_epoch ep=2 ls=1 gs=4",
+      "trigger ep=2 ls=1 gs=4",
       // the last epoch: its last step and its end (not its before_epoch: spec 22 #1)
-      "before_run ep=3 ls=1 gs=5",    "after_run ep=3 ls=1 gs=6",
-      "trigger_step ep=3 ls=1 gs=6",  "after_epoch ep=3 ls=1 gs=6",
-      "trigger_epoch ep=3 ls=1 gs=6", "trigger ep=3 ls=1 gs=6",
+      "before_run ep=3 ls=1 gs=5",
+      "after_run ep=3 ls=1 gs=6",
+      "trigger_step ep=3 ls=1 gs=6",
+      "after_epoch ep=3 ls=1 gs=6",
+      "trigger_epoch ep=3 ls=1 gs=6",
+      "trigger ep=3 ls=1 gs=6",
       "after_train ep=3 ls=1 gs=6",
   };
   EXPECT_EQ(*trace, expected);
@@ -193,8 +198,9 @@ TEST(EnableCallbackIf, AfterRunFollowsTheDecisionOfBeforeRun) {
   // Registered before the wrapper: flips the predicate between its before_run and after_run.
   auto flipper = std::make_shared<ActionCallback>();
   flipper->after_run_fn = [&enabled](ActionCallback&) { enabled = !enabled; };
-  auto gated = std::make_shared<EnableCallbackIf>(
-      std::make_shared<TraceCallback>(trace), [&enabled](const EnableCallbackIf&) { return enabled; });
+  auto gated =
+      std::make_shared<EnableCallbackIf>(std::make_shared<TraceCallback>(trace),
+                                         [&enabled](const EnableCallbackIf&) { return enabled; });
   run_noop({flipper, gated}, 2, 1, 1);
   // Step 0: enabled in before_run, so after_run too (although the flag is false by then).
   // Step 1: disabled in before_run, so no after_run (although the flag is true again).
@@ -214,10 +220,9 @@ TEST(EnableCallbackIf, DoesNotGateSetupBeforeTrainAfterTrainOrTrigger) {
 }
 
 TEST(EnableCallbackIf, AnEmptyPredicateIsAnError) {
-  EXPECT_THAT(error_of([] {
-                EnableCallbackIf(std::make_shared<TriggerRecorder>(nullptr), nullptr);
-              }),
-              HasSubstr("EnableCallbackIf: pred is empty"));
+  EXPECT_THAT(
+      error_of([] { EnableCallbackIf(std::make_shared<TriggerRecorder>(nullptr), nullptr); }),
+      HasSubstr("EnableCallbackIf: pred is empty"));
 }
 
 TEST(EnableCallbackIf, NameWrapsTheInnerName) {
@@ -235,12 +240,12 @@ namespace {
 TEST(Wrappers, ANullCallbackIsAnErrorNamingTheWrapper) {
   EXPECT_THAT(error_of([] { PeriodicTrigger(nullptr, PeriodicTriggerOptions().every_k_steps(1)); }),
               ::testing::StartsWith("PeriodicTrigger: callback is null"));
-  EXPECT_THAT(error_of([] {
-                PeriodicCallback(nullptr, PeriodicCallbackOptions().every_k_steps(1));
-              }),
-              ::testing::StartsWith("PeriodicCallback: callback is null"));
-  EXPECT_THAT(error_of([] { EnableCallbackIf(nullptr, [](const EnableCallbackIf&) { return true; }); }),
-              ::testing::StartsWith("EnableCallbackIf: callback is null"));
+  EXPECT_THAT(
+      error_of([] { PeriodicCallback(nullptr, PeriodicCallbackOptions().every_k_steps(1)); }),
+      ::testing::StartsWith("PeriodicCallback: callback is null"));
+  EXPECT_THAT(
+      error_of([] { EnableCallbackIf(nullptr, [](const EnableCallbackIf&) { return true; }); }),
+      ::testing::StartsWith("EnableCallbackIf: callback is null"));
   EXPECT_THAT(error_of([] { ProxyCallback(nullptr); }),
               ::testing::StartsWith("ProxyCallback: callback is null"));
 }

@@ -104,8 +104,9 @@ class LogCapture {
  public:
   LogCapture() {
     id_ = logger::add_sink([this](logger::Level level, std::string_view msg) {
-      lines_.push_back(std::string(level == logger::Level::kWarning ? "WRN " :
-                                   level == logger::Level::kError ? "ERR " : "") +
+      lines_.push_back(std::string(level == logger::Level::kWarning ? "WRN "
+                                   : level == logger::Level::kError ? "ERR "
+                                                                    : "") +
                        std::string(msg));
     });
   }

@@ -111,8 +111,8 @@ TEST(HookedRun, AnUnpublishedNameIsAnErrorNamingTheCallbackAndListingWhatExists)
   PublishingTrainer trainer;
   trainer.set_handle_signals(false);
   try {
-    trainer.train({std::make_shared<Fetcher>(std::vector<std::string>{"cost"}, nullptr)}, {}, 2,
-                  1, 1);
+    trainer.train({std::make_shared<Fetcher>(std::vector<std::string>{"cost"}, nullptr)}, {}, 2, 1,
+                  1);
     FAIL() << "expected an error";
   } catch (const std::invalid_argument& e) {
     EXPECT_THAT(e.what(), HasSubstr("Callback Fetcher asked for the tensor 'cost'"));
@@ -125,8 +125,7 @@ TEST(HookedRun, NoOpTrainerPublishesNothingSoAnyFetchFails) {
   NoOpTrainer trainer;
   trainer.set_handle_signals(false);
   try {
-    trainer.train({std::make_shared<Fetcher>(std::vector<std::string>{"x"}, nullptr)}, {}, 1, 1,
-                  1);
+    trainer.train({std::make_shared<Fetcher>(std::vector<std::string>{"x"}, nullptr)}, {}, 1, 1, 1);
     FAIL() << "expected an error";
   } catch (const std::invalid_argument& e) {
     EXPECT_THAT(e.what(), HasSubstr("Names the step publishes: (none)"));

@@ -12,8 +12,8 @@
 namespace trainpack {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::ActionCallback;
+using ::testing::HasSubstr;
 using testing::LogCapture;
 using testing::run_noop;
 using testing::Trace;
@@ -303,7 +303,9 @@ TEST(TrainerSignals, ASignalWinsOverAStopRequestInTheSameStep) {
 TEST(TrainerErrors, AGraphChangeInsideTheLoopNamesTheCallback) {
   class Late : public Callback {
    protected:
-    void _trigger_epoch() override { graph().add_op("late", [] {}); }
+    void _trigger_epoch() override {
+      graph().add_op("late", [] {});
+    }
   };
   try {
     testing::run_noop({std::make_shared<Late>()}, 1, 1, 1);
@@ -322,7 +324,8 @@ namespace trainpack {
 namespace {
 
 TEST(TrainerSignals, AnIgnoredSignalStaysIgnored) {
-  struct sigaction ignore {}, previous {};
+  struct sigaction ignore {
+  }, previous{};
   ignore.sa_handler = SIG_IGN;
   sigemptyset(&ignore.sa_mask);
   sigaction(SIGINT, &ignore, &previous);

@@ -15,28 +15,17 @@ TEST(TrainerLoop, TwoEpochsOfTwoStepsFollowTensorpacksTimeline) {
   auto trace = std::make_shared<Trace>();
   run_noop({std::make_shared<TraceCallback>(trace)}, 2, 1, 2);
   const Trace expected = {
-      "setup_graph ep=0 ls=-1 gs=0",
-      "before_train ep=0 ls=-1 gs=0",
-      "before_epoch ep=1 ls=-1 gs=0",
-      "before_run ep=1 ls=0 gs=0",
-      "after_run ep=1 ls=0 gs=1",
-      "trigger_step ep=1 ls=0 gs=1",
-      "before_run ep=1 ls=1 gs=1",
-      "after_run ep=1 ls=1 gs=2",
-      "trigger_step ep=1 ls=1 gs=2",
-      "after_epoch ep=1 ls=1 gs=2",
-      "trigger_epoch ep=1 ls=1 gs=2",
-      "trigger ep=1 ls=1 gs=2",
-      "before_epoch ep=2 ls=-1 gs=2",
-      "before_run ep=2 ls=0 gs=2",
-      "after_run ep=2 ls=0 gs=3",
-      "trigger_step ep=2 ls=0 gs=3",
-      "before_run ep=2 ls=1 gs=3",
-      "after_run ep=2 ls=1 gs=4",
-      "trigger_step ep=2 ls=1 gs=4",
-      "after_epoch ep=2 ls=1 gs=4",
-      "trigger_epoch ep=2 ls=1 gs=4",
-      "trigger ep=2 ls=1 gs=4",
+      "setup_graph ep=0 ls=-1 gs=0",  "before_train ep=0 ls=-1 gs=0",
+      "before_epoch ep=1 ls=-1 gs=0", "before_run ep=1 ls=0 gs=0",
+      "after_run ep=1 ls=0 gs=1",     "trigger_step ep=1 ls=0 gs=1",
+      "before_run ep=1 ls=1 gs=1",    "after_run ep=1 ls=1 gs=2",
+      "trigger_step ep=1 ls=1 gs=2",  "after_epoch ep=1 ls=1 gs=2",
+      "trigger_epoch ep=1 ls=1 gs=2", "trigger ep=1 ls=1 gs=2",
+      "before_epoch ep=2 ls=-1 gs=2", "before_run ep=2 ls=0 gs=2",
+      "after_run ep=2 ls=0 gs=3",     "trigger_step ep=2 ls=0 gs=3",
+      "before_run ep=2 ls=1 gs=3",    "after_run ep=2 ls=1 gs=4",
+      "trigger_step ep=2 ls=1 gs=4",  "after_epoch ep=2 ls=1 gs=4",
+      "trigger_epoch ep=2 ls=1 gs=4", "trigger ep=2 ls=1 gs=4",
       "after_train ep=2 ls=1 gs=4",
   };
   EXPECT_EQ(*trace, expected);
@@ -71,9 +60,8 @@ std::shared_ptr<ActionCallback> raiser_for(const std::string& hook) {
   auto raise_in_epoch_1 = [hook](ActionCallback& self) {
     if (self.epoch_num() == 1) throw StopTraining("stop-in-" + hook);
   };
-  if (hook == "before_train") cb->before_train_fn = [](ActionCallback&) {
-    throw StopTraining("stop-in-before_train");
-  };
+  if (hook == "before_train")
+    cb->before_train_fn = [](ActionCallback&) { throw StopTraining("stop-in-before_train"); };
   if (hook == "before_epoch") cb->before_epoch_fn = raise_in_epoch_1;
   if (hook == "before_run") cb->before_run_fn = raise_at_step_1;
   if (hook == "after_run") cb->after_run_fn = raise_at_step_1;
@@ -90,13 +78,14 @@ TEST_P(StopTrainingFromHook, EndsTrainingCleanlyAndRunsAfterTrain) {
   LogCapture log;
   run_noop({raiser_for(c.hook), std::make_shared<TraceCallback>(trace)}, 2, 1, 2);
   EXPECT_EQ(*trace, c.trace);
-  EXPECT_TRUE(log.contains(std::string("Training was stopped by exception stop-in-") + c.hook + "."));
+  EXPECT_TRUE(
+      log.contains(std::string("Training was stopped by exception stop-in-") + c.hook + "."));
   EXPECT_FALSE(log.contains("Training has finished!"));
 }
 
 const std::vector<std::string> kUntilStep1 = {
-    "setup_graph ep=0 ls=-1 gs=0",  "before_train ep=0 ls=-1 gs=0", "before_epoch ep=1 ls=-1 gs=0",
-    "before_run ep=1 ls=0 gs=0",    "after_run ep=1 ls=0 gs=1",     "trigger_step ep=1 ls=0 gs=1"};
+    "setup_graph ep=0 ls=-1 gs=0", "before_train ep=0 ls=-1 gs=0", "before_epoch ep=1 ls=-1 gs=0",
+    "before_run ep=1 ls=0 gs=0",   "after_run ep=1 ls=0 gs=1",     "trigger_step ep=1 ls=0 gs=1"};
 
 std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -114,12 +103,13 @@ INSTANTIATE_TEST_SUITE_P(
         // MaintainStepCounter runs before user callbacks: the step was counted.
         StopCase{"after_run",
                  concat(kUntilStep1, {"before_run ep=1 ls=1 gs=1", "after_train ep=1 ls=1 gs=2"})},
-        StopCase{"trigger_step", concat(kUntilStep1, {"before_run ep=1 ls=1 gs=1",
-                                                       "after_run ep=1 ls=1 gs=2",
-                                                       "after_train ep=1 ls=1 gs=2"})},
-        StopCase{"after_epoch",
+        StopCase{"trigger_step",
                  concat(kUntilStep1, {"before_run ep=1 ls=1 gs=1", "after_run ep=1 ls=1 gs=2",
-                                      "trigger_step ep=1 ls=1 gs=2", "after_train ep=1 ls=1 gs=2"})},
+                                      "after_train ep=1 ls=1 gs=2"})},
+        StopCase{
+            "after_epoch",
+            concat(kUntilStep1, {"before_run ep=1 ls=1 gs=1", "after_run ep=1 ls=1 gs=2",
+                                 "trigger_step ep=1 ls=1 gs=2", "after_train ep=1 ls=1 gs=2"})},
         StopCase{"trigger_epoch",
                  concat(kUntilStep1, {"before_run ep=1 ls=1 gs=1", "after_run ep=1 ls=1 gs=2",
                                       "trigger_step ep=1 ls=1 gs=2", "after_epoch ep=1 ls=1 gs=2",
@@ -141,12 +131,17 @@ TEST(TrainerLoop, StopRequestedMidEpochEndsBeforeTheNextStep) {
   LogCapture log;
   run_noop({stopper, std::make_shared<TraceCallback>(trace)}, 3, 1, 2);
   const Trace expected = {
-      "setup_graph ep=0 ls=-1 gs=0", "before_train ep=0 ls=-1 gs=0",
-      "before_epoch ep=1 ls=-1 gs=0", "before_run ep=1 ls=0 gs=0",
-      "after_run ep=1 ls=0 gs=1",     "trigger_step ep=1 ls=0 gs=1",
-      "before_run ep=1 ls=1 gs=1",    "after_run ep=1 ls=1 gs=2",
+      "setup_graph ep=0 ls=-1 gs=0",
+      "before_train ep=0 ls=-1 gs=0",
+      "before_epoch ep=1 ls=-1 gs=0",
+      "before_run ep=1 ls=0 gs=0",
+      "after_run ep=1 ls=0 gs=1",
+      "trigger_step ep=1 ls=0 gs=1",
+      "before_run ep=1 ls=1 gs=1",
+      "after_run ep=1 ls=1 gs=2",
       // the step that requested the stop completes; no after_epoch for the cut epoch
-      "trigger_step ep=1 ls=1 gs=2",  "after_train ep=1 ls=1 gs=2",
+      "trigger_step ep=1 ls=1 gs=2",
+      "after_train ep=1 ls=1 gs=2",
   };
   EXPECT_EQ(*trace, expected);
   EXPECT_FALSE(log.contains("Training has finished!"));
@@ -236,17 +231,17 @@ TEST(TrainerLoop, StartsFromARestoredGlobalStepAndALaterEpoch) {
   trainer.train({std::make_shared<TraceCallback>(trace)}, {}, 2, 3, 4,
                 std::make_shared<SetGlobalStep>(100));
   const Trace expected = {
-      "setup_graph ep=0 ls=-1 gs=0",     "before_train ep=2 ls=-1 gs=100",
-      "before_epoch ep=3 ls=-1 gs=100",  "before_run ep=3 ls=0 gs=100",
-      "after_run ep=3 ls=0 gs=101",      "trigger_step ep=3 ls=0 gs=101",
-      "before_run ep=3 ls=1 gs=101",     "after_run ep=3 ls=1 gs=102",
-      "trigger_step ep=3 ls=1 gs=102",   "after_epoch ep=3 ls=1 gs=102",
-      "trigger_epoch ep=3 ls=1 gs=102",  "trigger ep=3 ls=1 gs=102",
-      "before_epoch ep=4 ls=-1 gs=102",  "before_run ep=4 ls=0 gs=102",
-      "after_run ep=4 ls=0 gs=103",      "trigger_step ep=4 ls=0 gs=103",
-      "before_run ep=4 ls=1 gs=103",     "after_run ep=4 ls=1 gs=104",
-      "trigger_step ep=4 ls=1 gs=104",   "after_epoch ep=4 ls=1 gs=104",
-      "trigger_epoch ep=4 ls=1 gs=104",  "trigger ep=4 ls=1 gs=104",
+      "setup_graph ep=0 ls=-1 gs=0",    "before_train ep=2 ls=-1 gs=100",
+      "before_epoch ep=3 ls=-1 gs=100", "before_run ep=3 ls=0 gs=100",
+      "after_run ep=3 ls=0 gs=101",     "trigger_step ep=3 ls=0 gs=101",
+      "before_run ep=3 ls=1 gs=101",    "after_run ep=3 ls=1 gs=102",
+      "trigger_step ep=3 ls=1 gs=102",  "after_epoch ep=3 ls=1 gs=102",
+      "trigger_epoch ep=3 ls=1 gs=102", "trigger ep=3 ls=1 gs=102",
+      "before_epoch ep=4 ls=-1 gs=102", "before_run ep=4 ls=0 gs=102",
+      "after_run ep=4 ls=0 gs=103",     "trigger_step ep=4 ls=0 gs=103",
+      "before_run ep=4 ls=1 gs=103",    "after_run ep=4 ls=1 gs=104",
+      "trigger_step ep=4 ls=1 gs=104",  "after_epoch ep=4 ls=1 gs=104",
+      "trigger_epoch ep=4 ls=1 gs=104", "trigger ep=4 ls=1 gs=104",
       "after_train ep=4 ls=1 gs=104",
   };
   EXPECT_EQ(*trace, expected);

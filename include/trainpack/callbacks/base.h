@@ -137,7 +137,8 @@ using CallbackPtr = std::shared_ptr<Callback>;
 // EnableCallbackIf, ...). The inner callback's chief_only flag is copied at construction.
 class ProxyCallback : public Callback {
  public:
-  explicit ProxyCallback(CallbackPtr callback) : ProxyCallback(std::move(callback), "ProxyCallback") {}
+  explicit ProxyCallback(CallbackPtr callback)
+      : ProxyCallback(std::move(callback), "ProxyCallback") {}
   std::string name() const override { return "Proxy-" + callback_->name(); }
   const CallbackPtr& inner() const { return callback_; }
 
@@ -169,10 +170,22 @@ class ProxyCallback : public Callback {
 class CallbackFactory;
 struct CallbackFactoryOptions {
   using Fn = std::function<void(CallbackFactory&)>;
-  CallbackFactoryOptions& setup_graph(Fn f) { setup_graph_ = std::move(f); return *this; }
-  CallbackFactoryOptions& before_train(Fn f) { before_train_ = std::move(f); return *this; }
-  CallbackFactoryOptions& trigger(Fn f) { trigger_ = std::move(f); return *this; }
-  CallbackFactoryOptions& after_train(Fn f) { after_train_ = std::move(f); return *this; }
+  CallbackFactoryOptions& setup_graph(Fn f) {
+    setup_graph_ = std::move(f);
+    return *this;
+  }
+  CallbackFactoryOptions& before_train(Fn f) {
+    before_train_ = std::move(f);
+    return *this;
+  }
+  CallbackFactoryOptions& trigger(Fn f) {
+    trigger_ = std::move(f);
+    return *this;
+  }
+  CallbackFactoryOptions& after_train(Fn f) {
+    after_train_ = std::move(f);
+    return *this;
+  }
   Fn setup_graph_, before_train_, trigger_, after_train_;
 };
 

@@ -43,10 +43,18 @@ class Callbacks {
 
   // Calls every callback's setup_graph in order, then builds the per-hook dispatch lists.
   void setup_graph(Trainer& trainer);
-  void before_train() { dispatch(Hook::kBeforeTrain, [](Callback& cb) { cb.before_train(); }); }
-  void before_epoch() { dispatch(Hook::kBeforeEpoch, [](Callback& cb) { cb.before_epoch(); }); }
-  void after_epoch() { dispatch(Hook::kAfterEpoch, [](Callback& cb) { cb.after_epoch(); }); }
-  void trigger_step() { dispatch(Hook::kTriggerStep, [](Callback& cb) { cb.trigger_step(); }); }
+  void before_train() {
+    dispatch(Hook::kBeforeTrain, [](Callback& cb) { cb.before_train(); });
+  }
+  void before_epoch() {
+    dispatch(Hook::kBeforeEpoch, [](Callback& cb) { cb.before_epoch(); });
+  }
+  void after_epoch() {
+    dispatch(Hook::kAfterEpoch, [](Callback& cb) { cb.after_epoch(); });
+  }
+  void trigger_step() {
+    dispatch(Hook::kTriggerStep, [](Callback& cb) { cb.trigger_step(); });
+  }
   void trigger_epoch();
   // Every callback's after_train; an exception is logged with the callback's name and the next
   // callback still runs. Returns the number of callbacks that threw.

@@ -45,10 +45,10 @@ void unset_logger_dir();
 }  // namespace logger
 }  // namespace trainpack
 
-#define TP_LOG_AT(tp_level_, ...)                                                          \
-  do {                                                                                     \
-    if (static_cast<int>(tp_level_) >= static_cast<int>(::trainpack::logger::level()))     \
-      ::trainpack::logger::log(tp_level_, __FILE__, __LINE__, fmt::format(__VA_ARGS__));   \
+#define TP_LOG_AT(tp_level_, ...)                                                        \
+  do {                                                                                   \
+    if (static_cast<int>(tp_level_) >= static_cast<int>(::trainpack::logger::level()))   \
+      ::trainpack::logger::log(tp_level_, __FILE__, __LINE__, fmt::format(__VA_ARGS__)); \
   } while (0)
 #define TP_LOG_DEBUG(...) TP_LOG_AT(::trainpack::logger::Level::kDebug, __VA_ARGS__)
 #define TP_LOG_INFO(...) TP_LOG_AT(::trainpack::logger::Level::kInfo, __VA_ARGS__)
