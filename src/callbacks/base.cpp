@@ -38,13 +38,16 @@ const char* hook_name(Hook hook) {
   return "?";
 }
 
-namespace {
-// A callback that overrides nothing: its vtable holds the defaults to compare against.
-class PlainCallback final : public Callback {};
-}  // namespace
+namespace detail {
+const Callback& plain_callback() {
+  // A callback that overrides nothing: its vtable holds the defaults to compare against.
+  class PlainCallback final : public Callback {};
+  static const PlainCallback plain;
+  return plain;
+}
+}  // namespace detail
 
-bool Callback::overrides_slot(Hook hook) const {
-  static const PlainCallback reference;
+bool Callback::overrides_beyond(const Callback& reference, Hook hook) const {
   switch (hook) {
     case Hook::kSetupGraph:
       return detail::overrides_virtual<Callback>(*this, reference, &Callback::_setup_graph);
@@ -71,11 +74,12 @@ bool Callback::overrides_slot(Hook hook) const {
 }
 
 bool Callback::overrides(Hook hook) const {
+  const Callback& plain = detail::plain_callback();
   if (hook == Hook::kTriggerEpoch) {
     // The default _trigger_epoch calls trigger(): it matters when _trigger is overridden.
-    return overrides_slot(Hook::kTriggerEpoch) || overrides_slot(Hook::kTrigger);
+    return overrides_beyond(plain, Hook::kTriggerEpoch) || overrides_beyond(plain, Hook::kTrigger);
   }
-  return overrides_slot(hook);
+  return overrides_beyond(plain, hook);
 }
 
 std::string Callback::name() const { return class_name(typeid(*this)); }
@@ -117,6 +121,21 @@ ProxyCallback::ProxyCallback(CallbackPtr callback, const char* class_name)
     : callback_(std::move(callback)) {
   if (!callback_) throw std::invalid_argument(std::string(class_name) + ": callback is null");
   set_chief_only_flag(callback_->chief_only());
+}
+
+CallbackPtr detail::unowned_plain_callback() {
+  // Aliasing constructor: points at the static plain callback without owning it.
+  return CallbackPtr(CallbackPtr(), const_cast<Callback*>(&plain_callback()));
+}
+
+bool ProxyCallback::overrides(Hook hook) const {
+  // A proxy that only forwards: a subclass that overrides a hook beyond it adds behaviour.
+  class PlainProxy final : public ProxyCallback {
+   public:
+    PlainProxy() : ProxyCallback(detail::unowned_plain_callback()) {}
+  };
+  static const PlainProxy reference;
+  return overrides_beyond(reference, hook) || callback_->overrides(hook);
 }
 
 // The inner callback enters its own name scope from the root, as tensorpack's proxy does.

@@ -27,6 +27,23 @@ PeriodicTrigger::PeriodicTrigger(CallbackPtr triggerable, PeriodicTriggerOptions
   }
 }
 
+bool PeriodicTrigger::overrides(Hook hook) const {
+  static const PeriodicTrigger reference(detail::unowned_plain_callback(),
+                                         PeriodicTriggerOptions().every_k_steps(1));
+  if (overrides_beyond(reference, hook)) return true;  // a subclass adds behaviour
+  const bool triggers = callback_->overrides(Hook::kTrigger);
+  switch (hook) {
+    case Hook::kBeforeTrain:
+      return callback_->overrides(Hook::kBeforeTrain) || (options_.before_train() && triggers);
+    case Hook::kTriggerStep:
+      return callback_->overrides(Hook::kTriggerStep) || (options_.every_k_steps() > 0 && triggers);
+    case Hook::kTriggerEpoch:
+      return options_.every_k_epochs() > 0 && triggers;
+    default:
+      return callback_->overrides(hook);
+  }
+}
+
 void PeriodicTrigger::_before_train() {
   callback_->before_train();
   if (options_.before_train()) callback_->trigger();
@@ -49,6 +66,16 @@ EnableCallbackIf::EnableCallbackIf(CallbackPtr callback, Predicate pred)
 EnableCallbackIf::EnableCallbackIf(CallbackPtr callback, Predicate pred, const char* class_name)
     : ProxyCallback(std::move(callback), class_name), pred_(std::move(pred)) {
   if (!pred_) throw std::invalid_argument("EnableCallbackIf: pred is empty");
+}
+
+bool EnableCallbackIf::overrides(Hook hook) const {
+  static const EnableCallbackIf reference(detail::unowned_plain_callback(),
+                                          [](const EnableCallbackIf&) { return true; });
+  if (overrides_beyond(reference, hook)) return true;  // a subclass adds behaviour
+  if (hook == Hook::kBeforeRun) {
+    return callback_->overrides(Hook::kBeforeRun) || callback_->overrides(Hook::kAfterRun);
+  }
+  return callback_->overrides(hook);
 }
 
 void EnableCallbackIf::_before_epoch() {

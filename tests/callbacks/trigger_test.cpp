@@ -252,3 +252,65 @@ TEST(Wrappers, ANullCallbackIsAnErrorNamingTheWrapper) {
 
 }  // namespace
 }  // namespace trainpack
+
+namespace trainpack {
+namespace {
+
+class EpochOnly : public Callback {
+ protected:
+  void _trigger() override {}
+};
+class AfterRunOnly : public Callback {
+ protected:
+  void _after_run(const StepContext&, const RunValues&) override {}
+};
+
+std::vector<Hook> dispatched_hooks(const Callback& cb) {
+  std::vector<Hook> out;
+  for (int h = 0; h < kNumHooks; ++h) {
+    if (cb.overrides(static_cast<Hook>(h))) out.push_back(static_cast<Hook>(h));
+  }
+  return out;
+}
+
+TEST(WrapperDispatch, AnEpochPeriodTriggerStaysOffThePerStepPath) {
+  PeriodicTrigger t(std::make_shared<EpochOnly>(), PeriodicTriggerOptions().every_k_epochs(2));
+  EXPECT_EQ(dispatched_hooks(t), (std::vector<Hook>{Hook::kTriggerEpoch, Hook::kTrigger}));
+}
+
+TEST(WrapperDispatch, AStepPeriodTriggerIsCalledInTriggerStepOnly) {
+  PeriodicTrigger t(std::make_shared<EpochOnly>(), PeriodicTriggerOptions().every_k_steps(5));
+  EXPECT_EQ(dispatched_hooks(t), (std::vector<Hook>{Hook::kTriggerStep, Hook::kTrigger}));
+}
+
+TEST(WrapperDispatch, WrappingAnIdleCallbackCostsNothing) {
+  class Idle : public Callback {};
+  EXPECT_TRUE(dispatched_hooks(ProxyCallback(std::make_shared<Idle>())).empty());
+  EXPECT_TRUE(dispatched_hooks(PeriodicCallback(std::make_shared<Idle>(),
+                                                PeriodicCallbackOptions().every_k_steps(3)))
+                  .empty());
+}
+
+TEST(WrapperDispatch, EnableCallbackIfDecidesInBeforeRunWhenTheInnerNeedsOnlyAfterRun) {
+  EnableCallbackIf c(std::make_shared<AfterRunOnly>(),
+                     [](const EnableCallbackIf&) { return true; });
+  EXPECT_EQ(dispatched_hooks(c), (std::vector<Hook>{Hook::kBeforeRun, Hook::kAfterRun}));
+}
+
+TEST(WrapperDispatch, ASubclassOfAProxyThatAddsAHookIsCalledThere) {
+  class Counting : public ProxyCallback {
+   public:
+    using ProxyCallback::ProxyCallback;
+    int steps = 0;
+
+   protected:
+    void _trigger_step() override { ++steps; }
+  };
+  auto counting = std::make_shared<Counting>(std::make_shared<EpochOnly>());
+  EXPECT_TRUE(counting->overrides(Hook::kTriggerStep));
+  run_noop({counting}, 3, 1, 1);
+  EXPECT_EQ(counting->steps, 3);
+}
+
+}  // namespace
+}  // namespace trainpack

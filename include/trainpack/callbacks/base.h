@@ -94,9 +94,11 @@ class Callback {
   std::string name_scope() const;
   void set_name_scope(std::string scope) { name_scope_ = std::move(scope); }
 
-  // True if this callback's class overrides `hook` (for trigger_epoch: overrides
-  // `_trigger_epoch`, or keeps the default, which calls an overridden `_trigger`).
-  bool overrides(Hook hook) const;
+  // True if calling `hook` on this callback can do anything: its class overrides the hook (for
+  // trigger_epoch: overrides `_trigger_epoch`, or keeps the default, which calls an overridden
+  // `_trigger`). The trainer dispatches each hook only to the callbacks for which this is true.
+  // Wrappers override it to answer for the callback they wrap.
+  virtual bool overrides(Hook hook) const;
 
   // ---- access, valid from setup_graph on ----
   Trainer& trainer() const;
@@ -122,9 +124,12 @@ class Callback {
   // Monitors set this to false: their setup_graph enters no name scope.
   bool enter_name_scope_ = true;
 
+  // True if this object's class overrides the hook's virtual beyond the class of `reference`
+  // (an object of a base class). Wrappers use it to notice a subclass that adds behaviour.
+  bool overrides_beyond(const Callback& reference, Hook hook) const;
+
  private:
   friend class ProxyCallback;
-  bool overrides_slot(Hook hook) const;
 
   Trainer* trainer_ = nullptr;
   bool chief_only_ = true;
@@ -132,6 +137,13 @@ class Callback {
 };
 
 using CallbackPtr = std::shared_ptr<Callback>;
+
+namespace detail {
+// A callback that overrides nothing (the reference for override detection), and a non-owning
+// pointer to it (the inner callback of wrappers' reference objects).
+const Callback& plain_callback();
+CallbackPtr unowned_plain_callback();
+}  // namespace detail
 
 // A callback that forwards every hook to another one. Base of the wrappers (PeriodicTrigger,
 // EnableCallbackIf, ...). The inner callback's chief_only flag is copied at construction.
@@ -141,6 +153,9 @@ class ProxyCallback : public Callback {
       : ProxyCallback(std::move(callback), "ProxyCallback") {}
   std::string name() const override { return "Proxy-" + callback_->name(); }
   const CallbackPtr& inner() const { return callback_; }
+  // A hook is dispatched to the proxy when the inner callback needs it (or a subclass of the
+  // proxy overrides it): wrapping an idle callback costs nothing either.
+  bool overrides(Hook hook) const override;
 
  protected:
   void _setup_graph() override;

@@ -41,6 +41,9 @@ class PeriodicTrigger : public ProxyCallback {
   // before_train is false (the triggerable would never run).
   PeriodicTrigger(CallbackPtr triggerable, PeriodicTriggerOptions options);
   std::string name() const override { return "PeriodicTrigger-" + callback_->name(); }
+  // Only the hooks that can reach the inner callback: trigger_step when it has step hooks or a
+  // step period, trigger_epoch only with an epoch period, the rest as the inner callback needs.
+  bool overrides(Hook hook) const override;
 
  protected:
   void _before_train() override;
@@ -58,6 +61,9 @@ class EnableCallbackIf : public ProxyCallback {
   using Predicate = std::function<bool(const EnableCallbackIf&)>;
   EnableCallbackIf(CallbackPtr callback, Predicate pred);
   std::string name() const override { return "EnableCallbackIf-" + callback_->name(); }
+  // As the inner callback needs, and before_run whenever it needs after_run (before_run makes
+  // the decision that after_run follows).
+  bool overrides(Hook hook) const override;
 
  protected:
   void _before_epoch() override;
