@@ -212,7 +212,9 @@ TEST(EnableCallbackIf, DoesNotGateSetupBeforeTrainAfterTrainOrTrigger) {
   auto trace = std::make_shared<Trace>();
   auto gated = std::make_shared<EnableCallbackIf>(std::make_shared<TraceCallback>(trace),
                                                   [](const EnableCallbackIf&) { return false; });
-  run_noop({gated}, 2, 1, 1);
+  NoOpTrainer trainer;  // outlives the trigger() call below
+  trainer.set_handle_signals(false);
+  trainer.train({gated}, {}, 2, 1, 1);
   EXPECT_EQ(*trace, (Trace{"setup_graph ep=0 ls=-1 gs=0", "before_train ep=0 ls=-1 gs=0",
                            "after_train ep=1 ls=1 gs=2"}));
   gated->trigger();

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Sets up trainpack on a fresh Debian 12 machine, then builds it. Safe to run again: it installs
+# only what is missing and rebuilds only what changed.
+#
+#   bash scripts/setup.sh            install packages, configure and build (build/, Release)
+#   bash scripts/setup.sh --run      ... then run the main job
+#   bash scripts/setup.sh --test     ... then run the whole test suite (ctest)
+#   bash scripts/setup.sh --asan     build and test with AddressSanitizer+UBSan in build-asan/
+#   bash scripts/setup.sh --tsan     build and test with ThreadSanitizer in build-tsan/
+#
+# Options combine (`--test --asan` tests the release build, then the ASan build). Arguments after
+# `--` go to every cmake configure, e.g. `-- -DTorch_DIR=/opt/libtorch/share/cmake/Torch`.
+# Environment: JOBS (parallel compile jobs; default: all cores).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+# Debian 12 packages the project needs (DESIGN.md: dependencies). libopenblas0-pthread replaces
+# the slow reference BLAS that Debian's LibTorch loads otherwise; dataset-fashion-mnist holds the
+# data of the Fashion-MNIST example.
+PACKAGES=(
+  cmake g++ make
+  libtorch-dev libopenblas0-pthread
+  libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libfmt-dev libpng-dev zlib1g-dev libcli11-dev
+  dataset-fashion-mnist python3-numpy
+)
+
+BUILD_DIR=build
+JOBS="${JOBS:-$(nproc)}"
+CTEST_JOBS=2
+
+# ---- the main job: what `--run` runs. One place to change it. ----
+MAIN_JOB_NAME="polynomial_fit example"
+MAIN_JOB=("$BUILD_DIR/examples/polynomial_fit/polynomial_fit")
+run_main_job() {
+  step "Running the main job: ${MAIN_JOB_NAME} (${MAIN_JOB[*]})"
+  if [[ ! -x "${MAIN_JOB[0]}" ]]; then
+    die "the main job's executable ${MAIN_JOB[0]} was not built"
+  fi
+  "${MAIN_JOB[@]}"
+}
+
+# ---- helpers ----
+if [[ -t 1 ]]; then BOLD=$'\033[1m' PLAIN=$'\033[0m'; else BOLD='' PLAIN=''; fi
+step() { printf '\n%s==> %s%s\n' "$BOLD" "$*" "$PLAIN"; }
+die() {
+  printf 'setup.sh: error: %s\n' "$*" >&2
+  exit 1
+}
+usage() { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
+DO_RUN=0 DO_TEST=0 DO_ASAN=0 DO_TSAN=0
+EXTRA_CMAKE_ARGS=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --run) DO_RUN=1 ;;
+    --test) DO_TEST=1 ;;
+    --asan) DO_ASAN=1 ;;
+    --tsan) DO_TSAN=1 ;;
+    -h | --help) usage; exit 0 ;;
+    --) shift; EXTRA_CMAKE_ARGS=("$@"); break ;;
+    *) usage >&2; die "unknown option '$1'" ;;
+  esac
+  shift
+done
+# The release build is made unless only sanitizer builds were asked for.
+DO_RELEASE=1
+if [[ $((DO_ASAN + DO_TSAN)) -gt 0 && $((DO_RUN + DO_TEST)) -eq 0 ]]; then DO_RELEASE=0; fi
+
+install_packages() {
+  step "Checking Debian packages"
+  local missing=() pkg
+  for pkg in "${PACKAGES[@]}"; do
+    if [[ "$(dpkg-query -W -f='${db:Status-Abbrev}' "$pkg" 2>/dev/null || true)" != ii* ]]; then
+      missing+=("$pkg")
+    fi
+  done
+  if [[ ${#missing[@]} -eq 0 ]]; then
+    echo "All ${#PACKAGES[@]} packages are installed."
+    return
+  fi
+  echo "Missing: ${missing[*]}"
+  command -v apt-get >/dev/null || die "apt-get not found; install these packages by hand: ${missing[*]}"
+  local sudo=()
+  if [[ "$(id -u)" -ne 0 ]]; then
+    command -v sudo >/dev/null || die "not root and sudo is not installed; as root run: apt-get install ${missing[*]}"
+    sudo=(sudo)
+  fi
+  step "Installing ${#missing[@]} packages with apt-get"
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+    "${missing[@]}"
+}
+
+report_blas() {
+  # Which BLAS LibTorch will load (through Debian's alternatives); informational.
+  local blas
+  blas="$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || true)"
+  if [[ -n "$blas" ]]; then
+    echo "BLAS: $blas"
+    [[ "$blas" == *openblas* ]] || echo "warning: not OpenBLAS; training will be several times slower"
+  fi
+}
+
+# configure_and_build DIR BUILD_TYPE [cmake args...]
+configure_and_build() {
+  local dir="$1" type="$2"
+  shift 2
+  step "Configuring $dir ($type${*:+; $*})"
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE="$type" "$@" ${EXTRA_CMAKE_ARGS[@]+"${EXTRA_CMAKE_ARGS[@]}"}
+  step "Building $dir with $JOBS jobs"
+  cmake --build "$dir" -j "$JOBS"
+}
+
+run_tests() {
+  local dir="$1"
+  step "Running the test suite in $dir"
+  ctest --test-dir "$dir" --output-on-failure -j "$CTEST_JOBS"
+}
+
+SECONDS=0
+install_packages
+report_blas
+
+if [[ $DO_RELEASE -eq 1 ]]; then
+  configure_and_build "$BUILD_DIR" Release
+  if [[ $DO_TEST -eq 1 ]]; then run_tests "$BUILD_DIR"; fi
+  if [[ $DO_RUN -eq 1 ]]; then run_main_job; fi
+fi
+# Sanitizer builds: debug info for readable reports; benchmarks are not built there.
+if [[ $DO_ASAN -eq 1 ]]; then
+  configure_and_build build-asan RelWithDebInfo -DTRAINPACK_ASAN=ON -DTRAINPACK_BUILD_BENCHMARKS=OFF
+  run_tests build-asan
+fi
+if [[ $DO_TSAN -eq 1 ]]; then
+  configure_and_build build-tsan RelWithDebInfo -DTRAINPACK_TSAN=ON -DTRAINPACK_BUILD_BENCHMARKS=OFF
+  run_tests build-tsan
+fi
+
+step "Done in $((SECONDS / 60))m $((SECONDS % 60))s"
