@@ -3,23 +3,29 @@
 #include <fmt/format.h>
 
 #include <stdexcept>
+#include <utility>
 
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {
+namespace {
+
+// Periods are positive, or 0 for "not set".
+void check_periods(const char* class_name, int64_t every_k_steps, int64_t every_k_epochs) {
+  for (auto [arg, value] : {std::pair<const char*, int64_t>{"every_k_steps", every_k_steps},
+                            std::pair<const char*, int64_t>{"every_k_epochs", every_k_epochs}}) {
+    if (value < 0) {
+      throw std::invalid_argument(
+          fmt::format("{}: {} must be positive (or 0 for unset), got {}", class_name, arg, value));
+    }
+  }
+}
+
+}  // namespace
 
 PeriodicTrigger::PeriodicTrigger(CallbackPtr triggerable, PeriodicTriggerOptions options)
     : ProxyCallback(std::move(triggerable), "PeriodicTrigger"), options_(options) {
-  if (options_.every_k_steps() < 0) {
-    throw std::invalid_argument(
-        fmt::format("PeriodicTrigger: every_k_steps must be positive (or 0 for unset), got {}",
-                    options_.every_k_steps()));
-  }
-  if (options_.every_k_epochs() < 0) {
-    throw std::invalid_argument(
-        fmt::format("PeriodicTrigger: every_k_epochs must be positive (or 0 for unset), got {}",
-                    options_.every_k_epochs()));
-  }
+  check_periods("PeriodicTrigger", options_.every_k_steps(), options_.every_k_epochs());
   if (options_.every_k_steps() == 0 && options_.every_k_epochs() == 0 && !options_.before_train()) {
     throw std::invalid_argument(
         "PeriodicTrigger: every_k_steps and every_k_epochs are both unset and before_train is "
@@ -106,16 +112,7 @@ void EnableCallbackIf::_trigger_epoch() {
 namespace {
 
 PeriodicCallbackOptions checked(PeriodicCallbackOptions options) {
-  if (options.every_k_steps() < 0) {
-    throw std::invalid_argument(
-        fmt::format("PeriodicCallback: every_k_steps must be positive (or 0 for unset), got {}",
-                    options.every_k_steps()));
-  }
-  if (options.every_k_epochs() < 0) {
-    throw std::invalid_argument(
-        fmt::format("PeriodicCallback: every_k_epochs must be positive (or 0 for unset), got {}",
-                    options.every_k_epochs()));
-  }
+  check_periods("PeriodicCallback", options.every_k_steps(), options.every_k_epochs());
   if (options.every_k_steps() == 0 && options.every_k_epochs() == 0) {
     throw std::invalid_argument(
         "PeriodicCallback: every_k_steps and every_k_epochs are both unset; set at least one");
