@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "trainpack/callbacks/base.h"
-#include "trainpack/callbacks/monitor.h"
+#include "trainpack/callbacks/monitor_base.h"
 
 namespace trainpack {
 

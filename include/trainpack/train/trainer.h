@@ -45,7 +45,7 @@
 
 #include "trainpack/callbacks/base.h"
 #include "trainpack/callbacks/group.h"
-#include "trainpack/callbacks/monitor.h"
+#include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/graph.h"
 #include "trainpack/session_init.h"
 #include "trainpack/train/exceptions.h"

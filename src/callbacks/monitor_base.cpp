@@ -1,4 +1,4 @@
-#include "trainpack/callbacks/monitor.h"
+#include "trainpack/callbacks/monitor_base.h"
 
 #include <stdexcept>
 
