@@ -18,13 +18,15 @@ cd "$ROOT"
 
 # Debian 12 packages the project needs (DESIGN.md: dependencies). libopenblas0-pthread replaces
 # the slow reference BLAS that Debian's LibTorch loads otherwise; dataset-fashion-mnist holds the
-# data of the Fashion-MNIST example.
+# data of the Fashion-MNIST example. libprotobuf-dev/protobuf-compiler build the event files'
+# messages; python3-pil lets the tests decode the PNG inside an image event.
 PACKAGES=(
   cmake g++ make
   libtorch-dev libopenblas0-pthread
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libfmt-dev libpng-dev zlib1g-dev libcli11-dev
-  dataset-fashion-mnist python3-numpy
+  libprotobuf-dev protobuf-compiler
+  dataset-fashion-mnist python3-numpy python3-pil
 )
 
 BUILD_DIR=build

@@ -1,10 +1,64 @@
 #include "trainpack/callbacks/monitor_base.h"
 
+#include <fmt/format.h>
+
+#include <chrono>
+#include <exception>
+#include <regex>
 #include <stdexcept>
 
 #include "trainpack/train/trainer.h"
+#include "trainpack/utils/logger.h"
+#include "trainpack/utils/png.h"
 
 namespace trainpack {
+
+namespace {
+
+// put_image's shape rules (tensorpack's image_to_nhwc).
+at::Tensor to_nhwc(const std::string& name, const at::Tensor& image) {
+  switch (image.dim()) {
+    case 4:
+      return image;
+    case 3: {
+      const int64_t c = image.size(2);
+      return (c == 1 || c == 3 || c == 4) ? image.unsqueeze(0) : image.unsqueeze(3);
+    }
+    case 2:
+      return image.unsqueeze(0).unsqueeze(3);
+    default:
+      throw std::invalid_argument(
+          fmt::format("Monitors::put_image('{}'): array of shape [{}] is not an image", name,
+                      fmt::join(image.sizes().begin(), image.sizes().end(), ", ")));
+  }
+}
+
+// numpy's astype('uint8'): no clipping. Floats go through int64 so that out-of-range values
+// wrap modulo 256 (a direct float -> uint8 conversion is undefined out of range).
+at::Tensor to_uint8(const std::string& name, const at::Tensor& image) {
+  if (c10::isComplexType(image.scalar_type())) {
+    throw std::invalid_argument(
+        fmt::format("Monitors::put_image('{}'): a complex tensor is not an image", name));
+  }
+  at::Tensor t = image;
+  if (c10::isFloatingType(t.scalar_type())) t = t.to(at::kLong);
+  return t.to(at::kByte).cpu().contiguous();
+}
+
+}  // namespace
+
+namespace detail {
+std::string normalize_summary_tag(const std::string& tag) {
+  static const std::regex kTower("tower[0-9]+/");
+  static const std::string kSuffix = "-summary";
+  std::string out = std::regex_replace(tag, kTower, "");
+  if (out.size() >= kSuffix.size() &&
+      out.compare(out.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0) {
+    out.resize(out.size() - kSuffix.size());
+  }
+  return out;
+}
+}  // namespace detail
 
 Monitors::Monitors(std::vector<MonitorPtr> monitors) : monitors_(std::move(monitors)) {
   for (const auto& m : monitors_) {
@@ -13,9 +67,66 @@ Monitors::Monitors(std::vector<MonitorPtr> monitors) : monitors_(std::move(monit
   set_chief_only_flag(false);
 }
 
+void Monitors::record(const std::string& name, double value) {
+  auto it = history_.find(name);
+  if (it == history_.end()) it = history_.emplace(name, History()).first;
+  it->second.emplace_back(current_step(), value);
+}
+
 void Monitors::put_scalar(const std::string& name, double value) {
   for (const auto& m : monitors_) m->process_scalar(name, value);
-  history_[name].emplace_back(is_set_up() ? global_step() : 0, value);
+  record(name, value);
+  Summary summary;
+  summary.values.push_back(SummaryValue::make_scalar(name, value));
+  for (const auto& m : monitors_) m->process_summary(summary);
+}
+
+void Monitors::put_image(const std::string& name, const at::Tensor& image) {
+  if (!image.defined()) {
+    throw std::invalid_argument(
+        fmt::format("Monitors::put_image('{}'): the tensor is undefined", name));
+  }
+  const at::Tensor nhwc = to_uint8(name, to_nhwc(name, image.detach()));
+  for (const auto& m : monitors_) m->process_image(name, nhwc);
+
+  const int64_t n = nhwc.size(0), h = nhwc.size(1), w = nhwc.size(2), c = nhwc.size(3);
+  Summary summary;
+  for (int64_t k = 0; k < n; ++k) {
+    const std::string tag = n == 1 ? name : fmt::format("{}/{}", name, k);
+    SummaryValue value;
+    value.tag = tag;
+    value.kind = SummaryValue::Kind::kImage;
+    try {
+      value.image.encoded_png = encode_png(nhwc[k].data_ptr<uint8_t>(), h, w, c);
+    } catch (const std::exception& e) {
+      TP_LOG_WARN(
+          "Monitors::put_image: image '{}' of shape [{}, {}, {}] was not encoded ({}); skipped.",
+          tag, h, w, c, e.what());
+      continue;
+    }
+    value.image.height = h;
+    value.image.width = w;
+    value.image.colorspace = c;
+    summary.values.push_back(std::move(value));
+  }
+  for (const auto& m : monitors_) m->process_summary(summary);
+}
+
+void Monitors::put_summary(Summary summary) {
+  for (SummaryValue& v : summary.values) {
+    if (v.kind != SummaryValue::Kind::kScalar) continue;
+    v.tag = detail::normalize_summary_tag(v.tag);
+    for (const auto& m : monitors_) m->process_scalar(v.tag, v.scalar);
+    record(v.tag, v.scalar);
+  }
+  for (const auto& m : monitors_) m->process_summary(summary);
+}
+
+void Monitors::put_event(Event event) {
+  event.step = current_step();
+  const std::chrono::duration<double> now = std::chrono::system_clock::now().time_since_epoch();
+  event.wall_time = now.count();
+  for (const auto& m : monitors_) m->process_event(event);
 }
 
 const Monitors::History& Monitors::get_history(const std::string& name) const {

@@ -3,25 +3,39 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <system_error>
+#include <vector>
 
 namespace trainpack {
 namespace logger {
 namespace {
+
+namespace fs = std::filesystem;
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
 
 struct State {
   std::mutex mutex;
   std::map<int, Sink> sinks;
   int next_sink_id = 0;
   std::optional<std::string> logger_dir;
+  FilePtr log_file;  // <logger_dir>/log.log, open while logger_dir is set
 };
 
 State& state() {
@@ -31,26 +45,156 @@ State& state() {
 
 std::atomic<int> g_level{static_cast<int>(Level::kInfo)};
 
+constexpr const char* kActions =
+    "'k' (keep), 'd' (delete), 'b' (back up), 'n' (new directory) or 'q' (quit)";
+
 std::string_view base_name(const char* file) {
   std::string_view path(file);
   auto slash = path.rfind('/');
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
-std::string timestamp() {
+std::string local_time(const char* format) {
   std::time_t now = std::time(nullptr);
   std::tm tm{};
   localtime_r(&now, &tm);
   char buf[32];
-  std::strftime(buf, sizeof buf, "%m%d %H:%M:%S", &tm);
+  std::strftime(buf, sizeof buf, format, &tm);
   return buf;
+}
+
+std::string timestamp() { return local_time("%m%d %H:%M:%S"); }
+// The suffix of backed-up and new directories and of backed-up log files (tensorpack's
+// _get_time_str).
+std::string time_str() { return local_time("%m%d-%H%M%S"); }
+
+std::string lower_strip(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  auto first = s.find_first_not_of(" \t\r\n\f\v");
+  if (first == std::string::npos) return "";
+  auto last = s.find_last_not_of(" \t\r\n\f\v");
+  return s.substr(first, last - first + 1);
+}
+
+// 'k', 'd', 'b', 'n' or 'q' for `action` in either case; otherwise std::invalid_argument.
+char parse_action(char action) {
+  char c = static_cast<char>(std::tolower(static_cast<unsigned char>(action)));
+  if (c == 'k' || c == 'd' || c == 'b' || c == 'n' || c == 'q') return c;
+  throw std::invalid_argument(fmt::format(
+      "logger::set_logger_dir: unknown action '{}'; the actions are {}",
+      std::isprint(static_cast<unsigned char>(action)) ? std::string(1, action)
+                                                       : fmt::format("\\x{:02x}", action & 0xff),
+      kActions));
+}
+
+// os.path.normpath: `a//b/./c/` -> `a/b/c`.
+std::string normalise(const std::string& dir) {
+  std::string s = fs::path(dir).lexically_normal().string();
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  return s.empty() ? "." : s;
+}
+
+// True when `dir` is a directory holding an entry whose name does not start with '.'.
+bool has_visible_entry(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return false;
+  fs::directory_iterator it(dir, ec);
+  if (ec) {
+    throw std::runtime_error(
+        fmt::format("logger::set_logger_dir: cannot list '{}': {}", dir, ec.message()));
+  }
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (ec) break;
+    const std::string name = it->path().filename().string();
+    if (!name.empty() && name[0] != '.') return true;
+  }
+  if (ec) {
+    throw std::runtime_error(
+        fmt::format("logger::set_logger_dir: cannot list '{}': {}", dir, ec.message()));
+  }
+  return false;
+}
+
+// `base`, or `base-1`, `base-2`... : the first of them that does not exist.
+std::string free_name(const std::string& base) {
+  std::string name = base;
+  for (int i = 1;; ++i) {
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(name, ec))) return name;
+    name = fmt::format("{}-{}", base, i);
+  }
+}
+
+// One line from fd 0 (without its newline), read unbuffered so that no stdio state is involved.
+// `eof` is set when stdin ended (or failed) before a newline.
+std::string read_stdin_line(bool* eof) {
+  std::string line;
+  *eof = false;
+  for (;;) {
+    char c;
+    ssize_t n = ::read(STDIN_FILENO, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      *eof = true;
+      return line;
+    }
+    if (c == '\n') return line;
+    line.push_back(c);
+  }
+}
+
+// tensorpack's prompt: two warnings, then the question until a non-empty answer.
+std::string ask_action(const std::string& dir) {
+  TP_LOG_WARN("Log directory {} exists! Use 'd' to delete it. ", dir);
+  TP_LOG_WARN(
+      "If you're resuming from a previous run, you can choose to keep it.\n"
+      "Press any other key to exit. ");
+  for (;;) {
+    std::fputs("Select Action: k (keep) / d (delete) / q (quit):", stdout);
+    std::fflush(stdout);
+    bool eof = false;
+    std::string answer = lower_strip(read_stdin_line(&eof));
+    if (!answer.empty()) return answer;
+    if (eof) {
+      throw std::runtime_error(fmt::format(
+          "logger::set_logger_dir: log directory '{}' exists and stdin ended before an action "
+          "was chosen; pass an action: {}",
+          dir, kActions));
+    }
+  }
+}
+
+std::vector<std::string> command_line() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  std::size_t start = 0;
+  while (start < all.size()) {
+    std::size_t end = all.find('\0', start);
+    if (end == std::string::npos) end = all.size();
+    args.push_back(all.substr(start, end - start));
+    start = end + 1;
+  }
+  return args;
+}
+
+[[noreturn]] void fail(const std::string& what, const std::string& path,
+                       const std::string& reason) {
+  throw std::runtime_error(
+      fmt::format("logger::set_logger_dir: cannot {} '{}': {}", what, path, reason));
+}
+
+// Closes the log file and forgets the directory.
+void detach() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  state().log_file.reset();
+  state().logger_dir.reset();
 }
 
 }  // namespace
 
 void log(Level lvl, const char* file, int line, std::string_view message) {
   if (static_cast<int>(lvl) < g_level.load(std::memory_order_relaxed)) return;
-  static const bool colour = isatty(STDOUT_FILENO) != 0;
   std::string prefix = fmt::format("[{} @{}:{}]", timestamp(), base_name(file), line);
   const char* tag = "";
   const char* tag_colour = "";
@@ -70,16 +214,22 @@ void log(Level lvl, const char* file, int line, std::string_view message) {
       tag_colour = "\033[4m\033[5m\033[31m";
       break;
   }
-  std::string text;
-  if (colour) {
-    text = fmt::format("\033[32m{}\033[0m {}{}{}{}\n", prefix, tag_colour, tag,
-                       *tag ? "\033[0m" : "", message);
-  } else {
-    text = fmt::format("{} {}{}\n", prefix, tag, message);
-  }
+  // Checked at every line: stdout may be redirected while the program runs.
+  const bool colour = isatty(STDOUT_FILENO) != 0;
+  const std::string plain = fmt::format("{} {}{}\n", prefix, tag, message);
   std::lock_guard<std::mutex> lock(state().mutex);
-  std::fwrite(text.data(), 1, text.size(), stdout);
+  if (colour) {
+    const std::string text = fmt::format("\033[32m{}\033[0m {}{}{}{}\n", prefix, tag_colour, tag,
+                                         *tag ? "\033[0m" : "", message);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  } else {
+    std::fwrite(plain.data(), 1, plain.size(), stdout);
+  }
   std::fflush(stdout);
+  if (std::FILE* f = state().log_file.get()) {
+    std::fwrite(plain.data(), 1, plain.size(), f);
+    std::fflush(f);
+  }
   for (auto& entry : state().sinks) entry.second(lvl, message);
 }
 
@@ -103,23 +253,106 @@ std::optional<std::string> get_logger_dir() {
   return state().logger_dir;
 }
 
-void set_logger_dir(const std::string& dir) {
+void set_logger_dir(const std::string& dir, std::optional<char> action) {
   if (dir.empty())
     throw std::invalid_argument("logger::set_logger_dir: the directory name is empty");
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    throw std::runtime_error(
-        fmt::format("logger::set_logger_dir: cannot create '{}': {}", dir, ec.message()));
+  if (action) action = parse_action(*action);
+  std::string d = normalise(dir);
+
+  // Decide first; nothing changes until the action is known and is not 'q'.
+  const bool non_empty = has_visible_entry(d);
+  std::string answer;  // the action as typed at the prompt
+  if (non_empty && !action) {
+    if (isatty(STDIN_FILENO) == 0) {
+      throw std::invalid_argument(fmt::format(
+          "logger::set_logger_dir: log directory '{}' exists and is not empty, and stdin is not "
+          "a terminal to ask what to do with it; pass an action: {}",
+          d, kActions));
+    }
+    answer = ask_action(d);
+    action =
+        answer.size() == 1 && std::string_view("kdbn").find(answer[0]) != std::string_view::npos
+            ? answer[0]
+            : 'q';
   }
-  std::lock_guard<std::mutex> lock(state().mutex);
-  state().logger_dir = std::filesystem::path(dir).lexically_normal().string();
+  if (non_empty && *action == 'q') {
+    throw std::runtime_error(fmt::format(
+        "logger::set_logger_dir: log directory '{}' exists and is not empty; quit as asked ({}). "
+        "To use it, pass 'k' (keep), 'd' (delete), 'b' (back up to '{}.<MMDD-HHMMSS>') or 'n' "
+        "(use a new directory '{}.<MMDD-HHMMSS>')",
+        d, answer.empty() ? std::string("action 'q'") : fmt::format("answer '{}'", answer), d, d));
+  }
+
+  // Close the previous log.log first, so that its directory may be deleted or moved.
+  detach();
+  std::error_code ec;
+  if (non_empty) {
+    switch (*action) {
+      case 'b': {
+        const std::string backup = free_name(d + "." + time_str());
+        fs::rename(d, backup, ec);
+        if (ec) fail("back up (rename to '" + backup + "')", d, ec.message());
+        TP_LOG_INFO("Directory '{}' backuped to '{}'", d, backup);
+        break;
+      }
+      case 'd':
+        fs::remove_all(d, ec);
+        if (ec) fail("delete", d, ec.message());
+        break;
+      case 'n':
+        d = free_name(d + "." + time_str());
+        TP_LOG_INFO("Use a new log directory {}", d);
+        break;
+      default:  // 'k'
+        break;
+    }
+  }
+
+  if (fs::exists(d, ec) && !fs::is_directory(d, ec)) fail("use", d, "it is not a directory");
+  fs::create_directories(d, ec);
+  if (ec) fail("create", d, ec.message());
+
+  const std::string log_path = (fs::path(d) / "log.log").string();
+  if (fs::exists(fs::symlink_status(log_path, ec))) {
+    const std::string backup = free_name(log_path + "." + time_str());
+    fs::rename(log_path, backup, ec);
+    if (ec) fail("back up (rename to '" + backup + "')", log_path, ec.message());
+    TP_LOG_INFO("Existing log file '{}' backuped to '{}'", log_path, backup);
+  }
+  FilePtr file(std::fopen(log_path.c_str(), "we"));
+  if (!file) fail("open", log_path, std::strerror(errno));
+  {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    state().log_file = std::move(file);
+    state().logger_dir = d;
+  }
+  std::string argv;
+  for (const auto& arg : command_line()) argv += (argv.empty() ? "" : " ") + arg;
+  TP_LOG_INFO("Argv: {}", argv);
 }
 
-void unset_logger_dir() {
-  std::lock_guard<std::mutex> lock(state().mutex);
-  state().logger_dir.reset();
+void set_logger_dir(const std::string& dir, const std::string& action) {
+  if (action.empty()) return set_logger_dir(dir, std::optional<char>());
+  if (action.size() != 1) {
+    throw std::invalid_argument(
+        fmt::format("logger::set_logger_dir: the action must be one character, got '{}'; the "
+                    "actions are {}",
+                    action, kActions));
+  }
+  set_logger_dir(dir, std::optional<char>(action[0]));
 }
+
+void auto_set_dir(std::optional<char> action, const std::string& name) {
+  const auto args = command_line();
+  std::string program =
+      args.empty() ? std::string() : fs::path(args.front()).filename().stem().string();
+  if (program.empty()) program = program_invocation_short_name;
+  std::string dir = "train_log/" + program;
+  if (!name.empty()) dir += ":" + name;
+  set_logger_dir(dir, action);
+}
+
+void unset_logger_dir() { detach(); }
 
 }  // namespace logger
 }  // namespace trainpack

@@ -149,18 +149,38 @@ TEST(TrainerErrors, ANullCallbackIsAnError) {
 
 // ---- train_with_defaults ----
 
-TEST(TrainWithDefaults, AppendsDefaultCallbacksUnlessAnEmptyListIsGiven) {
+TEST(TrainWithDefaults, AppendsDefaultCallbacksAndMonitorsUnlessEmptyListsAreGiven) {
   NoOpTrainer with_defaults;
   with_defaults.set_handle_signals(false);
   with_defaults.train_with_defaults(TrainOptions().steps_per_epoch(1).max_epoch(1));
-  // MaintainStepCounter, the defaults, Monitors.
-  EXPECT_EQ(with_defaults.registered_callbacks().size(), 2 + DEFAULT_CALLBACKS().size());
+  // MaintainStepCounter, the default callbacks, the default monitors, Monitors.
+  EXPECT_EQ(with_defaults.registered_callbacks().size(),
+            2 + DEFAULT_CALLBACKS().size() + DEFAULT_MONITORS().size());
+  EXPECT_EQ(with_defaults.monitors().monitors().size(), DEFAULT_MONITORS().size());
 
   NoOpTrainer without;
   without.set_handle_signals(false);
-  without.train_with_defaults(
-      TrainOptions().steps_per_epoch(1).max_epoch(1).extra_callbacks(std::vector<CallbackPtr>{}));
+  without.train_with_defaults(TrainOptions()
+                                  .steps_per_epoch(1)
+                                  .max_epoch(1)
+                                  .extra_callbacks(std::vector<CallbackPtr>{})
+                                  .monitors(std::vector<MonitorPtr>{}));
   EXPECT_EQ(without.registered_callbacks().size(), 2u);
+}
+
+TEST(TrainWithDefaults, DefaultsAreTensorpacksInItsOrder) {
+  auto callbacks = DEFAULT_CALLBACKS();
+  ASSERT_EQ(callbacks.size(), 2u);
+  EXPECT_EQ(callbacks[0]->name(), "ProgressBar");
+  EXPECT_EQ(callbacks[1]->name(), "RunUpdateOps");
+  LogCapture log;  // no logger directory: the writers fall back to NoOpMonitors and say so
+  auto monitors = DEFAULT_MONITORS();
+  ASSERT_EQ(monitors.size(), 3u);
+  EXPECT_EQ(monitors[0]->name(), "NoOpMonitor(TFEventWriter)");
+  EXPECT_EQ(monitors[1]->name(), "NoOpMonitor(JSONWriter)");
+  EXPECT_EQ(monitors[2]->name(), "ScalarPrinter");
+  EXPECT_TRUE(log.contains("WRN logger directory was not set. Ignore TFEventWriter."));
+  EXPECT_TRUE(log.contains("WRN logger directory was not set. Ignore JSONWriter."));
 }
 
 TEST(TrainWithDefaults, PassesCountersThrough) {

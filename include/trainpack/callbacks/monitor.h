@@ -2,4 +2,8 @@
 // (monitor_base.h) and each monitor of its own file.
 #pragma once
 
+#include "trainpack/callbacks/json_writer.h"
 #include "trainpack/callbacks/monitor_base.h"
+#include "trainpack/callbacks/scalar_printer.h"
+#include "trainpack/callbacks/send_monitor_data.h"
+#include "trainpack/callbacks/tf_event_writer.h"

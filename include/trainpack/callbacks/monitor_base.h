@@ -7,7 +7,29 @@
 // the callback list is an error. The monitors themselves (TFEventWriter, JSONWriter,
 // ScalarPrinter, ...) are in `trainpack/callbacks/monitor.h`, which includes this file.
 //
-// Differences from tensorpack: scalars are doubles (stats.json prints them as Python floats).
+// What each put_* call does, in order (each call reaches every monitor, in list order, before
+// the next call of the sequence starts):
+//
+//   put_scalar(name, v)   process_scalar(name, v); history; process_summary({name: v})
+//   put_image(name, arr)  process_image(name, nhwc_uint8); process_summary(PNG images)
+//   put_summary(s)        per scalar value: tag normalised, process_scalar(tag, v), history;
+//                         then process_summary(s) (with the normalised tags)
+//   put_event(e)          e.step = global_step, e.wall_time = now; process_event(e)
+//
+// Differences from tensorpack:
+// - Scalars are doubles (stats.json prints them as Python floats); tensorpack keeps a Python
+//   int an int.
+// - put_image takes an at::Tensor on any device; monitors receive it already cast to uint8 (in
+//   tensorpack process_image receives the array before the cast). A shape that is not an image
+//   is std::invalid_argument naming the put (tensorpack: ValueError `Array of shape {shape} is
+//   not an image!`). Images of 2 channels are encoded as grey+alpha PNGs (tensorpack hands them
+//   to OpenCV, which does not encode 2 channels).
+// - put_summary takes a Summary struct, not serialized protobuf bytes, by value: the caller's
+//   object keeps its tags (tensorpack rewrites the caller's object in place).
+// - The history is not a monitor of the list (tensorpack's ScalarHistory, always last); it is
+//   recorded right after the monitors' process_scalar, at the same moment.
+// - get_latest on a name without data throws std::out_of_range (tensorpack: KeyError) with the
+//   same message; get_history of an unknown name is empty, as tensorpack's defaultdict gives.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +55,7 @@ class MonitorBase : public Callback {
   // Called for every scalar put to the monitors, in put order (also for each scalar of a
   // summary given to put_summary, after tag normalisation).
   virtual void process_scalar(const std::string& /*name*/, double /*value*/) {}
-  // Called by put_image with the image as an NHWC uint8 tensor on the CPU.
+  // Called by put_image with the image as a contiguous NHWC uint8 tensor on the CPU.
   virtual void process_image(const std::string& /*name*/, const at::Tensor& /*nhwc_uint8*/) {}
   // Called with every summary: those given to put_summary, and the ones that put_scalar and
   // put_image build.
@@ -56,16 +78,47 @@ class NoOpMonitor : public MonitorBase {
   std::string name_;
 };
 
-// The aggregator: `trainer.monitors()`. Registered as the last callback.
+// The aggregator: `trainer.monitors()`. Registered as the last callback; it forwards no
+// lifecycle hook (each monitor is registered as a callback of its own).
 class Monitors : public Callback {
  public:
   using History = std::vector<std::pair<int64_t, double>>;  // (global_step at put time, value)
 
   explicit Monitors(std::vector<MonitorPtr> monitors);
 
-  // Dispatches (name, value) to every monitor's process_scalar, then records it with the
-  // current global step.
+  // process_scalar(name, value) on every monitor, records (global_step, value) in the history,
+  // then process_summary with a summary of this one scalar (tag `name`) on every monitor.
+  //
+  //   trainer().monitors().put_scalar("val-error", err);
   void put_scalar(const std::string& name, double value);
+
+  // Puts an image, or a batch of images. `image` is made NHWC:
+  //   4-D         NHWC, unchanged
+  //   3-D         HWC when the last dimension is 1, 3 or 4 (a batch of one), else NHW (grey)
+  //   2-D         HW, one grey image
+  // anything else throws std::invalid_argument("Monitors::put_image('<name>'): array of shape
+  // [5] is not an image"). Values are cast to uint8 without clipping (numpy's astype('uint8'):
+  // floats are truncated toward zero; out of range, integers and floats wrap modulo 256, which
+  // numpy leaves undefined for floats; NaN and infinities give an unspecified byte), moved to
+  // the CPU and made contiguous; every monitor's process_image gets that tensor. Then each
+  // image is PNG-encoded (1 grey, 2 grey+alpha, 3 RGB, 4 RGBA channels) into a summary, tagged
+  // `name` for a single image and `name/<k>` for image k of a batch; an image that cannot be
+  // encoded (another channel count, an empty image) is skipped with a warning. Every monitor's
+  // process_summary gets the summary.
+  //
+  //   trainer().monitors().put_image("samples", generated);  // [16, 28, 28] -> name/0..15
+  void put_image(const std::string& name, const at::Tensor& image);
+
+  // Puts a summary (e.g. built from tower summaries). Each scalar value's tag is normalised, as
+  // tensorpack does for TensorFlow's summary names: every `tower<digits>/` is removed, then one
+  // trailing `-summary` (`tower0/cost-summary` -> `cost`); process_scalar(tag, value) on every
+  // monitor and the history follow, value by value. Images, histograms and text keep their tags
+  // and reach only process_summary, which every monitor then gets with the normalised summary.
+  void put_summary(Summary summary);
+
+  // Sets `event.step` to the global step and `event.wall_time` to now (seconds since the Unix
+  // epoch), then process_event on every monitor.
+  void put_event(Event event);
 
   // Every (global_step, value) put under `name`, in put order; empty for an unknown name.
   const History& get_history(const std::string& name) const;
@@ -76,8 +129,17 @@ class Monitors : public Callback {
   const std::vector<MonitorPtr>& monitors() const { return monitors_; }
 
  private:
+  void record(const std::string& name, double value);
+  int64_t current_step() const { return is_set_up() ? global_step() : 0; }
+
   std::vector<MonitorPtr> monitors_;
-  std::map<std::string, History> history_;
+  std::map<std::string, History, std::less<>> history_;
 };
+
+namespace detail {
+// put_summary's tag normalisation for scalars: removes every `tower[0-9]+/`, then one trailing
+// `-summary`.
+std::string normalize_summary_tag(const std::string& tag);
+}  // namespace detail
 
 }  // namespace trainpack

@@ -2,9 +2,10 @@
 // (tensorpack's DEFAULT_CALLBACKS() and DEFAULT_MONITORS()). Each call returns fresh objects.
 //
 // tensorpack's lists are [MovingAverageSummary, ProgressBar, MergeAllSummaries, RunUpdateOps] and
-// [TFEventWriter, JSONWriter, ScalarPrinter]. trainpack's lists hold those of them that exist in
-// this version, in tensorpack's order: RunUpdateOps, and no monitors yet (the summary callbacks,
-// the progress bar and the monitor writers are added to these lists as they land).
+// [TFEventWriter, JSONWriter, ScalarPrinter]. trainpack's monitors are the same (TFEventWriter
+// and JSONWriter become NoOpMonitors, with tensorpack's warning, when no logger directory is set);
+// its callbacks are [ProgressBar, RunUpdateOps] until the summary callbacks
+// (MovingAverageSummary, MergeAllSummaries) land, in tensorpack's order.
 #pragma once
 
 #include <vector>

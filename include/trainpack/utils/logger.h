@@ -1,12 +1,27 @@
-// The logger: tensorpack's console format, `[MMDD HH:MM:SS @file:line] message`.
+// The logger: tensorpack's console format, `[MMDD HH:MM:SS @file:line] message`, and the log
+// directory that callbacks write into.
 //
 // Lines go to stdout (as tensorpack's handler does); WARNING and ERROR lines carry a `WRN ` or
-// `ERR ` tag. Colour is used only when stdout is a terminal. Use the TP_LOG_* macros, which take
-// an fmt format string and record the caller's file and line.
+// `ERR ` tag (DEBUG lines `DBG `). Colour is used only when stdout is a terminal (checked at every
+// line). Use the TP_LOG_* macros, which take an fmt format string and record the caller's file
+// and line.
 //
-// Differences from tensorpack: none in the line format. The log directory functions
-// (set_logger_dir with its actions, log.log) are completed by the logging issue; for now
-// set_logger_dir creates the directory and remembers it.
+// Once `set_logger_dir(dir, action)` was called, every line is also written, without colour and
+// flushed line by line, to `<dir>/log.log`, whose first line is `Argv: <the command line>`.
+//
+//   logger::set_logger_dir("train_log/mnist", 'k');  // keep what a previous run left there
+//   logger::auto_set_dir('d');                         // train_log/<program name>, emptied first
+//
+// Differences from tensorpack (spec 22 #10):
+// - actions are case-insensitive (`'K'` is `'k'`); an action other than k, d, b, n, q is a
+//   std::invalid_argument that lists the valid ones, checked whether or not the directory exists;
+// - `q` throws a std::runtime_error that says the directory exists and lists the actions
+//   (tensorpack raises `OSError("Directory ... exits!")`, and does the same for an unknown action);
+// - `b` and `n` name the directory `<dir>.<MMDD-HHMMSS>`, with a dot (tensorpack appends the time
+//   with no separator); if that name is taken, `-1`, `-2`... is added, so nothing is overwritten;
+// - with no action, a non-empty directory and a stdin that is not a terminal, set_logger_dir
+//   throws std::invalid_argument (tensorpack blocks on `input()`);
+// - log.log holds plain text (tensorpack writes the colour codes into it too).
 #pragma once
 
 #include <fmt/format.h>
@@ -21,7 +36,8 @@ namespace logger {
 
 enum class Level { kDebug = 10, kInfo = 20, kWarning = 30, kError = 40 };
 
-// Writes one line at `level`, attributed to `file:line` (only the base name of `file` is shown).
+// Writes one line at `level`, attributed to `file:line` (only the base name of `file` is shown),
+// to stdout and, when a logger directory is set, to its log.log.
 void log(Level level, const char* file, int line, std::string_view message);
 
 // Lines below `level` are dropped. Default: kInfo.
@@ -35,11 +51,35 @@ using Sink = std::function<void(Level, std::string_view message)>;
 int add_sink(Sink sink);
 void remove_sink(int id);
 
-// The directory that callbacks write into, or nullopt when none was set.
+// The logger directory (normalised: `a//b/` is `a/b`), or nullopt when none was set.
 std::optional<std::string> get_logger_dir();
-// Creates `dir` (with parents) and makes it the logger directory.
-void set_logger_dir(const std::string& dir);
-// Forgets the logger directory (files already written stay).
+
+// Makes `dir` the logger directory (spec 16). First the log.log of a previous directory is
+// closed. If `dir` exists and holds an entry whose name does not start with `.`, `action` says
+// what to do with it (case-insensitive):
+//   'k' keep it as it is;
+//   'd' delete it with everything inside, then start an empty one;
+//   'b' back it up: rename it to `<dir>.<MMDD-HHMMSS>`, then start an empty `dir`;
+//   'n' leave it alone and use a new directory `<dir>.<MMDD-HHMMSS>` instead;
+//   'q' quit: throw std::runtime_error.
+// With no action: if stdin is a terminal, ask (tensorpack's prompt, repeated until an answer;
+// an answer other than k, d, b, n quits); otherwise throw std::invalid_argument naming the
+// directory. An empty or missing directory needs no action. Then: `mkdir -p`; a log.log kept
+// with 'k' is renamed to `log.log.<MMDD-HHMMSS>` (logged); a new log.log is opened and receives
+// every later line, starting with `Argv: ...`.
+// Errors (a directory or file that cannot be created, deleted or renamed) throw
+// std::runtime_error naming the path and the reason. If set_logger_dir throws before touching
+// the file system (an unknown action, 'q', no action without a terminal), the previous logger
+// directory and its log.log stay as they were; if it fails later, no directory is set.
+void set_logger_dir(const std::string& dir, std::optional<char> action = std::nullopt);
+// The same with the action as a string of one character ("" means no action).
+void set_logger_dir(const std::string& dir, const std::string& action);
+
+// set_logger_dir("train_log/<program>" [+ ":<name>"], action), where <program> is the base name
+// of the running program without its extension (tensorpack uses the main script's name).
+void auto_set_dir(std::optional<char> action = std::nullopt, const std::string& name = "");
+
+// Forgets the logger directory and closes its log.log (files already written stay).
 void unset_logger_dir();
 
 }  // namespace logger

@@ -1,0 +1,107 @@
+// TFEventWriter: writes what the monitors receive into a TensorFlow event file, so that
+// TensorBoard shows the run (`tensorboard --logdir <logger dir>`).
+//
+//   monitors.push_back(TFEventWriter::create());  // a NoOpMonitor when no logger dir is set
+//   monitors.push_back(std::make_shared<TFEventWriter>(
+//       TFEventWriterOptions().logdir("/tmp/run").flush_secs(30).split_files(true)));
+//
+// The file: `events.out.tfevents.<10-digit unix seconds>.<hostname>.<pid>.<n>` in logdir (n counts
+// the files this process opened, so two files opened in one second never collide), a TFRecord
+// stream (uint64 length, uint32 masked CRC-32C of the length, the bytes, uint32 masked CRC-32C of
+// the bytes, all little-endian) of `Event` protobufs; the first record is
+// `Event{wall_time, step 0, file_version "brain.Event:2"}`.
+//
+// What is written: every summary given to process_summary (the ones that Monitors::put_scalar,
+// put_image and put_summary build) as an Event at the current global_step and the current time;
+// every event given to process_event as it is. Scalars become `simple_value` (float32), images
+// `Summary.Image` with their PNG, histograms `HistogramProto`, text a DT_STRING tensor with the
+// `text` plugin's metadata. process_scalar / process_image are not used (tensorpack's writer
+// takes only summaries; put_scalar's summary carries the scalar).
+//
+// Threads: the training thread only copies the summary into a queue (under a mutex). A thread
+// owned by the writer, started at setup_graph (or by flush()) and joined at after_train (or in the
+// destructor), encodes the events and writes them to the file when max_queue events are pending
+// or flush_secs have passed since the last write. At every epoch end (trigger) the writer flushes
+// and fsyncs, and the training thread waits for it; with split_files the file is then closed and
+// the next event opens a new one. after_train flushes, fsyncs and closes. A producer far ahead of
+// the disk (65536 events pending) waits for the writer instead of growing memory without bound.
+//
+// Errors: a file that cannot be opened or written is an ERROR line naming the file; training
+// goes on, and the events meanwhile are dropped (the open is retried at the next epoch end).
+//
+// Differences from tensorpack: no graph definition is written (there is no TF graph); the `.pid.n`
+// suffix of the file name; the epoch-end flush also fsyncs and waits for the disk; after a split
+// the new file is opened by the next event (so an epoch without events leaves no file, and a run
+// with split_files leaves one file per epoch rather than an extra, empty one at the end).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/arg.h>
+
+#include "trainpack/callbacks/monitor_base.h"
+
+namespace trainpack {
+
+struct TFEventWriterOptions {
+  // The directory of the event files; unset: the logger directory. Must exist.
+  TORCH_ARG(std::optional<std::string>, logdir);
+  // Write to the file once this many events are pending (>= 1).
+  TORCH_ARG(int64_t, max_queue) = 10;
+  // Write pending events at least this often, in seconds (> 0).
+  TORCH_ARG(double, flush_secs) = 120;
+  // Start a new event file at every epoch end.
+  TORCH_ARG(bool, split_files) = false;
+};
+
+class TFEventWriter : public MonitorBase {
+ public:
+  // Throws std::invalid_argument when logdir is unset and no logger directory is set, when the
+  // directory does not exist, or for max_queue < 1 or flush_secs <= 0.
+  explicit TFEventWriter(TFEventWriterOptions options = {});
+  // Flushes, fsyncs and closes the file if the writer is still open (joins its thread).
+  ~TFEventWriter() override;
+
+  // tensorpack's `TFEventWriter()` in DEFAULT_MONITORS: when neither `options.logdir` nor the
+  // logger directory is set, logs the WARNING `logger directory was not set. Ignore
+  // TFEventWriter.` and returns NoOpMonitor("TFEventWriter"); otherwise a TFEventWriter.
+  static MonitorPtr create(TFEventWriterOptions options = {});
+
+  void process_summary(const Summary& summary) override;
+  void process_event(const Event& event) override;
+
+  // Writes everything put so far to the file, fsyncs it, and returns when that is done (starts
+  // the writer's thread if setup_graph has not). Does nothing after after_train.
+  void flush();
+  // Flushes, fsyncs and closes the file and joins the thread (what after_train does). Events
+  // given afterwards are dropped, until a new training's setup_graph opens a new file.
+  void close();
+
+  // The normalized directory.
+  const std::string& logdir() const { return logdir_; }
+  // The paths of the event files opened so far, in order.
+  std::vector<std::string> files() const;
+
+  std::string name() const override { return "TFEventWriter"; }
+
+ protected:
+  void _setup_graph() override;
+  void _trigger() override;
+  void _after_train() override;
+
+ private:
+  struct Impl;
+  struct Pending;
+  void enqueue(Pending&& item);
+  void request_flush(bool split);
+
+  TFEventWriterOptions options_;
+  std::string logdir_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trainpack

@@ -1,0 +1,503 @@
+// JSONWriter (spec 7.4, 22 #8): stats.json byte for byte, append / back up on restart, truncated
+// and malformed files, load_existing_json / load_existing_epoch_number, the cost of a write.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "support/trace.h"
+#include "trainpack/callbacks/monitor.h"
+
+namespace trainpack {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::LogCapture;
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_text(const fs::path& p, const std::string& text) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << text;
+}
+
+// Puts `cost` at every step and `lr` at every epoch end, with values that depend on the counters.
+class PutScalars : public Callback {
+ public:
+  std::function<void(Trainer&)> before_train_fn;
+
+ protected:
+  void _before_train() override {
+    if (before_train_fn) before_train_fn(trainer());
+  }
+  void _trigger_step() override {
+    trainer().monitors().put_scalar("cost", 1.0 / static_cast<double>(global_step()));
+  }
+  void _trigger_epoch() override {
+    trainer().monitors().put_scalar("lr", 0.1 * static_cast<double>(epoch_num()));
+  }
+};
+
+// The backups of stats.json in `dir`: names starting with `stats.json.` but not `.tmp`.
+std::vector<fs::path> backups(const fs::path& dir, const std::string& prefix = "stats.json.") {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && name != "stats.json.tmp") out.push_back(e.path());
+  }
+  return out;
+}
+
+class JSONWriterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* base = std::getenv("TRAINPACK_TEST_TMP");
+    const fs::path root = base != nullptr && *base != '\0' ? fs::path(base) : fs::path("/tmp");
+    fs::create_directories(root);
+    std::string tmpl = (root / "json_writer_test.XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = fs::path(tmpl) / "log";  // a fresh directory: set_logger_dir needs no action
+    logger::set_logger_dir(dir_.string());
+  }
+  void TearDown() override {
+    logger::unset_logger_dir();
+    std::error_code ec;
+    fs::remove_all(dir_.parent_path(), ec);
+  }
+
+  fs::path stats_path() const { return dir_ / "stats.json"; }
+
+  // Trains `epochs` epochs of `spe` steps from `starting_epoch` with a PutScalars callback and a
+  // fresh JSONWriter; returns the writer.
+  std::shared_ptr<JSONWriter> train(int64_t spe, int64_t starting_epoch, int64_t max_epoch,
+                                    std::shared_ptr<PutScalars> cb = nullptr) {
+    auto writer = std::make_shared<JSONWriter>();
+    NoOpTrainer trainer;
+    trainer.set_handle_signals(false);
+    trainer.train({cb ? cb : std::make_shared<PutScalars>()}, {writer}, spe, starting_epoch,
+                  max_epoch);
+    return writer;
+  }
+
+  fs::path dir_;
+};
+
+// 2 epochs x 2 steps: the step-1 entry of each epoch, then the epoch entry (its last step merged).
+const char* const kTwoEpochs = R"([{"cost": 1.0, "epoch_num": 1, "global_step": 1}, )"
+                               R"({"cost": 0.5, "lr": 0.1, "epoch_num": 1, "global_step": 2}, )"
+                               R"({"cost": 0.3333333333333333, "epoch_num": 2, "global_step": 3}, )"
+                               R"({"cost": 0.25, "lr": 0.2, "epoch_num": 2, "global_step": 4}])";
+
+TEST_F(JSONWriterTest, WritesTensorpacksLayoutByteForByte) {
+  auto writer = train(2, 1, 2);
+  EXPECT_EQ(read_text(stats_path()), kTwoEpochs);
+  EXPECT_EQ(writer->stats().size(), 4u);
+  EXPECT_FALSE(fs::exists(dir_ / "stats.json.tmp"));
+}
+
+TEST_F(JSONWriterTest, WritesWhatEarlierCallbacksPutInBeforeTrainWithThePreviousEpoch) {
+  auto cb = std::make_shared<PutScalars>();
+  cb->before_train_fn = [](Trainer& t) {
+    t.monitors().put_scalar("init", 2.0);
+    // A scalar named like the counters is overwritten by them, which come last.
+    t.monitors().put_scalar("epoch_num", 7.5);
+    t.monitors().put_scalar("init", 3.0);  // the last value wins, the first position stays
+  };
+  train(1, 3, 3, cb);
+  EXPECT_EQ(read_text(stats_path()),
+            R"([{"init": 3.0, "epoch_num": 2, "global_step": 0}, )"
+            R"({"cost": 1.0, "lr": 0.30000000000000004, "epoch_num": 3, "global_step": 1}])");
+}
+
+TEST_F(JSONWriterTest, NothingPutMeansNoFile) {
+  auto writer = std::make_shared<JSONWriter>();
+  NoOpTrainer trainer;
+  trainer.set_handle_signals(false);
+  trainer.train({}, {writer}, 2, 1, 2);
+  EXPECT_FALSE(fs::exists(stats_path()));
+}
+
+TEST_F(JSONWriterTest, FormatsValuesAsPythonsJsonDump) {
+  EXPECT_EQ(JSONWriter::format_value(0.1), "0.1");
+  EXPECT_EQ(JSONWriter::format_value(1.0 / 3), "0.3333333333333333");
+  EXPECT_EQ(JSONWriter::format_value(1e-05), "1e-05");
+  EXPECT_EQ(JSONWriter::format_value(0.0001), "0.0001");
+  EXPECT_EQ(JSONWriter::format_value(100.0), "100.0");
+  EXPECT_EQ(JSONWriter::format_value(12345678901234567.0), "1.2345678901234568e+16");
+  EXPECT_EQ(JSONWriter::format_value(1e16), "1e+16");
+  EXPECT_EQ(JSONWriter::format_value(1234567890123456.0), "1234567890123456.0");
+  EXPECT_EQ(JSONWriter::format_value(static_cast<double>(0.1f)), "0.10000000149011612");
+  EXPECT_EQ(JSONWriter::format_value(-0.0), "-0.0");
+  EXPECT_EQ(JSONWriter::format_value(1.5e-7), "1.5e-07");
+  EXPECT_EQ(JSONWriter::format_value(1e300), "1e+300");
+  EXPECT_EQ(JSONWriter::format_value(std::numeric_limits<double>::quiet_NaN()), "NaN");
+  EXPECT_EQ(JSONWriter::format_value(std::numeric_limits<double>::infinity()), "Infinity");
+  EXPECT_EQ(JSONWriter::format_value(-std::numeric_limits<double>::infinity()), "-Infinity");
+  EXPECT_EQ(JSONWriter::format_value(int64_t{100}), "100");
+  EXPECT_EQ(JSONWriter::format_value(int64_t{-3}), "-3");
+
+  StatsEntry e;
+  e.set("a\"b\\c\n\t\x01\x7f", 1.0);
+  e.set("caf\xc3\xa9 \xf0\x9f\x98\x80", int64_t{2});  // "café 😀"
+  e.set("bad\xff", 3.0);                              // invalid UTF-8: U+FFFD
+  EXPECT_EQ(JSONWriter::dump(e),
+            R"({"a\"b\\c\n\t\u0001\u007f": 1.0, "caf\u00e9 \ud83d\ude00": 2, "bad\ufffd": 3.0})");
+  EXPECT_EQ(JSONWriter::dump(std::vector<StatsEntry>{}), "[]");
+}
+
+// Runs python3's json.load on `path` and returns print()'s output, or nullopt without python3.
+std::optional<std::string> python_load(const fs::path& path) {
+  if (std::system("python3 -c 'pass' >/dev/null 2>&1") != 0) return std::nullopt;
+  const std::string cmd =
+      "PYTHONIOENCODING=utf-8 python3 -c \"import json,sys; print(json.load(open(sys.argv[1])))\" "
+      "'" +
+      path.string() + "' 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return std::nullopt;
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int rc = ::pclose(p);
+  if (rc != 0) return "python3 failed: " + out;
+  return out;
+}
+
+TEST_F(JSONWriterTest, PythonReadsTheSameValues) {
+  class PutOdd : public Callback {
+   protected:
+    void _trigger_epoch() override {
+      auto& m = trainer().monitors();
+      m.put_scalar("a", 0.1);
+      m.put_scalar("third", 1.0 / 3);
+      m.put_scalar("small", 1e-05);
+      m.put_scalar("hundred", 100.0);
+      m.put_scalar("big", 12345678901234567.0);
+      m.put_scalar("nan", std::numeric_limits<double>::quiet_NaN());
+      m.put_scalar("inf", -std::numeric_limits<double>::infinity());
+      m.put_scalar("f32", static_cast<double>(0.1f));
+      m.put_scalar("caf\xc3\xa9", -0.0);
+    }
+  };
+  auto writer = std::make_shared<JSONWriter>();
+  NoOpTrainer trainer;
+  trainer.set_handle_signals(false);
+  trainer.train({std::make_shared<PutOdd>()}, {writer}, 1, 1, 2);
+  const std::string entry =
+      R"({"a": 0.1, "third": 0.3333333333333333, "small": 1e-05, "hundred": 100.0, )"
+      R"("big": 1.2345678901234568e+16, "nan": NaN, "inf": -Infinity, )"
+      R"("f32": 0.10000000149011612, "caf\u00e9": -0.0, )";
+  EXPECT_EQ(read_text(stats_path()), "[" + entry + R"("epoch_num": 1, "global_step": 1}, )" +
+                                         entry + R"("epoch_num": 2, "global_step": 2}])");
+
+  const auto out = python_load(stats_path());
+  if (!out) GTEST_SKIP() << "python3 is not installed";
+  const std::string py_entry =
+      "{'a': 0.1, 'third': 0.3333333333333333, 'small': 1e-05, 'hundred': 100.0, "
+      "'big': 1.2345678901234568e+16, 'nan': nan, 'inf': -inf, 'f32': 0.10000000149011612, "
+      "'caf\xc3\xa9': -0.0, ";
+  EXPECT_EQ(*out, "[" + py_entry + "'epoch_num': 1, 'global_step': 1}, " + py_entry +
+                      "'epoch_num': 2, 'global_step': 2}]\n");
+}
+
+TEST_F(JSONWriterTest, ReadsBackWhatItWrites) {
+  train(2, 1, 2);
+  const auto stats = JSONWriter::load_existing_json();
+  ASSERT_TRUE(stats.has_value());
+  EXPECT_EQ(JSONWriter::dump(*stats), kTwoEpochs);
+  ASSERT_EQ(stats->size(), 4u);
+  EXPECT_TRUE(std::holds_alternative<int64_t>(*stats->back().find("epoch_num")));
+  EXPECT_TRUE(std::holds_alternative<double>(*stats->back().find("lr")));
+  EXPECT_EQ(JSONWriter::load_existing_epoch_number(), 2);
+  EXPECT_EQ(JSONWriter::load_existing_epoch_number(dir_.string()), 2);
+
+  // Python's non-finite literals, duplicate keys (the last value, the first position), an integer
+  // that stays an integer and a float epoch (int() truncates).
+  write_text(stats_path(),
+             R"([{"x": NaN, "y": -Infinity, "z": Infinity, "x": 2, "epoch_num": 4.0}])");
+  const auto odd = JSONWriter::load_existing_json();
+  ASSERT_TRUE(odd.has_value());
+  EXPECT_EQ(JSONWriter::dump(*odd),
+            R"([{"x": 2, "y": -Infinity, "z": Infinity, "epoch_num": 4.0}])");
+  EXPECT_EQ(JSONWriter::load_existing_epoch_number(), 4);
+}
+
+TEST_F(JSONWriterTest, AppendsWhenTheStartingEpochFollows) {
+  train(2, 1, 2);
+  struct stat st1 {};
+  ASSERT_EQ(::stat(stats_path().c_str(), &st1), 0);
+  LogCapture log;
+  train(2, 3, 3);
+  EXPECT_TRUE(log.contains("Found existing JSON inside " + dir_.string() + ", will append to it."));
+  EXPECT_EQ(read_text(stats_path()),
+            std::string(kTwoEpochs, std::strlen(kTwoEpochs) - 1) +
+                R"(, {"cost": 1.0, "epoch_num": 3, "global_step": 1}, )"
+                R"({"cost": 0.5, "lr": 0.30000000000000004, "epoch_num": 3, "global_step": 2}])");
+  struct stat st2 {};
+  ASSERT_EQ(::stat(stats_path().c_str(), &st2), 0);
+  EXPECT_EQ(st1.st_ino, st2.st_ino);  // appended to, not replaced
+  EXPECT_TRUE(backups(dir_).empty());
+  EXPECT_EQ(JSONWriter::load_existing_epoch_number(), 3);
+}
+
+TEST_F(JSONWriterTest, AppendsWhenTheLastEntryHasNoEpoch) {
+  write_text(stats_path(), R"([{"a": 1}])");
+  LogCapture log;
+  train(1, 5, 5);
+  EXPECT_TRUE(log.contains("will append to it."));
+  EXPECT_EQ(read_text(stats_path()),
+            R"([{"a": 1}, {"cost": 1.0, "lr": 0.5, "epoch_num": 5, "global_step": 1}])");
+  write_text(stats_path(), "[]");
+  train(1, 5, 5);
+  EXPECT_EQ(read_text(stats_path()),
+            R"([{"cost": 1.0, "lr": 0.5, "epoch_num": 5, "global_step": 1}])");
+  EXPECT_TRUE(backups(dir_).empty());
+
+  // Valid, but followed by a newline: rewritten once, the file as found kept.
+  write_text(stats_path(), "[{\"epoch_num\": 4}]\n");
+  LogCapture log2;
+  train(1, 5, 5);
+  EXPECT_EQ(read_text(stats_path()),
+            R"([{"epoch_num": 4}, {"cost": 1.0, "lr": 0.5, "epoch_num": 5, "global_step": 1}])");
+  const auto kept = backups(dir_, "stats.json.orig-");
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(read_text(kept[0]), "[{\"epoch_num\": 4}]\n");
+  EXPECT_TRUE(log2.contains("the file as found is kept as " + kept[0].string()));
+}
+
+TEST_F(JSONWriterTest, BacksUpTheOldFileWhenTheStartingEpochDoesNotFollow) {
+  train(2, 1, 2);
+  LogCapture log;
+  train(1, 1, 1);  // starts again at epoch 1: history epoch 2 is not its predecessor
+  const auto old = backups(dir_);
+  ASSERT_EQ(old.size(), 1u);
+  EXPECT_THAT(old[0].filename().string(),
+              ::testing::MatchesRegex(R"(stats\.json\.[0-9]{4}-[0-9]{6})"));
+  EXPECT_EQ(read_text(old[0]), kTwoEpochs);
+  EXPECT_EQ(read_text(stats_path()),
+            R"([{"cost": 1.0, "lr": 0.1, "epoch_num": 1, "global_step": 1}])");
+  EXPECT_TRUE(log.contains(
+      "WRN History epoch=2 from JSON is not the predecessor of the current starting_epoch=1"));
+  EXPECT_TRUE(log.contains(
+      "WRN If you want to resume old training, either use `AutoResumeTrainConfig` or correctly set "
+      "the new starting_epoch yourself to avoid inconsistency. "));
+  EXPECT_TRUE(log.contains("WRN Now, we will train with starting_epoch=1 and backup old json to " +
+                           old[0].string()));
+
+  // A second back-up in the same second gets a name of its own: nothing is overwritten.
+  train(1, 1, 1);
+  train(1, 1, 1);
+  EXPECT_EQ(backups(dir_).size(), 3u);
+}
+
+TEST_F(JSONWriterTest, KeepsTheCompleteEntriesOfATruncatedFile) {
+  const std::string good = R"([{"a": 0.5, "epoch_num": 1, "global_step": 10}, )"
+                           R"({"a": 0.25, "epoch_num": 2, "global_step": 20})";
+  const std::string cut = good + R"(, {"a": 1)";
+  write_text(stats_path(), cut);
+  {
+    LogCapture log;
+    const auto stats = JSONWriter::load_existing_json();
+    ASSERT_TRUE(stats.has_value());
+    EXPECT_EQ(JSONWriter::dump(*stats), good + "]");
+    EXPECT_TRUE(log.contains("WRN " + stats_path().string() +
+                             " is truncated (an append was cut short): kept its 2 complete "
+                             "entries, ignored the last 9 bytes."));
+    EXPECT_EQ(JSONWriter::load_existing_epoch_number(), 2);
+  }
+  LogCapture log;
+  train(1, 3, 3);
+  EXPECT_TRUE(log.contains("kept its 2 complete entries"));
+  EXPECT_TRUE(log.contains("will append to it."));
+  EXPECT_EQ(
+      read_text(stats_path()),
+      good + R"(, {"cost": 1.0, "lr": 0.30000000000000004, "epoch_num": 3, "global_step": 1}])");
+  const auto kept = backups(dir_, "stats.json.truncated-");
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(read_text(kept[0]), cut);  // the file as found is kept
+  EXPECT_TRUE(log.contains("the file as found is kept as " + kept[0].string()));
+  const auto out = python_load(stats_path());
+  if (out) {
+    EXPECT_THAT(*out, ::testing::StartsWith("[{'a': 0.5,"));
+  }
+}
+
+TEST_F(JSONWriterTest, TruncationsAtEveryByteAreRecoveredOrRejected) {
+  // Every prefix of a file is either truncated (the complete entries kept) or, for the empty
+  // prefix, malformed; never an error of another kind, never an entry more than was complete.
+  // An append overwrites the closing ']' with `, {entry}]`, so every state that a crash in the
+  // middle of it can leave is such a prefix of the new file.
+  const std::string full =
+      R"([{"a": NaN, "b": -Infinity, "s\"]}": 1e-05}, {"c": 2, "epoch_num": 3, "global_step": 4}])";
+  for (size_t n = 0; n <= full.size(); ++n) {
+    write_text(stats_path(), full.substr(0, n));
+    SCOPED_TRACE(full.substr(0, n));
+    if (n == 0) {
+      EXPECT_THROW(JSONWriter::load_existing_json(), std::runtime_error);
+      continue;
+    }
+    std::optional<std::vector<StatsEntry>> stats;
+    ASSERT_NO_THROW(stats = JSONWriter::load_existing_json());
+    ASSERT_TRUE(stats.has_value());
+    // The first entry is complete once its closing brace is in; the second likewise.
+    const size_t first_end = full.find("}, {") + 1;
+    const size_t second_end = full.size() - 1;
+    EXPECT_EQ(stats->size(), n >= second_end ? 2u : n >= first_end ? 1u : 0u);
+  }
+  // What a power loss can leave: NUL bytes where data never reached the disk.
+  write_text(stats_path(), std::string(R"([{"a": 1}, {"b": )") + std::string(8, '\0'));
+  EXPECT_EQ(JSONWriter::load_existing_json()->size(), 1u);
+  write_text(stats_path(), std::string(R"([{"a": 1}])") + std::string(8, '\0'));
+  EXPECT_EQ(JSONWriter::load_existing_json()->size(), 1u);
+}
+
+TEST_F(JSONWriterTest, MovesAMalformedFileAside) {
+  for (const std::string& bad :
+       {std::string("not json"), std::string(R"({"a": 1})"), std::string(R"([{"a": 1}, 5])"),
+        std::string(R"([{"a": "x"}])"), std::string(R"([{"a": 1}] extra)"), std::string(""),
+        std::string(R"([{"a": 1},, {"b": 2}])")}) {
+    SCOPED_TRACE(bad);
+    write_text(stats_path(), bad);
+    EXPECT_THROW(JSONWriter::load_existing_json(), std::runtime_error);
+    EXPECT_EQ(JSONWriter::load_existing_epoch_number(), std::nullopt);
+    LogCapture log;
+    train(1, 1, 1);
+    const auto moved = backups(dir_, "stats.json.malformed-");
+    ASSERT_EQ(moved.size(), 1u);
+    EXPECT_EQ(read_text(moved[0]), bad);
+    EXPECT_TRUE(log.contains("WRN " + stats_path().string() + " is not a valid stats file"));
+    EXPECT_TRUE(log.contains("moved it to " + moved[0].string()));
+    EXPECT_EQ(read_text(stats_path()),
+              R"([{"cost": 1.0, "lr": 0.1, "epoch_num": 1, "global_step": 1}])");
+    fs::remove(moved[0]);
+  }
+}
+
+TEST_F(JSONWriterTest, LoadExistingEpochNumber) {
+  EXPECT_EQ(JSONWriter::load_existing_epoch_number(), std::nullopt);  // no file
+  EXPECT_EQ(JSONWriter::load_existing_json(), std::nullopt);
+  write_text(stats_path(), "[]");
+  EXPECT_EQ(JSONWriter::load_existing_epoch_number(), std::nullopt);  // no entry
+  write_text(stats_path(), R"([{"epoch_num": 7}, {"cost": 1.0}])");
+  EXPECT_EQ(JSONWriter::load_existing_epoch_number(), std::nullopt);  // the last has none
+  write_text(stats_path(), R"([{"epoch_num": 7}, {"epoch_num": 8, "global_step": 80}])");
+  EXPECT_EQ(JSONWriter::load_existing_epoch_number(), 8);
+  write_text(stats_path(), R"([{"epoch_num": 7}, {"epoch_num": 8, "glob)");
+  EXPECT_EQ(JSONWriter::load_existing_epoch_number(), 7);  // truncated
+  write_text(stats_path(), R"([{"epoch_num": 7}, 8])");
+  EXPECT_EQ(JSONWriter::load_existing_epoch_number(), std::nullopt);  // malformed
+  write_text(stats_path(), R"([{"epoch_num": NaN}])");
+  EXPECT_EQ(JSONWriter::load_existing_epoch_number(), std::nullopt);
+  // Another directory, given explicitly.
+  const fs::path other = dir_ / "other";
+  fs::create_directories(other);
+  write_text(other / "stats.json", R"([{"epoch_num": 11}])");
+  EXPECT_EQ(JSONWriter::load_existing_epoch_number(other.string()), 11);
+  logger::unset_logger_dir();
+  EXPECT_EQ(JSONWriter::load_existing_epoch_number(), std::nullopt);
+  EXPECT_THROW(JSONWriter::load_existing_json(), std::invalid_argument);
+}
+
+TEST_F(JSONWriterTest, WithoutALoggerDirectoryItIsANoOpMonitor) {
+  logger::unset_logger_dir();
+  LogCapture log;
+  const MonitorPtr m = JSONWriter::create();
+  EXPECT_EQ(m->name(), "NoOpMonitor(JSONWriter)");
+  EXPECT_TRUE(log.contains("WRN logger directory was not set. Ignore JSONWriter."));
+  EXPECT_THROW(JSONWriter(), std::invalid_argument);
+  logger::set_logger_dir(dir_.string(), 'k');
+  EXPECT_EQ(JSONWriter::create()->name(), "JSONWriter");
+  EXPECT_FALSE(JSONWriter().chief_only());
+}
+
+// The cost of a write is the new entry: each trigger adds the entry's bytes to the file, the
+// bytes before the old closing bracket stay as they were, and the file is never replaced.
+TEST_F(JSONWriterTest, EachWriteAppendsOnlyTheNewEntry) {
+  struct Snapshot {
+    std::string text;
+    ino_t inode;
+  };
+  auto snaps = std::make_shared<std::vector<Snapshot>>();
+  class Observe : public Callback {
+   public:
+    explicit Observe(std::shared_ptr<std::vector<Snapshot>> s, std::string path)
+        : s_(std::move(s)), path_(std::move(path)) {}
+
+   protected:
+    void _trigger_step() override { trainer().monitors().put_scalar("cost", 0.5); }
+    // Runs after the writer's trigger_step of the previous step: look at the file then.
+    RunArgs _before_run(const StepContext&) override {
+      struct stat st {};
+      if (::stat(path_.c_str(), &st) == 0) s_->push_back({read_text(path_), st.st_ino});
+      return RunArgs();
+    }
+
+   private:
+    std::shared_ptr<std::vector<Snapshot>> s_;
+    std::string path_;
+  };
+  auto writer = std::make_shared<JSONWriter>();
+  NoOpTrainer trainer;
+  trainer.set_handle_signals(false);
+  trainer.train({std::make_shared<Observe>(snaps, stats_path().string())}, {writer}, 50, 1, 1);
+  ASSERT_EQ(snaps->size(), 49u);  // before steps 2..50 (the first write is after step 1)
+  for (size_t i = 1; i < snaps->size(); ++i) {
+    const auto& prev = (*snaps)[i - 1];
+    const auto& cur = (*snaps)[i];
+    EXPECT_EQ(cur.inode, prev.inode);
+    const std::string entry =
+        fmt::format(R"(, {{"cost": 0.5, "epoch_num": 1, "global_step": {}}})", i + 1);
+    EXPECT_EQ(cur.text.size(), prev.text.size() + entry.size());
+    EXPECT_EQ(cur.text, prev.text.substr(0, prev.text.size() - 1) + entry + "]");
+  }
+}
+
+TEST_F(JSONWriterTest, AWriteErrorIsLoggedAndTrainingGoesOn) {
+  // The directory disappears before training and comes back during step 2: the first write fails
+  // (logged, training goes on), the next one rewrites the whole file with every entry.
+  class Recreate : public Callback {
+   public:
+    explicit Recreate(fs::path p) : p_(std::move(p)) {}
+
+   protected:
+    void _trigger_step() override {
+      if (global_step() == 2) fs::create_directories(p_);
+      trainer().monitors().put_scalar("cost", static_cast<double>(global_step()));
+    }
+
+   private:
+    fs::path p_;
+  };
+  auto writer = std::make_shared<JSONWriter>();
+  fs::remove_all(dir_);
+  NoOpTrainer trainer;
+  trainer.set_handle_signals(false);
+  LogCapture log;
+  EXPECT_NO_THROW(trainer.train({std::make_shared<Recreate>(dir_)}, {writer}, 3, 1, 1));
+  int errors = 0;
+  for (const auto& line : log.lines()) {
+    if (line.rfind("ERR Exception in JSONWriter._write_stat()! ", 0) == 0) ++errors;
+  }
+  EXPECT_EQ(errors, 1);
+  EXPECT_TRUE(log.contains("stats.json.tmp"));  // the reason names the file
+  EXPECT_EQ(read_text(stats_path()), R"([{"cost": 1.0, "epoch_num": 1, "global_step": 1}, )"
+                                     R"({"cost": 2.0, "epoch_num": 1, "global_step": 2}, )"
+                                     R"({"cost": 3.0, "epoch_num": 1, "global_step": 3}])");
+}
+
+}  // namespace
+}  // namespace trainpack

@@ -1,0 +1,114 @@
+// SendMonitorData (spec 7.6): runs its command once every named stat has a fresh value.
+#include "trainpack/callbacks/send_monitor_data.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/trace.h"
+#include "trainpack/callbacks/monitor.h"
+#include "trainpack/train/trainer.h"
+
+namespace trainpack {
+namespace {
+
+using testing::ActionCallback;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::LogCapture;
+
+class SendMonitorDataTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* base = std::getenv("TRAINPACK_TEST_TMP");
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = std::filesystem::path(base != nullptr && *base != '\0' ? base : "/tmp") /
+           "send_monitor_data_test" /
+           (std::string(info->name()) + "-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string out_path() const { return (dir_ / "out.txt").string(); }
+  std::string read_out() const {
+    std::ifstream in(out_path());
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+  // Puts "a/loss" = global_step / 10 at every step and "b (x)" = global_step at every other one.
+  static CallbackPtr putter() {
+    auto cb = std::make_shared<ActionCallback>();
+    cb->trigger_step_fn = [](ActionCallback& self) {
+      const auto gs = static_cast<double>(self.global_step());
+      self.trainer().monitors().put_scalar("a/loss", gs / 10);
+      if (self.global_step() % 2 == 0) self.trainer().monitors().put_scalar("b (x)", gs);
+    };
+    return cb;
+  }
+
+  static void train(std::vector<CallbackPtr> callbacks, std::vector<MonitorPtr> monitors,
+                    int64_t spe, int64_t max_epoch) {
+    NoOpTrainer trainer;
+    trainer.set_handle_signals(false);
+    trainer.train(callbacks, monitors, spe, 1, max_epoch);
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(SendMonitorDataTest, RunsWhenAllStatsArePresentThenWaitsAgain) {
+  auto send = std::make_shared<SendMonitorData>("echo {a/loss} {b (x)} >> " + out_path(),
+                                                std::vector<std::string>{"a/loss", "b (x)"});
+  EXPECT_FALSE(send->chief_only());
+  train({putter()}, {send}, 5, 1);
+  // Steps 2 and 4 complete the pair; step 3's a/loss alone does not.
+  EXPECT_EQ(read_out(), "0.2 2.0\n0.4 4.0\n");
+}
+
+TEST_F(SendMonitorDataTest, MissingStatMeansNothingRuns) {
+  auto send = std::make_shared<SendMonitorData>("echo {a/loss} {c} >> " + out_path(),
+                                                std::vector<std::string>{"a/loss", "c"});
+  LogCapture log;
+  train({putter()}, {send}, 3, 2);
+  EXPECT_FALSE(std::filesystem::exists(out_path()));
+  EXPECT_TRUE(log.lines().empty() || !log.contains("Command"));
+}
+
+TEST_F(SendMonitorDataTest, NonZeroExitIsAnErrorLineAndTrainingGoesOn) {
+  auto send =
+      std::make_shared<SendMonitorData>("exit 2 # {b (x)}", std::vector<std::string>{"b (x)"});
+  LogCapture log;
+  train({putter()}, {send}, 4, 1);
+  std::vector<std::string> errors;
+  for (const auto& l : log.lines()) {
+    if (l.rfind("ERR ", 0) == 0) errors.push_back(l);
+  }
+  EXPECT_THAT(errors, ElementsAre("ERR Command 'exit 2 # 2.0' failed with ret=2!",
+                                  "ERR Command 'exit 2 # 4.0' failed with ret=2!"));
+}
+
+TEST_F(SendMonitorDataTest, BadTemplateIsAnErrorAtConstruction) {
+  try {
+    SendMonitorData("echo {a/loss} {nope}", {"a/loss"});
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("SendMonitorData"));
+    EXPECT_THAT(e.what(), HasSubstr("'{nope}'"));
+    EXPECT_THAT(e.what(), HasSubstr("'echo {a/loss} {nope}'"));
+  }
+  EXPECT_THROW(SendMonitorData("echo {a/loss", {"a/loss"}), std::invalid_argument);
+  EXPECT_THROW(SendMonitorData("echo a}", {"a"}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace trainpack

@@ -1,0 +1,516 @@
+// TFEventWriter: event files read back by the strict reader of tests/support/event_reader.h.
+#include "trainpack/callbacks/tf_event_writer.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/event_reader.h"
+#include "support/trace.h"
+#include "trainpack/callbacks/monitor.h"
+#include "trainpack/train/trainer.h"
+#include "trainpack/utils/histogram.h"
+#include "trainpack/utils/logger.h"
+#include "trainpack/utils/png.h"
+
+namespace trainpack {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::ActionCallback;
+using testing::LogCapture;
+using testing::read_event_file;
+using testing::tfpb::Event;
+
+Summary scalar_summary(const std::string& tag, double v) {
+  Summary s;
+  s.values.push_back(SummaryValue::make_scalar(tag, v));
+  return s;
+}
+
+// The event files in `dir`, sorted by name (the counter suffix orders the files of one process
+// opened within one second; sort by the counter to be exact).
+std::vector<std::string> event_files(const fs::path& dir) {
+  std::vector<std::pair<long, std::string>> found;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("events.out.tfevents.", 0) != 0) continue;
+    found.emplace_back(std::stol(name.substr(name.rfind('.') + 1)), e.path().string());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(f.second);
+  return out;
+}
+
+// Runs a shell command; returns its exit status and stdout.
+int run_command(const std::string& cmd, std::string* out) {
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out->append(buf, n);
+  const int st = ::pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+// The first Python 3 interpreter that imports `module`: the one on PATH, else Debian's own
+// /usr/bin/python3 (where python3-pil installs PIL when PATH leads to another Python), else "".
+std::string python_with(const std::string& module) {
+  for (const std::string py : {"python3", "/usr/bin/python3"}) {
+    std::string out;
+    if (run_command(py + " -c 'import " + module + "' >/dev/null 2>&1 && echo ok", &out) == 0 &&
+        out.find("ok") != std::string::npos) {
+      return py;
+    }
+  }
+  return "";
+}
+
+class TFEventWriterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* base = std::getenv("TRAINPACK_TEST_TMP");
+    const fs::path root = base != nullptr && *base != '\0' ? fs::path(base) : fs::path("/tmp");
+    fs::create_directories(root);
+    std::string tmpl = (root / "tf_event_writer_test.XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    logger::unset_logger_dir();
+  }
+  void TearDown() override {
+    logger::unset_logger_dir();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::shared_ptr<TFEventWriter> make_writer(TFEventWriterOptions o = {}) {
+    if (!o.logdir()) o.logdir(dir_.string());
+    return std::make_shared<TFEventWriter>(o);
+  }
+  // Trains a NoOpTrainer with `callbacks` and the writer as the only monitor.
+  static void train(std::vector<CallbackPtr> callbacks, std::vector<MonitorPtr> monitors,
+                    int64_t steps, int64_t epochs) {
+    NoOpTrainer trainer;
+    trainer.set_handle_signals(false);
+    trainer.train(callbacks, monitors, steps, 1, epochs);
+  }
+  fs::path dir_;
+};
+
+TEST_F(TFEventWriterTest, ProcessSummaryWritesScalarEvents) {
+  auto w = make_writer();
+  const double before =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  w->process_summary(scalar_summary("loss", 0.5));
+  w->process_summary(scalar_summary("acc", 0.1));
+  w->flush();
+  const auto files = event_files(dir_);
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(w->files(), files);
+  const auto events = read_event_file(files[0]);
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].file_version(), "brain.Event:2");
+  EXPECT_EQ(events[0].step(), 0);
+  EXPECT_NEAR(events[0].wall_time(), before, 60);
+  ASSERT_EQ(events[1].summary().value_size(), 1);
+  EXPECT_EQ(events[1].summary().value(0).tag(), "loss");
+  EXPECT_EQ(events[1].summary().value(0).simple_value(), 0.5f);
+  EXPECT_EQ(events[2].summary().value(0).tag(), "acc");
+  EXPECT_EQ(events[2].summary().value(0).simple_value(), 0.1f);  // float32 on the wire
+  EXPECT_GE(events[1].wall_time(), before - 1e-3);
+  EXPECT_LE(events[1].wall_time(), events[2].wall_time());
+  w->close();
+  w->process_summary(scalar_summary("late", 1));  // dropped after close
+  w->flush();
+  EXPECT_EQ(read_event_file(files[0]).size(), 3u);
+}
+
+TEST_F(TFEventWriterTest, FileNamePattern) {
+  auto w = make_writer();
+  w->flush();
+  const auto files = event_files(dir_);
+  ASSERT_EQ(files.size(), 1u);
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  const std::string name = fs::path(files[0]).filename().string();
+  const std::regex re(R"(events\.out\.tfevents\.(\d{10})\.(.+)\.(\d+)\.(\d+))");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_match(name, m, re)) << name;
+  EXPECT_EQ(m[2].str(), host);
+  EXPECT_EQ(m[3].str(), std::to_string(::getpid()));
+  EXPECT_NEAR(std::stod(m[1].str()), static_cast<double>(std::time(nullptr)), 60);
+  EXPECT_EQ(fs::path(files[0]).parent_path(), dir_);
+}
+
+TEST_F(TFEventWriterTest, TrainingRunThroughMonitors) {
+  auto w = make_writer(TFEventWriterOptions().max_queue(1000).flush_secs(1000));
+  auto cb = std::make_shared<ActionCallback>();
+  std::vector<size_t> records_at_epoch_start;
+  cb->trigger_step_fn = [](ActionCallback& c) {
+    c.trainer().monitors().put_scalar("loss", 0.25 * static_cast<double>(c.global_step()));
+  };
+  // At the start of epoch 2 the epoch-1 events are on disk: the epoch-end flush (only that
+  // flush can have written them with these options) was waited for.
+  cb->before_epoch_fn = [&](ActionCallback&) {
+    const auto files = event_files(dir_);
+    records_at_epoch_start.push_back(files.empty() ? 0 : read_event_file(files[0]).size());
+  };
+  train({cb}, {w}, 3, 2);
+  ASSERT_EQ(records_at_epoch_start.size(), 2u);
+  EXPECT_EQ(records_at_epoch_start[1], 4u);  // version + 3 scalars
+  const auto files = event_files(dir_);
+  ASSERT_EQ(files.size(), 1u);
+  const auto events = read_event_file(files[0]);
+  ASSERT_EQ(events.size(), 7u);
+  for (int i = 1; i <= 6; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(events[i].step(), i);
+    ASSERT_EQ(events[i].summary().value_size(), 1);
+    EXPECT_EQ(events[i].summary().value(0).tag(), "loss");
+    EXPECT_EQ(events[i].summary().value(0).simple_value(), static_cast<float>(0.25 * i));
+  }
+}
+
+TEST_F(TFEventWriterTest, DirectProcessSummaryInATrainingRunUsesGlobalStep) {
+  auto w = make_writer();
+  auto cb = std::make_shared<ActionCallback>();
+  cb->trigger_step_fn = [&](ActionCallback& c) {
+    w->process_summary(scalar_summary("x", static_cast<double>(c.global_step())));
+  };
+  train({cb}, {w}, 2, 2);
+  const auto events = read_event_file(event_files(dir_).at(0));
+  ASSERT_EQ(events.size(), 5u);
+  for (int i = 1; i <= 4; ++i) {
+    EXPECT_EQ(events[i].step(), i);
+    EXPECT_EQ(events[i].summary().value(0).simple_value(), static_cast<float>(i));
+  }
+}
+
+TEST_F(TFEventWriterTest, ReaderCatchesEveryFlippedByte) {
+  auto w = make_writer();
+  Summary s;
+  s.values.push_back(SummaryValue::make_scalar("a", 1.5));
+  s.values.push_back(SummaryValue::make_text("t", "hello"));
+  w->process_summary(s);
+  w->process_summary(scalar_summary("b", -2));
+  w->close();
+  const std::string path = event_files(dir_).at(0);
+  const std::string good = testing::read_file_bytes(path);
+  ASSERT_EQ(testing::parse_event_records(good, "good").size(), 3u);
+  // The first record's layout: [0,8) length, [8,12) length CRC, data, 4 bytes data CRC.
+  const uint64_t len0 = testing::read_le(good, 0, 8);
+  for (size_t i = 0; i < good.size(); ++i) {
+    std::string bad = good;
+    bad[i] = static_cast<char>(bad[i] ^ 0x01);
+    try {
+      testing::parse_event_records(bad, "bad");
+      ADD_FAILURE() << "flipped byte " << i << " not caught";
+    } catch (const std::runtime_error& e) {
+      const std::string what = e.what();
+      if (i < 12) {
+        EXPECT_NE(what.find("offset 8: length CRC mismatch"), std::string::npos) << what;
+      } else if (i < 12 + len0 + 4) {
+        EXPECT_NE(what.find("offset " + std::to_string(12 + len0) + ": data CRC mismatch"),
+                  std::string::npos)
+            << what;
+      }
+    }
+  }
+  // A truncated file and a missing first record are caught too.
+  EXPECT_THROW(testing::parse_event_records(good.substr(0, good.size() - 1), "cut"),
+               std::runtime_error);
+  EXPECT_THROW(testing::parse_event_records(good.substr(12 + len0 + 4), "no version"),
+               std::runtime_error);
+  EXPECT_THROW(testing::parse_event_records("", "empty"), std::runtime_error);
+}
+
+TEST_F(TFEventWriterTest, SplitFilesMakesOneFilePerEpoch) {
+  auto w = make_writer(TFEventWriterOptions().split_files(true));
+  auto cb = std::make_shared<ActionCallback>();
+  cb->trigger_step_fn = [](ActionCallback& c) {
+    c.trainer().monitors().put_scalar("e", static_cast<double>(c.epoch_num()));
+  };
+  train({cb}, {w}, 2, 3);
+  const auto files = event_files(dir_);
+  ASSERT_EQ(files.size(), 3u);
+  EXPECT_EQ(w->files(), files);
+  for (int epoch = 1; epoch <= 3; ++epoch) {
+    SCOPED_TRACE(epoch);
+    const auto events = read_event_file(files[epoch - 1]);
+    ASSERT_EQ(events.size(), 3u);
+    EXPECT_EQ(events[1].step(), 2 * epoch - 1);
+    EXPECT_EQ(events[2].step(), 2 * epoch);
+    EXPECT_EQ(events[1].summary().value(0).simple_value(), static_cast<float>(epoch));
+  }
+}
+
+TEST_F(TFEventWriterTest, HistogramEvent) {
+  auto w = make_writer();
+  SummaryValue v;
+  v.tag = "weights";
+  v.kind = SummaryValue::Kind::kHistogram;
+  v.histogram = make_histogram(at::tensor({-1.0, 0.0, 0.0, 1.0, 2.5}));
+  Summary s;
+  s.values.push_back(v);
+  w->process_summary(s);
+  w->flush();
+  const auto events = read_event_file(event_files(dir_).at(0));
+  ASSERT_EQ(events.size(), 2u);
+  const auto& val = events[1].summary().value(0);
+  EXPECT_EQ(val.tag(), "weights");
+  ASSERT_TRUE(val.has_histo());
+  const auto& h = val.histo();
+  EXPECT_EQ(h.min(), -1.0);
+  EXPECT_EQ(h.max(), 2.5);
+  EXPECT_EQ(h.num(), 5.0);
+  EXPECT_EQ(h.sum(), 2.5);
+  EXPECT_EQ(h.sum_squares(), 8.25);
+  EXPECT_EQ(std::vector<double>(h.bucket_limit().begin(), h.bucket_limit().end()),
+            v.histogram.bucket_limit);
+  EXPECT_EQ(std::vector<double>(h.bucket().begin(), h.bucket().end()),
+            (std::vector<double>{0, 1, 0, 2, 0, 1, 0, 1, 0}));
+}
+
+TEST_F(TFEventWriterTest, TextEventUsesTheTextPlugin) {
+  auto w = make_writer();
+  Summary s;
+  s.values.push_back(SummaryValue::make_text("notes", "**hello** world"));
+  w->process_summary(s);
+  w->flush();
+  const auto events = read_event_file(event_files(dir_).at(0));
+  ASSERT_EQ(events.size(), 2u);
+  const auto& val = events[1].summary().value(0);
+  EXPECT_EQ(val.tag(), "notes");
+  ASSERT_TRUE(val.has_tensor());
+  EXPECT_EQ(static_cast<int>(val.tensor().dtype()), 7);  // DT_STRING
+  ASSERT_EQ(val.tensor().string_val_size(), 1);
+  EXPECT_EQ(val.tensor().string_val(0), "**hello** world");
+  EXPECT_EQ(val.tensor().tensor_shape().dim_size(), 0);
+  EXPECT_EQ(val.metadata().plugin_data().plugin_name(), "text");
+}
+
+TEST_F(TFEventWriterTest, ProcessEventIsWrittenAsIs) {
+  auto w = make_writer();
+  trainpack::Event e;
+  e.step = 42;
+  e.wall_time = 1234.5;
+  e.summary = scalar_summary("s", 3);
+  w->process_event(e);
+  w->flush();
+  const auto events = read_event_file(event_files(dir_).at(0));
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].step(), 42);
+  EXPECT_EQ(events[1].wall_time(), 1234.5);
+  EXPECT_EQ(events[1].summary().value(0).simple_value(), 3.0f);
+}
+
+TEST_F(TFEventWriterTest, ImageEventDecodedByPil) {
+  const std::string py = python_with("PIL");
+  if (py.empty()) GTEST_SKIP() << "python3 with PIL (Debian's python3-pil) is not available";
+  // A 2x3 RGB image with distinct pixels.
+  const int h = 2, wd = 3;
+  std::vector<uint8_t> px(h * wd * 3);
+  for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>(i * 13);
+  auto w = make_writer();
+  SummaryValue v;
+  v.tag = "img";
+  v.kind = SummaryValue::Kind::kImage;
+  v.image.height = h;
+  v.image.width = wd;
+  v.image.colorspace = 3;
+  v.image.encoded_png = encode_png(px.data(), h, wd, 3);
+  Summary s;
+  s.values.push_back(v);
+  w->process_summary(s);
+  w->flush();
+  const auto events = read_event_file(event_files(dir_).at(0));
+  ASSERT_EQ(events.size(), 2u);
+  const auto& img = events[1].summary().value(0).image();
+  EXPECT_EQ(img.height(), h);
+  EXPECT_EQ(img.width(), wd);
+  EXPECT_EQ(img.colorspace(), 3);
+  const std::string png_path = (dir_ / "extracted.png").string();
+  {
+    std::ofstream out(png_path, std::ios::binary);
+    out << img.encoded_image_string();
+  }
+  std::string out;
+  const int rc =
+      run_command(py +
+                      " -c \"import sys; from PIL import Image; im = Image.open(sys.argv[1]); "
+                      "print(im.size[0], im.size[1], im.mode); print(' '.join(str(c) for p in "
+                      "im.getdata() for c "
+                      "in p))\" " +
+                      png_path,
+                  &out);
+  ASSERT_EQ(rc, 0) << out;
+  std::string expected = "3 2 RGB\n";
+  for (size_t i = 0; i < px.size(); ++i) expected += (i ? " " : "") + std::to_string(px[i]);
+  expected += "\n";
+  EXPECT_EQ(out, expected);
+}
+
+TEST_F(TFEventWriterTest, PutImageThroughMonitorsWritesAPng) {
+  auto w = make_writer();
+  auto cb = std::make_shared<ActionCallback>();
+  cb->trigger_fn = [](ActionCallback& c) {
+    c.trainer().monitors().put_image("gray", at::full({4, 5}, 7, at::kByte));
+  };
+  train({cb}, {w}, 1, 1);
+  const auto events = read_event_file(event_files(dir_).at(0));
+  ASSERT_EQ(events.size(), 2u);
+  const auto& img = events[1].summary().value(0).image();
+  EXPECT_EQ(events[1].summary().value(0).tag(), "gray");
+  EXPECT_EQ(img.height(), 4);
+  EXPECT_EQ(img.width(), 5);
+  EXPECT_EQ(img.encoded_image_string().substr(1, 3), "PNG");
+}
+
+TEST_F(TFEventWriterTest, TensorBoardReadsTheFileWhenInstalled) {
+  const std::string py = python_with("tensorboard");
+  if (py.empty()) GTEST_SKIP() << "tensorboard is not installed for python3";
+  auto w = make_writer();
+  w->process_summary(scalar_summary("loss", 0.75));
+  w->close();
+  std::string out;
+  const int rc =
+      run_command(py +
+                      " -c \"import sys; from tensorboard.backend.event_processing import "
+                      "event_accumulator as ea; a = ea.EventAccumulator(sys.argv[1]); a.Reload(); "
+                      "print([(s.step, s.value) for s in a.Scalars('loss')])\" " +
+                      event_files(dir_).at(0) + " 2>/dev/null",
+                  &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("(0, 0.75)"), std::string::npos) << out;
+}
+
+TEST_F(TFEventWriterTest, MaxQueueAndFlushSecsWriteWithoutAnExplicitFlush) {
+  auto poll_records = [&](size_t want) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < deadline) {
+      const auto files = event_files(dir_);
+      if (!files.empty()) {
+        try {
+          if (read_event_file(files[0]).size() >= want) return true;
+        } catch (const std::runtime_error&) {  // a record being written: try again
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  };
+  {
+    auto w = make_writer(TFEventWriterOptions().max_queue(3).flush_secs(1000));
+    w->flush();  // starts the thread and writes the version record
+    w->process_summary(scalar_summary("a", 1));
+    w->process_summary(scalar_summary("a", 2));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(read_event_file(event_files(dir_).at(0)).size(), 1u);  // 2 < max_queue pending
+    w->process_summary(scalar_summary("a", 3));
+    EXPECT_TRUE(poll_records(4));
+  }
+  fs::remove_all(dir_);
+  fs::create_directories(dir_);
+  {
+    auto w = make_writer(TFEventWriterOptions().max_queue(1000).flush_secs(0.05));
+    w->flush();
+    w->process_summary(scalar_summary("b", 1));
+    EXPECT_TRUE(poll_records(2));
+  }
+}
+
+TEST_F(TFEventWriterTest, DestructorWritesPendingEvents) {
+  {
+    auto w = make_writer();
+    w->process_summary(scalar_summary("a", 1));
+  }  // never started: the destructor starts the writer, writes and closes
+  const auto events = read_event_file(event_files(dir_).at(0));
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].summary().value(0).tag(), "a");
+}
+
+TEST_F(TFEventWriterTest, ManyEventsBeyondThePendingLimit) {
+  auto w = make_writer();
+  const int n = 200000;  // more than the 65536 pending events at which the producer waits
+  for (int i = 0; i < n; ++i) {
+    trainpack::Event e;
+    e.step = i;
+    e.summary = scalar_summary("v", i);
+    w->process_event(e);
+  }
+  w->close();
+  const auto events = read_event_file(event_files(dir_).at(0));
+  ASSERT_EQ(events.size(), static_cast<size_t>(n) + 1);
+  for (int i = 0; i < n; i += 9973) EXPECT_EQ(events[i + 1].step(), i);
+  EXPECT_EQ(events[n].step(), n - 1);
+}
+
+TEST_F(TFEventWriterTest, CreateWithoutLoggerDirGivesNoOpMonitor) {
+  LogCapture log;
+  MonitorPtr m = TFEventWriter::create();
+  ASSERT_NE(m, nullptr);
+  EXPECT_NE(std::dynamic_pointer_cast<NoOpMonitor>(m), nullptr);
+  EXPECT_EQ(m->name(), "NoOpMonitor(TFEventWriter)");
+  EXPECT_TRUE(log.contains("WRN logger directory was not set. Ignore TFEventWriter."));
+  EXPECT_THROW(TFEventWriter(), std::invalid_argument);
+
+  logger::set_logger_dir((dir_ / "log").string());
+  MonitorPtr real = TFEventWriter::create();
+  auto tw = std::dynamic_pointer_cast<TFEventWriter>(real);
+  ASSERT_NE(tw, nullptr);
+  EXPECT_EQ(tw->logdir(), (dir_ / "log").string());
+  // An explicit logdir needs no logger directory.
+  logger::unset_logger_dir();
+  EXPECT_NE(std::dynamic_pointer_cast<TFEventWriter>(
+                TFEventWriter::create(TFEventWriterOptions().logdir(dir_.string()))),
+            nullptr);
+}
+
+TEST_F(TFEventWriterTest, BadOptionsThrow) {
+  EXPECT_THROW(make_writer(TFEventWriterOptions().max_queue(0)), std::invalid_argument);
+  EXPECT_THROW(make_writer(TFEventWriterOptions().flush_secs(0)), std::invalid_argument);
+  EXPECT_THROW(make_writer(TFEventWriterOptions().logdir((dir_ / "missing").string())),
+               std::invalid_argument);
+  // A normalized path.
+  auto w = make_writer(TFEventWriterOptions().logdir(dir_.string() + "/./"));
+  EXPECT_EQ(w->logdir(), dir_.string());
+}
+
+TEST_F(TFEventWriterTest, UnwritableDirectoryIsAnErrorLineNotACrash) {
+  const fs::path gone = dir_ / "gone";
+  fs::create_directories(gone);
+  auto w = make_writer(TFEventWriterOptions().logdir(gone.string()));
+  fs::remove_all(gone);  // the directory vanishes before training
+  LogCapture log;
+  auto cb = std::make_shared<ActionCallback>();
+  int steps = 0;
+  cb->trigger_step_fn = [&](ActionCallback& c) {
+    c.trainer().monitors().put_scalar("loss", 1.0);
+    ++steps;
+  };
+  EXPECT_NO_THROW(train({cb}, {w}, 2, 2));
+  EXPECT_EQ(steps, 4);
+  bool named = false;
+  for (const auto& line : log.lines()) {
+    if (line.rfind("ERR ", 0) == 0 &&
+        line.find(gone.string() + "/events.out.tfevents.") != std::string::npos) {
+      named = true;
+    }
+  }
+  EXPECT_TRUE(named) << "no ERROR line naming the file";
+}
+
+}  // namespace
+}  // namespace trainpack
