@@ -5,13 +5,17 @@
 //   (b) a Trainer whose run_step is hooked_run([&](StepContext&) { ++counter; }), with no
 //       callbacks and no monitors (only the trainer's own MaintainStepCounter and the empty
 //       Monitors group);
-//   (c) the same trainer with 20 callbacks that override no hook.
+//   (c) the same trainer with 20 callbacks that override no hook;
+//   (d) train_with_defaults: the default callbacks (ProgressBar, RunUpdateOps) and monitors
+//       (TFEventWriter, JSONWriter, ScalarPrinter, writing into a fresh temporary logger
+//       directory), on a step that also puts one scalar per step (JSONWriter then appends an
+//       entry to stats.json every step, as tensorpack's does). It runs `--default-steps` steps.
 // Each form runs `--reps` times after a warm-up, the three interleaved in every rep; the median
 // ns/step (and the minimum) is reported, timed with steady_clock. The last line is
 // `overhead_ns_per_step=<median (c) - median (a)>`: what the framework adds to every step of a
 // real job.
 //
-//   trainpack_bench_overhead [--steps N] [--reps R]
+//   trainpack_bench_overhead [--steps N] [--reps R] [--default-steps M]
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -21,6 +25,10 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <stdlib.h>
+
+#include <filesystem>
 
 #include "trainpack/callbacks/base.h"
 #include "trainpack/train/trainer.h"
@@ -43,6 +51,15 @@ class CountingTrainer : public trainpack::Trainer {
 };
 
 class Idle : public trainpack::Callback {};
+
+// The trivial step, plus one scalar put to the monitors per step.
+class PuttingTrainer : public trainpack::Trainer {
+ public:
+  void run_step() override {
+    hooked_run([](trainpack::StepContext&) { trivial_step(); });
+    monitors().put_scalar("cost", static_cast<double>(g_counter % 1000) * 1e-3);
+  }
+};
 
 // Splits `steps` into epochs, so that the per-epoch hooks (and the epoch log line check) are part
 // of the measurement as in a real job, but amortised over many steps.
@@ -83,6 +100,34 @@ double run_trainer(int64_t steps, int idle_callbacks) {
   return took.count() / static_cast<double>(trainer.global_step());
 }
 
+// Returns ns per step of train_with_defaults with the default callbacks and monitors, logging
+// into a fresh temporary directory (removed afterwards).
+double run_defaults(int64_t steps) {
+  char dir_template[] = "/tmp/trainpack_bench_overhead.XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) {
+    std::perror("mkdtemp");
+    std::exit(1);
+  }
+  const std::string dir = dir_template;
+  trainpack::logger::set_logger_dir(dir, 'k');
+  const Shape shape = shape_for(steps);
+  double ns = 0;
+  {
+    PuttingTrainer trainer;
+    const auto start = Clock::now();
+    trainer.train_with_defaults(
+        trainpack::TrainOptions().steps_per_epoch(shape.steps_per_epoch).max_epoch(shape.epochs));
+    const std::chrono::duration<double, std::nano> took = Clock::now() - start;
+    if (trainer.received_signal() != 0) {
+      std::exit(trainpack::exit_code_for_signal(trainer.received_signal()));
+    }
+    ns = took.count() / static_cast<double>(trainer.global_step());
+  }
+  trainpack::logger::unset_logger_dir();
+  std::filesystem::remove_all(dir);
+  return ns;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -102,7 +147,10 @@ int64_t parse_positive(const char* flag, const char* text) {
 }
 
 void usage(std::FILE* out, const char* argv0) {
-  std::fprintf(out, "usage: %s [--steps N (default 10000000)] [--reps R (default 5)]\n", argv0);
+  std::fprintf(out,
+               "usage: %s [--steps N (default 10000000)] [--reps R (default 5)] "
+               "[--default-steps M (default 200000)]\n",
+               argv0);
 }
 
 }  // namespace
@@ -110,11 +158,12 @@ void usage(std::FILE* out, const char* argv0) {
 int main(int argc, char** argv) {
   int64_t steps = 10000000;
   int64_t reps = 5;
+  int64_t default_steps = 200000;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if ((arg == "--steps" || arg == "--reps") && i + 1 < argc) {
+    if ((arg == "--steps" || arg == "--reps" || arg == "--default-steps") && i + 1 < argc) {
       const int64_t v = parse_positive(arg.c_str(), argv[++i]);
-      (arg == "--steps" ? steps : reps) = v;
+      (arg == "--steps" ? steps : arg == "--reps" ? reps : default_steps) = v;
     } else if (arg == "--help" || arg == "-h") {
       usage(stdout, argv[0]);
       return 0;
@@ -137,24 +186,30 @@ int main(int argc, char** argv) {
   run_bare(warm);
   run_trainer(warm, 0);
   run_trainer(warm, 20);
+  run_defaults(std::max<int64_t>(default_steps / 10, 1));
 
   // Interleave the forms in every rep so that drift in the machine's speed hits all three alike.
-  std::vector<double> bare, trainer0, trainer20;
+  std::vector<double> bare, trainer0, trainer20, defaults;
   for (int64_t r = 0; r < reps; ++r) {
     bare.push_back(run_bare(total));
     trainer0.push_back(run_trainer(total, 0));
     trainer20.push_back(run_trainer(total, 20));
+    defaults.push_back(run_defaults(default_steps));
   }
   const double a = median(bare);
   const double b = median(trainer0);
   const double c = median(trainer20);
+  const double d = median(defaults);
 
   // The minimum is printed beside the median: on a busy machine it is the less disturbed figure.
   std::printf("form                              median ns/step   min ns/step\n");
   std::printf("(a) bare loop                     %14.2f  %12.2f\n", a, minimum(bare));
   std::printf("(b) Trainer, no callbacks         %14.2f  %12.2f\n", b, minimum(trainer0));
   std::printf("(c) Trainer, 20 idle callbacks    %14.2f  %12.2f\n", c, minimum(trainer20));
+  std::printf("(d) defaults + 1 scalar/step     %14.2f  %12.2f   (%lld steps per run)\n", d,
+              minimum(defaults), static_cast<long long>(default_steps));
   std::printf("(b) - (a): %.2f ns/step; (c) - (b): %.2f ns/step\n", b - a, c - b);
+  std::printf("defaults_overhead_ns_per_step=%.2f\n", d - a);
   std::printf("overhead_ns_per_step=%.2f\n", c - a);
   return 0;
 }

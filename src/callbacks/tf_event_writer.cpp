@@ -269,7 +269,7 @@ void TFEventWriter::Impl::run() {
   std::unique_lock<std::mutex> lk(mu);
   for (;;) {
     work_cv.wait_until(lk, last_write + flush_interval, [&] {
-      return stop_requested || queue.size() >= max_queue || requested > done;
+      return stop_requested || queue.size() >= max_queue || requested > done || producer_waiting;
     });
     batch.swap(queue);
     const uint64_t ticket = requested;

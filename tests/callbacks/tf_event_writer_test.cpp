@@ -457,6 +457,19 @@ TEST_F(TFEventWriterTest, ManyEventsBeyondThePendingLimit) {
   EXPECT_EQ(events[n].step(), n - 1);
 }
 
+TEST_F(TFEventWriterTest, PendingLimitBelowMaxQueueDoesNotStallTheProducer) {
+  // max_queue above the 65536 pending events at which the producer waits: the writer is woken
+  // by the waiting producer, not left sleeping until flush_secs.
+  auto w = make_writer(TFEventWriterOptions().max_queue(1000000).flush_secs(1000));
+  w->flush();
+  const auto start = std::chrono::steady_clock::now();
+  const int n = 70000;
+  for (int i = 0; i < n; ++i) w->process_summary(scalar_summary("v", i));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
+  w->close();
+  EXPECT_EQ(read_event_file(event_files(dir_).at(0)).size(), static_cast<size_t>(n) + 1);
+}
+
 TEST_F(TFEventWriterTest, CreateWithoutLoggerDirGivesNoOpMonitor) {
   LogCapture log;
   MonitorPtr m = TFEventWriter::create();

@@ -22,7 +22,7 @@ struct SummaryImage {
 };
 
 // A histogram (TensorFlow's HistogramProto): bucket i counts values in
-// (bucket_limit[i-1], bucket_limit[i]].
+// [bucket_limit[i-1], bucket_limit[i]) (TensorFlow's upper_bound rule).
 struct SummaryHistogram {
   double min = 0;
   double max = 0;
