@@ -20,13 +20,17 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "trainpack/callbacks/base.h"
+#include "trainpack/callbacks/graph.h"
 #include "trainpack/callbacks/param.h"
+#include "trainpack/callbacks/progress_bar.h"
 #include "trainpack/callbacks/trigger.h"
 #include "trainpack/train/trainer.h"
+#include "trainpack/utils/logger.h"
 
 namespace {
 
@@ -158,6 +162,7 @@ int main(int argc, char** argv) {
   uint64_t seed = 42;
   int threads = 2;
   int64_t print_every = 5;
+  std::string logdir = "train_log/polynomial_fit";
 
   const CLI::Range kPositive(1, 1000000000);
   CLI::App app{"polynomial_fit: fit a noisy cubic with a small MLP, trained by trainpack"};
@@ -178,7 +183,14 @@ int main(int argc, char** argv) {
   app.add_option("--print-every", print_every, "Print progress every this many epochs")
       ->capture_default_str()
       ->check(kPositive);
+  app.add_option("--logdir", logdir,
+                 "Log directory (log.log, stats.json, TensorBoard events); an existing one is "
+                 "backed up to <logdir>.<MMDD-HHMMSS>")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+
+  // 'b': a previous run's directory is moved aside, never deleted.
+  trainpack::logger::set_logger_dir(logdir, 'b');
 
   // Debian's LibTorch starts with one intra-op thread; set the count explicitly.
   torch::set_num_threads(threads);
@@ -217,7 +229,16 @@ int main(int argc, char** argv) {
           trainpack::PeriodicTriggerOptions().every_k_epochs(print_every)),
       std::make_shared<trainpack::ScheduledHyperParamSetter>("learning_rate", schedule),
   };
-  trainer.train(callbacks, {}, steps_per_epoch, 1, max_epoch);
+  // The default monitors (TensorBoard events, stats.json, the scalar printer) write into the
+  // logger directory; the default callbacks, with a progress bar that shows the cost.
+  trainer.train_with_defaults(
+      trainpack::TrainOptions()
+          .callbacks(callbacks)
+          .extra_callbacks(std::vector<trainpack::CallbackPtr>{
+              std::make_shared<trainpack::ProgressBar>(std::vector<std::string>{"cost"}),
+              std::make_shared<trainpack::RunUpdateOps>()})
+          .steps_per_epoch(steps_per_epoch)
+          .max_epoch(max_epoch));
 
   if (trainer.received_signal() != 0) {
     return trainpack::exit_code_for_signal(trainer.received_signal());
