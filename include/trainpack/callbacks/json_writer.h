@@ -2,7 +2,8 @@
 // layout byte for byte: one line holding a JSON array of objects, one object per trigger, with
 // `epoch_num` and `global_step` last, as Python's `json.dump` writes it (`", "` and `": "`
 // separators, no newline at the end, floats as Python's `repr`, NaN/Infinity/-Infinity as Python
-// writes them, non-ASCII key characters as `\uXXXX`):
+// writes them, non-ASCII key characters as `\uXXXX`; the format and its tolerant reader are in
+// trainpack/utils/stats_json.h):
 //
 //   [{"cost": 0.6931471824645996, "epoch_num": 1, "global_step": 100}, {...}]
 //
@@ -58,33 +59,12 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <utility>
-#include <variant>
 #include <vector>
 
 #include "trainpack/callbacks/monitor_base.h"
+#include "trainpack/utils/stats_json.h"  // StatValue, StatsEntry, the format and the reader
 
 namespace trainpack {
-
-// One value in stats.json: an integer (`epoch_num`, `global_step`, integers read from a file) or a
-// float.
-using StatValue = std::variant<int64_t, double>;
-
-// One object of stats.json: (name, value) pairs in file order.
-struct StatsEntry {
-  std::vector<std::pair<std::string, StatValue>> items;
-
-  // The value under `key`, or nullptr.
-  const StatValue* find(const std::string& key) const;
-  // Sets `key` in place if present (keeping its position), else appends it.
-  void set(const std::string& key, StatValue value);
-  // Removes `key` if present.
-  void erase(const std::string& key);
-  bool empty() const { return items.empty(); }
-
-  bool operator==(const StatsEntry& other) const;
-  bool operator!=(const StatsEntry& other) const { return !(*this == other); }
-};
 
 class JSONWriter : public MonitorBase {
  public:
@@ -111,10 +91,13 @@ class JSONWriter : public MonitorBase {
   // entry, no epoch_num, a malformed file, ...).
   static std::optional<int64_t> load_existing_epoch_number(std::optional<std::string> dir = {});
 
-  // The text that Python's json.dump writes for a value / an entry / a list of entries.
-  static std::string format_value(const StatValue& value);
-  static std::string dump(const StatsEntry& entry);
-  static std::string dump(const std::vector<StatsEntry>& entries);
+  // The text that Python's json.dump writes for a value / an entry / a list of entries
+  // (forwards to format_stat_value / format_stats_entry / format_stats_file).
+  static std::string format_value(const StatValue& value) { return format_stat_value(value); }
+  static std::string dump(const StatsEntry& entry) { return format_stats_entry(entry); }
+  static std::string dump(const std::vector<StatsEntry>& entries) {
+    return format_stats_file(entries);
+  }
 
   void process_scalar(const std::string& name, double value) override;
 
