@@ -1,0 +1,212 @@
+#include "trainpack/input/dataflow.h"
+
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+#include <ATen/Functions.h>
+#include <fmt/format.h>
+
+namespace trainpack {
+
+namespace {
+
+std::string shape_str(at::IntArrayRef sizes) {
+  std::ostringstream os;
+  os << sizes;
+  return os.str();
+}
+
+// SplitMix64's finaliser: mixes (seed, pass) into one well-spread 64-bit seed.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [0, bound] by rejection; written by hand because std::uniform_int_distribution's
+// output is implementation-defined (the order must not change with the standard library).
+uint64_t uniform_upto(std::mt19937_64& rng, uint64_t bound) {
+  if (bound == 0) return 0;
+  const uint64_t range = bound + 1;  // bound < 2^63 here, no overflow
+  const uint64_t limit = UINT64_MAX - UINT64_MAX % range;
+  uint64_t x;
+  do {
+    x = rng();
+  } while (x >= limit);
+  return x % range;
+}
+
+}  // namespace
+
+// ---- DataFlow ----
+
+DataFlow::~DataFlow() = default;
+
+void DataFlow::begin_pass() { begin_pass(pass_ + 1); }
+
+void DataFlow::begin_pass(int64_t pass) {
+  if (pass < 0) {
+    throw std::invalid_argument(fmt::format("{}: invalid pass number {}", name(), pass));
+  }
+  _begin_pass(pass);
+  pass_ = pass;
+  position_ = 0;
+  ended_ = false;
+}
+
+std::optional<Datapoint> DataFlow::next() {
+  if (pass_ < 0) {
+    throw std::logic_error(name() + ": next() called before begin_pass()");
+  }
+  if (ended_) return std::nullopt;
+  auto dp = _next();
+  if (dp) {
+    ++position_;
+  } else {
+    ended_ = true;
+  }
+  return dp;
+}
+
+void DataFlow::seek(int64_t datapoints_consumed_in_this_pass) {
+  if (pass_ < 0) {
+    throw std::logic_error(name() + ": seek() called before begin_pass()");
+  }
+  if (datapoints_consumed_in_this_pass < 0) {
+    throw std::invalid_argument(
+        fmt::format("{}: invalid seek position {}", name(), datapoints_consumed_in_this_pass));
+  }
+  _seek(datapoints_consumed_in_this_pass);
+  position_ = datapoints_consumed_in_this_pass;
+  ended_ = false;
+}
+
+void DataFlow::_seek(int64_t) { throw std::logic_error(name() + " does not support seek"); }
+
+// ---- DataFromList ----
+
+DataFromList::DataFromList(std::vector<Datapoint> datapoints, DataFromListOptions options)
+    : datapoints_(std::move(datapoints)), options_(options) {}
+
+std::vector<int64_t> DataFromList::order_of_pass(int64_t pass) const {
+  std::vector<int64_t> order(datapoints_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  if (!options_.shuffle() || order.size() < 2) return order;
+  std::mt19937_64 rng(mix(options_.seed() ^ mix(static_cast<uint64_t>(pass))));
+  for (size_t i = order.size() - 1; i > 0; --i) {
+    std::swap(order[i], order[uniform_upto(rng, i)]);
+  }
+  return order;
+}
+
+void DataFromList::_begin_pass(int64_t pass) {
+  order_ = order_of_pass(pass);
+  index_ = 0;
+}
+
+std::optional<Datapoint> DataFromList::_next() {
+  if (index_ >= order_.size()) return std::nullopt;
+  return datapoints_[static_cast<size_t>(order_[index_++])];
+}
+
+void DataFromList::_seek(int64_t datapoints_consumed_in_this_pass) {
+  if (static_cast<uint64_t>(datapoints_consumed_in_this_pass) > order_.size()) {
+    throw std::out_of_range(fmt::format("DataFromList: seek to {} past the end of a pass of {}",
+                                        datapoints_consumed_in_this_pass, order_.size()));
+  }
+  index_ = static_cast<size_t>(datapoints_consumed_in_this_pass);
+}
+
+// ---- DataFromGenerator ----
+
+DataFromGenerator::DataFromGenerator(Generator generator, std::optional<int64_t> size)
+    : generator_(std::move(generator)), size_(size) {
+  if (!generator_) throw std::invalid_argument("DataFromGenerator: empty generator function");
+  if (size_ && *size_ < 0) {
+    throw std::invalid_argument(fmt::format("DataFromGenerator: invalid size {}", *size_));
+  }
+}
+
+// ---- BatchData ----
+
+BatchData::BatchData(DataFlowPtr ds, int64_t batch_size, bool remainder)
+    : ds_(std::move(ds)), batch_size_(batch_size), remainder_(remainder) {
+  if (!ds_) throw std::invalid_argument("BatchData: null dataflow");
+  if (batch_size_ < 1) {
+    throw std::invalid_argument(fmt::format("BatchData: invalid batch_size {}", batch_size_));
+  }
+}
+
+std::optional<int64_t> BatchData::size() const {
+  auto n = ds_->size();
+  if (!n) return std::nullopt;
+  return remainder_ ? (*n + batch_size_ - 1) / batch_size_ : *n / batch_size_;
+}
+
+std::optional<Datapoint> BatchData::_next() {
+  std::vector<Datapoint> points;
+  points.reserve(static_cast<size_t>(batch_size_));
+  while (static_cast<int64_t>(points.size()) < batch_size_) {
+    auto dp = ds_->next();
+    if (!dp) break;
+    points.push_back(std::move(*dp));
+  }
+  if (points.empty()) return std::nullopt;
+  if (static_cast<int64_t>(points.size()) < batch_size_ && !remainder_) return std::nullopt;
+
+  const Datapoint& first = points.front();
+  for (size_t j = 1; j < points.size(); ++j) {
+    if (points[j].size() != first.size()) {
+      throw std::invalid_argument(
+          fmt::format("BatchData: datapoint {} of the batch has {} components, the first has {}", j,
+                      points[j].size(), first.size()));
+    }
+    for (size_t c = 0; c < first.size(); ++c) {
+      const at::Tensor& a = first[c];
+      const at::Tensor& b = points[j][c];
+      if (a.sizes() != b.sizes()) {
+        throw std::invalid_argument(fmt::format(
+            "BatchData: component {} has shape {} in datapoint {} of the batch but {} in the "
+            "first",
+            c, shape_str(b.sizes()), j, shape_str(a.sizes())));
+      }
+      if (a.scalar_type() != b.scalar_type()) {
+        throw std::invalid_argument(
+            fmt::format("BatchData: component {} has dtype {} in datapoint {} of the batch but {} "
+                        "in the first",
+                        c, c10::toString(b.scalar_type()), j, c10::toString(a.scalar_type())));
+      }
+    }
+  }
+  Datapoint batch;
+  batch.reserve(first.size());
+  std::vector<at::Tensor> parts(points.size());
+  for (size_t c = 0; c < first.size(); ++c) {
+    for (size_t j = 0; j < points.size(); ++j) parts[j] = points[j][c];
+    batch.push_back(at::stack(parts, 0));
+  }
+  return batch;
+}
+
+void BatchData::_seek(int64_t datapoints_consumed_in_this_pass) {
+  ds_->seek(datapoints_consumed_in_this_pass * batch_size_);
+}
+
+// ---- MapData ----
+
+MapData::MapData(DataFlowPtr ds, Func func) : ds_(std::move(ds)), func_(std::move(func)) {
+  if (!ds_) throw std::invalid_argument("MapData: null dataflow");
+  if (!func_) throw std::invalid_argument("MapData: empty function");
+}
+
+std::optional<Datapoint> MapData::_next() {
+  while (auto dp = ds_->next()) {
+    if (auto out = func_(std::move(*dp))) return out;
+  }
+  return std::nullopt;
+}
+
+}  // namespace trainpack
