@@ -1,4 +1,5 @@
 #include "trainpack/input/dataflow.h"
+#include "support/errors.h"
 
 #include <gtest/gtest.h>
 
@@ -30,15 +31,7 @@ std::vector<int64_t> one_pass(DataFlow& ds) {
   return drain(ds);
 }
 
-template <typename F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no exception>";
-}
+using testing::message_of;
 
 TEST(DataFromList, WithoutShuffleEveryPassIsTheListInOrder) {
   DataFromList ds(scalars(5));

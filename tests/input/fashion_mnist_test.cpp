@@ -1,4 +1,5 @@
 #include "trainpack/input/fashion_mnist.h"
+#include "support/errors.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -15,15 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-template <typename F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no exception>";
-}
+using testing::message_of;
 
 // A fresh directory under $TRAINPACK_TEST_TMP (or the system's temp dir), removed at the end.
 class TempDir {
