@@ -1,5 +1,4 @@
 #include "trainpack/input/dataflow.h"
-#include "support/errors.h"
 
 #include <gtest/gtest.h>
 
@@ -9,6 +8,8 @@
 #include <vector>
 
 #include <ATen/Functions.h>
+
+#include "support/errors.h"
 
 namespace trainpack {
 namespace {

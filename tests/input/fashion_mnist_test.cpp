@@ -1,5 +1,4 @@
 #include "trainpack/input/fashion_mnist.h"
-#include "support/errors.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -10,6 +9,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "support/errors.h"
 
 namespace trainpack {
 namespace {
