@@ -16,11 +16,14 @@
 #include <utility>
 #include <vector>
 
+#include "support/errors.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
 namespace {
+
+using testing::message_of;
 
 using ::testing::HasSubstr;
 using Sets = std::vector<std::pair<int64_t, double>>;
@@ -337,25 +340,15 @@ TEST_F(ScheduledHyperParamSetterStartup, WithoutSetAtBeginningOnlyWarns) {
 
 class ScheduledHyperParamSetterArgs : public ParamFixture {};
 
-template <typename F>
-std::string invalid_argument_message(F&& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "(no std::invalid_argument thrown)";
-}
-
 TEST_F(ScheduledHyperParamSetterArgs, EmptyScheduleThrows) {
-  const std::string msg = invalid_argument_message(
+  const std::string msg = message_of<std::invalid_argument>(
       [&] { std::make_shared<ScheduledHyperParamSetter>(param(), Schedule{}); });
   EXPECT_THAT(msg, HasSubstr("ScheduledHyperParamSetter"));
   EXPECT_THAT(msg, HasSubstr("schedule is empty"));
 }
 
 TEST_F(ScheduledHyperParamSetterArgs, DecreasingPointsThrowNamingTheIndexAndPoints) {
-  const std::string msg = invalid_argument_message([&] {
+  const std::string msg = message_of<std::invalid_argument>([&] {
     std::make_shared<ScheduledHyperParamSetter>(param(), Schedule{{20, 0.4}, {10, 0.3}});
   });
   EXPECT_THAT(msg, HasSubstr("ScheduledHyperParamSetter"));
@@ -364,7 +357,7 @@ TEST_F(ScheduledHyperParamSetterArgs, DecreasingPointsThrowNamingTheIndexAndPoin
 }
 
 TEST_F(ScheduledHyperParamSetterArgs, RepeatedPointThrows) {
-  const std::string msg = invalid_argument_message([&] {
+  const std::string msg = message_of<std::invalid_argument>([&] {
     std::make_shared<ScheduledHyperParamSetter>(param(), Schedule{{10, 0.4}, {10, 0.3}});
   });
   EXPECT_THAT(msg, HasSubstr("ScheduledHyperParamSetter"));
@@ -372,7 +365,7 @@ TEST_F(ScheduledHyperParamSetterArgs, RepeatedPointThrows) {
 }
 
 TEST_F(ScheduledHyperParamSetterArgs, NegativePointThrows) {
-  const std::string msg = invalid_argument_message([&] {
+  const std::string msg = message_of<std::invalid_argument>([&] {
     std::make_shared<ScheduledHyperParamSetter>(param(), Schedule{{-1, 0.4}});
   });
   EXPECT_THAT(msg, HasSubstr("ScheduledHyperParamSetter"));
@@ -380,7 +373,7 @@ TEST_F(ScheduledHyperParamSetterArgs, NegativePointThrows) {
 }
 
 TEST_F(ScheduledHyperParamSetterArgs, UnknownInterpThrows) {
-  const std::string msg = invalid_argument_message([&] {
+  const std::string msg = message_of<std::invalid_argument>([&] {
     std::make_shared<ScheduledHyperParamSetter>(param(), Schedule{{1, 0.4}},
                                                 ScheduledHyperParamSetterOptions().interp("cubic"));
   });
@@ -390,7 +383,7 @@ TEST_F(ScheduledHyperParamSetterArgs, UnknownInterpThrows) {
 }
 
 TEST_F(ScheduledHyperParamSetterArgs, NullParamThrows) {
-  const std::string msg = invalid_argument_message([&] {
+  const std::string msg = message_of<std::invalid_argument>([&] {
     std::make_shared<ScheduledHyperParamSetter>(HyperParamPtr(), Schedule{{1, 0.4}});
   });
   EXPECT_THAT(msg, HasSubstr("ScheduledHyperParamSetter"));
@@ -424,7 +417,7 @@ TEST_F(GraphVarParamTest, UnknownVariableThrowsListingTheVariablesThatExist) {
   graph.add_variable(
       "learning_rate", [] { return 0.1; }, [](double) {});
   GraphVarParam lr("lr");
-  const std::string msg = invalid_argument_message([&] { lr.setup_graph(graph); });
+  const std::string msg = message_of<std::invalid_argument>([&] { lr.setup_graph(graph); });
   EXPECT_THAT(msg, HasSubstr("GraphVarParam('lr')"));
   EXPECT_THAT(msg, HasSubstr("'learning_rate'"));
 }
@@ -448,7 +441,7 @@ TEST_F(GraphVarParamTest, IntegerVariableRejectsANonIntegralValue) {
       "step", [&] { return step; }, [&](double v) { step = v; }, /*is_floating=*/false);
   GraphVarParam p("step");
   p.setup_graph(graph);
-  const std::string msg = invalid_argument_message([&] { p.set_value(0.5); });
+  const std::string msg = message_of<std::invalid_argument>([&] { p.set_value(0.5); });
   EXPECT_THAT(msg, HasSubstr("HyperParam step has an integer type. Cannot update it using float"));
   EXPECT_EQ(step, 0);
 }
@@ -471,7 +464,8 @@ TEST_F(GraphVarParamTest, UseBeforeSetupGraphThrows) {
 }
 
 TEST_F(GraphVarParamTest, EmptyNameThrows) {
-  const std::string msg = invalid_argument_message([] { std::make_shared<GraphVarParam>(""); });
+  const std::string msg =
+      message_of<std::invalid_argument>([] { std::make_shared<GraphVarParam>(""); });
   EXPECT_THAT(msg, HasSubstr("GraphVarParam"));
   EXPECT_THAT(msg, HasSubstr("name"));
 }
@@ -487,7 +481,7 @@ TEST_F(ObjAttrParamTest, GetsAndSetsThroughTheFunctions) {
 }
 
 TEST_F(ObjAttrParamTest, EmptyGetThrows) {
-  const std::string msg = invalid_argument_message([] {
+  const std::string msg = message_of<std::invalid_argument>([] {
     std::make_shared<ObjAttrParam>(
         nullptr, [](double) {}, "x");
   });
@@ -496,14 +490,14 @@ TEST_F(ObjAttrParamTest, EmptyGetThrows) {
 }
 
 TEST_F(ObjAttrParamTest, EmptySetThrows) {
-  const std::string msg = invalid_argument_message(
+  const std::string msg = message_of<std::invalid_argument>(
       [] { std::make_shared<ObjAttrParam>([] { return 0.0; }, nullptr, "x"); });
   EXPECT_THAT(msg, HasSubstr("ObjAttrParam"));
   EXPECT_THAT(msg, HasSubstr("set"));
 }
 
 TEST_F(ObjAttrParamTest, EmptyReadableNameThrows) {
-  const std::string msg = invalid_argument_message(
+  const std::string msg = message_of<std::invalid_argument>(
       [] { std::make_shared<ObjAttrParam>([] { return 0.0; }, [](double) {}, ""); });
   EXPECT_THAT(msg, HasSubstr("ObjAttrParam"));
   EXPECT_THAT(msg, HasSubstr("readable_name"));
@@ -536,7 +530,7 @@ TEST_F(HyperParamSetterWithFuncTest, BeforeTrainSeesTheEpochBeforeTheStartingEpo
 }
 
 TEST_F(HyperParamSetterWithFuncTest, EmptyFuncThrows) {
-  const std::string msg = invalid_argument_message([&] {
+  const std::string msg = message_of<std::invalid_argument>([&] {
     std::make_shared<HyperParamSetterWithFunc>(param(), HyperParamSetterWithFunc::Func());
   });
   EXPECT_THAT(msg, HasSubstr("HyperParamSetterWithFunc"));
@@ -544,7 +538,7 @@ TEST_F(HyperParamSetterWithFuncTest, EmptyFuncThrows) {
 }
 
 TEST_F(HyperParamSetterWithFuncTest, NullParamThrows) {
-  const std::string msg = invalid_argument_message([] {
+  const std::string msg = message_of<std::invalid_argument>([] {
     std::make_shared<HyperParamSetterWithFunc>(HyperParamPtr(),
                                                [](int64_t, double x) { return x; });
   });
@@ -624,7 +618,7 @@ TEST_F(StatMonitorParamSetterTest, DoesNotRunInBeforeTrain) {
 }
 
 TEST_F(StatMonitorParamSetterTest, EmptyStatNameThrows) {
-  const std::string msg = invalid_argument_message([&] {
+  const std::string msg = message_of<std::invalid_argument>([&] {
     std::make_shared<StatMonitorParamSetter>(
         param(), "", [](double x) { return x; }, 0, 1);
   });
@@ -633,14 +627,14 @@ TEST_F(StatMonitorParamSetterTest, EmptyStatNameThrows) {
 }
 
 TEST_F(StatMonitorParamSetterTest, EmptyValueFuncThrows) {
-  const std::string msg = invalid_argument_message(
+  const std::string msg = message_of<std::invalid_argument>(
       [&] { std::make_shared<StatMonitorParamSetter>(param(), "val-error", nullptr, 0, 1); });
   EXPECT_THAT(msg, HasSubstr("StatMonitorParamSetter"));
   EXPECT_THAT(msg, HasSubstr("value_func"));
 }
 
 TEST_F(StatMonitorParamSetterTest, LastKBelowOneThrows) {
-  const std::string msg = invalid_argument_message([&] {
+  const std::string msg = message_of<std::invalid_argument>([&] {
     std::make_shared<StatMonitorParamSetter>(
         param(), "val-error", [](double x) { return x; }, 0, 0);
   });
@@ -649,7 +643,7 @@ TEST_F(StatMonitorParamSetterTest, LastKBelowOneThrows) {
 }
 
 TEST_F(StatMonitorParamSetterTest, NullParamThrows) {
-  const std::string msg = invalid_argument_message([] {
+  const std::string msg = message_of<std::invalid_argument>([] {
     std::make_shared<StatMonitorParamSetter>(
         HyperParamPtr(), "val-error", [](double x) { return x; }, 0, 1);
   });
@@ -773,7 +767,7 @@ TEST_F(HumanHyperParamSetterTest, FileWithoutTheNameWarnsAndKeepsTheValue) {
 TEST_F(HumanHyperParamSetterTest, WithoutLoggerDirThrows) {
   logger::unset_logger_dir();
   const std::string msg =
-      invalid_argument_message([&] { std::make_shared<HumanHyperParamSetter>(param()); });
+      message_of<std::invalid_argument>([&] { std::make_shared<HumanHyperParamSetter>(param()); });
   EXPECT_THAT(msg, HasSubstr("HumanHyperParamSetter"));
   EXPECT_THAT(msg, HasSubstr("file_name"));
   EXPECT_THAT(msg, HasSubstr("call logger::set_logger_dir first"));
@@ -789,8 +783,8 @@ TEST_F(HumanHyperParamSetterTest, AbsoluteFileNameNeedsNoLoggerDir) {
 }
 
 TEST_F(HumanHyperParamSetterTest, NullParamThrows) {
-  const std::string msg =
-      invalid_argument_message([] { std::make_shared<HumanHyperParamSetter>(HyperParamPtr()); });
+  const std::string msg = message_of<std::invalid_argument>(
+      [] { std::make_shared<HumanHyperParamSetter>(HyperParamPtr()); });
   EXPECT_THAT(msg, HasSubstr("HumanHyperParamSetter"));
   EXPECT_THAT(msg, HasSubstr("param"));
 }

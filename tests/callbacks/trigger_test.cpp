@@ -2,11 +2,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "support/errors.h"
 #include "support/trace.h"
 #include "trainpack/callbacks/trigger.h"
 
 namespace trainpack {
 namespace {
+
+using testing::message_of;
 
 using testing::ActionCallback;
 using ::testing::HasSubstr;
@@ -14,16 +17,6 @@ using testing::run_noop;
 using testing::Trace;
 using testing::TraceCallback;
 using testing::TriggerRecorder;
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "(no std::invalid_argument thrown)";
-}
 
 Trace only(const Trace& trace, const std::string& hook) {
   Trace out;
@@ -93,7 +86,7 @@ TEST(PeriodicTrigger, CopiesChiefOnlyFromTheInnerCallback) {
 }
 
 TEST(PeriodicTrigger, WithNoPeriodIsAnError) {
-  EXPECT_THAT(error_of([] {
+  EXPECT_THAT(message_of<std::invalid_argument>([] {
                 PeriodicTrigger(std::make_shared<TriggerRecorder>(nullptr),
                                 PeriodicTriggerOptions());
               }),
@@ -101,12 +94,12 @@ TEST(PeriodicTrigger, WithNoPeriodIsAnError) {
 }
 
 TEST(PeriodicTrigger, ANegativePeriodIsAnError) {
-  EXPECT_THAT(error_of([] {
+  EXPECT_THAT(message_of<std::invalid_argument>([] {
                 PeriodicTrigger(std::make_shared<TriggerRecorder>(nullptr),
                                 PeriodicTriggerOptions().every_k_steps(-3));
               }),
               HasSubstr("PeriodicTrigger: every_k_steps must be positive"));
-  EXPECT_THAT(error_of([] {
+  EXPECT_THAT(message_of<std::invalid_argument>([] {
                 PeriodicTrigger(std::make_shared<TriggerRecorder>(nullptr),
                                 PeriodicTriggerOptions().every_k_epochs(-1));
               }),
@@ -114,7 +107,8 @@ TEST(PeriodicTrigger, ANegativePeriodIsAnError) {
 }
 
 TEST(PeriodicTrigger, ANullCallbackIsAnError) {
-  EXPECT_THAT(error_of([] { PeriodicTrigger(nullptr, PeriodicTriggerOptions().every_k_steps(1)); }),
+  EXPECT_THAT(message_of<std::invalid_argument>(
+                  [] { PeriodicTrigger(nullptr, PeriodicTriggerOptions().every_k_steps(1)); }),
               HasSubstr("callback is null"));
 }
 
@@ -166,7 +160,7 @@ TEST(PeriodicCallback, EpochPeriodEnablesWholeEpochsAndTheEndOfTheLastEpoch) {
 }
 
 TEST(PeriodicCallback, WithNoPeriodIsAnError) {
-  EXPECT_THAT(error_of([] {
+  EXPECT_THAT(message_of<std::invalid_argument>([] {
                 PeriodicCallback(std::make_shared<TriggerRecorder>(nullptr),
                                  PeriodicCallbackOptions());
               }),
@@ -174,12 +168,12 @@ TEST(PeriodicCallback, WithNoPeriodIsAnError) {
 }
 
 TEST(PeriodicCallback, ANegativePeriodIsAnError) {
-  EXPECT_THAT(error_of([] {
+  EXPECT_THAT(message_of<std::invalid_argument>([] {
                 PeriodicCallback(std::make_shared<TriggerRecorder>(nullptr),
                                  PeriodicCallbackOptions().every_k_epochs(-2));
               }),
               HasSubstr("PeriodicCallback: every_k_epochs must be positive"));
-  EXPECT_THAT(error_of([] {
+  EXPECT_THAT(message_of<std::invalid_argument>([] {
                 PeriodicCallback(std::make_shared<TriggerRecorder>(nullptr),
                                  PeriodicCallbackOptions().every_k_steps(-2));
               }),
@@ -222,9 +216,9 @@ TEST(EnableCallbackIf, DoesNotGateSetupBeforeTrainAfterTrainOrTrigger) {
 }
 
 TEST(EnableCallbackIf, AnEmptyPredicateIsAnError) {
-  EXPECT_THAT(
-      error_of([] { EnableCallbackIf(std::make_shared<TriggerRecorder>(nullptr), nullptr); }),
-      HasSubstr("EnableCallbackIf: pred is empty"));
+  EXPECT_THAT(message_of<std::invalid_argument>(
+                  [] { EnableCallbackIf(std::make_shared<TriggerRecorder>(nullptr), nullptr); }),
+              HasSubstr("EnableCallbackIf: pred is empty"));
 }
 
 TEST(EnableCallbackIf, NameWrapsTheInnerName) {
@@ -240,15 +234,16 @@ namespace trainpack {
 namespace {
 
 TEST(Wrappers, ANullCallbackIsAnErrorNamingTheWrapper) {
-  EXPECT_THAT(error_of([] { PeriodicTrigger(nullptr, PeriodicTriggerOptions().every_k_steps(1)); }),
+  EXPECT_THAT(message_of<std::invalid_argument>(
+                  [] { PeriodicTrigger(nullptr, PeriodicTriggerOptions().every_k_steps(1)); }),
               ::testing::StartsWith("PeriodicTrigger: callback is null"));
-  EXPECT_THAT(
-      error_of([] { PeriodicCallback(nullptr, PeriodicCallbackOptions().every_k_steps(1)); }),
-      ::testing::StartsWith("PeriodicCallback: callback is null"));
-  EXPECT_THAT(
-      error_of([] { EnableCallbackIf(nullptr, [](const EnableCallbackIf&) { return true; }); }),
-      ::testing::StartsWith("EnableCallbackIf: callback is null"));
-  EXPECT_THAT(error_of([] { ProxyCallback(nullptr); }),
+  EXPECT_THAT(message_of<std::invalid_argument>(
+                  [] { PeriodicCallback(nullptr, PeriodicCallbackOptions().every_k_steps(1)); }),
+              ::testing::StartsWith("PeriodicCallback: callback is null"));
+  EXPECT_THAT(message_of<std::invalid_argument>(
+                  [] { EnableCallbackIf(nullptr, [](const EnableCallbackIf&) { return true; }); }),
+              ::testing::StartsWith("EnableCallbackIf: callback is null"));
+  EXPECT_THAT(message_of<std::invalid_argument>([] { ProxyCallback(nullptr); }),
               ::testing::StartsWith("ProxyCallback: callback is null"));
 }
 
