@@ -121,6 +121,21 @@ void Graph::add_to_collection(const std::string& key, Op op) {
   collections_[key].push_back(std::move(op));
 }
 
+void Graph::add_trainable_variable(const std::string& name, at::Tensor tensor) {
+  check_mutable("add_trainable_variable", name);
+  if (!tensor.defined()) {
+    throw std::invalid_argument(
+        fmt::format("Graph::add_trainable_variable('{}'): the tensor is undefined", name));
+  }
+  for (const auto& entry : trainable_) {
+    if (entry.first == name) {
+      throw std::invalid_argument(fmt::format(
+          "Graph::add_trainable_variable: a trainable variable named '{}' already exists", name));
+    }
+  }
+  trainable_.emplace_back(name, std::move(tensor));
+}
+
 const std::vector<Graph::Op>& Graph::collection(const std::string& key) const {
   static const std::vector<Op> kEmpty;
   auto it = collections_.find(key);

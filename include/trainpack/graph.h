@@ -23,6 +23,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace trainpack {
@@ -62,6 +63,13 @@ class Graph {
   const Op& op(const std::string& name) const;
   std::vector<std::string> op_names() const;
 
+  // Trainable tensors (the module's parameters), registered by the trainer at setup, in order;
+  // CheckNumerics and the savers read them. Throws std::invalid_argument if the name is taken.
+  void add_trainable_variable(const std::string& name, at::Tensor tensor);
+  const std::vector<std::pair<std::string, at::Tensor>>& trainable_variables() const {
+    return trainable_;
+  }
+
   void add_to_collection(const std::string& key, Op op);
   // The closures registered under `key`, in registration order (empty if none).
   const std::vector<Op>& collection(const std::string& key) const;
@@ -96,6 +104,7 @@ class Graph {
   std::map<std::string, Variable> variables_;
   std::map<std::string, Op> ops_;
   std::map<std::string, std::vector<Op>> collections_;
+  std::vector<std::pair<std::string, at::Tensor>> trainable_;
   std::string scope_;
   bool finalized_ = false;
 };

@@ -50,6 +50,7 @@
 #include "trainpack/session_init.h"
 #include "trainpack/train/exceptions.h"
 #include "trainpack/train/step_context.h"
+#include "trainpack/train/tower.h"
 
 namespace trainpack {
 
@@ -110,13 +111,23 @@ class Trainer {
   template <typename Op>
   void hooked_run(Op&& op) {
     begin_hooked_run();
-    op(step_context_);
-    end_hooked_run();
+    try {
+      op(step_context_);
+      end_hooked_run();
+    } catch (...) {
+      tower_registry_.end_step();
+      throw;
+    }
+    tower_registry_.end_step();
   }
 
   // ---- state ----
   Graph& graph() { return graph_; }
   const Graph& graph() const { return graph_; }
+  // What the main training tower recorded this step (summaries, moving summaries, update ops);
+  // cleared after every hooked run.
+  TowerRegistry& tower_registry() { return tower_registry_; }
+  const TowerRegistry& tower_registry() const { return tower_registry_; }
   // The monitors aggregator; valid after setup_callbacks.
   Monitors& monitors() const;
   // The registered callbacks, in order (the group exists after setup_callbacks).
@@ -154,6 +165,7 @@ class Trainer {
   [[noreturn]] void fail_missing_fetch(const std::string& name) const;
 
   Graph graph_;
+  TowerRegistry tower_registry_;
   std::vector<CallbackPtr> registered_;
   std::unique_ptr<Callbacks> callbacks_;
   std::shared_ptr<Monitors> monitors_;

@@ -1,0 +1,91 @@
+// ModelDesc, TrainConfig and launch_train_with_config (tensorpack's ModelDesc, train/config.py
+// and train/interface.py): the one-call way to train a model.
+//
+//   class Model : public trainpack::ModelDesc {
+//    public:
+//     InputSignature inputs() const override {
+//       return {InputDesc("image", {-1, 1, 28, 28}), InputDesc("label", {-1}, at::kLong)};
+//     }
+//     std::shared_ptr<torch::nn::Module> module() override { return net_.ptr(); }
+//     at::Tensor build_graph(TowerContext& ctx, const std::vector<at::Tensor>& in) override {...}
+//     std::unique_ptr<torch::optim::Optimizer> optimizer() override {
+//       return std::make_unique<torch::optim::SGD>(net_->parameters(), 0.1);
+//     }
+//    private:
+//     Net net_;
+//   };
+//
+//   trainpack::SimpleTrainer trainer;
+//   trainpack::launch_train_with_config(
+//       trainpack::TrainConfig().model(std::make_shared<Model>()).dataflow(batches)
+//           .callbacks({...}).max_epoch(10),
+//       trainer);
+//
+// launch_train_with_config: a dataflow becomes FeedInput for a SimpleTrainer and QueueInput for
+// any other trainer (logging "Automatically applying QueueInput on the DataFlow."); then
+// trainer.setup_graph(model inputs, input, model module, build_graph, optimizer) and
+// trainer.train_with_defaults(...) with the config's callbacks, monitors, session_init,
+// steps_per_epoch, starting_epoch and max_epoch.
+//
+// Errors (std::invalid_argument, naming TrainConfig and the field): no model; both or neither of
+// dataflow and data; steps_per_epoch unset while the input's size is unknown (also logged as
+// tensorpack's ERROR line); starting_epoch < 1; max_epoch < starting_epoch - 1.
+//
+// Differences from tensorpack: ModelDesc hands over a module and an optimizer object instead of
+// building them in a TF graph; no session_creator/session_config (nothing to configure).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include "trainpack/callbacks/base.h"
+#include "trainpack/callbacks/monitor_base.h"
+#include "trainpack/input/dataflow.h"
+#include "trainpack/input/input_source.h"
+#include "trainpack/session_init.h"
+#include "trainpack/train/tower.h"
+
+namespace trainpack {
+
+class SingleCostTrainer;
+
+// A model for launch_train_with_config (tensorpack's ModelDesc).
+class ModelDesc {
+ public:
+  virtual ~ModelDesc();
+  // The input signature (tensorpack's inputs()).
+  virtual InputSignature inputs() const = 0;
+  // The module whose parameters are trained.
+  virtual std::shared_ptr<torch::nn::Module> module() = 0;
+  // The tower function: the cost of one batch (tensorpack's build_graph).
+  virtual at::Tensor build_graph(TowerContext& ctx, const std::vector<at::Tensor>& inputs) = 0;
+  // The optimizer, called once (tensorpack's optimizer()).
+  virtual std::unique_ptr<torch::optim::Optimizer> optimizer() = 0;
+};
+
+// tensorpack's TrainConfig; see the top of this file. Defaults are tensorpack's (max_epoch 99999).
+struct TrainConfig {
+  TORCH_ARG(DataFlowPtr, dataflow);
+  TORCH_ARG(InputSourcePtr, data);
+  TORCH_ARG(std::shared_ptr<ModelDesc>, model);
+  TORCH_ARG(std::vector<CallbackPtr>, callbacks);
+  // Unset: DEFAULT_CALLBACKS().
+  TORCH_ARG(std::optional<std::vector<CallbackPtr>>, extra_callbacks);
+  // Unset: DEFAULT_MONITORS().
+  TORCH_ARG(std::optional<std::vector<MonitorPtr>>, monitors);
+  TORCH_ARG(std::shared_ptr<SessionInit>, session_init);
+  TORCH_ARG(int64_t, starting_epoch) = 1;
+  // Unset: the input's size (one pass per epoch).
+  TORCH_ARG(std::optional<int64_t>, steps_per_epoch);
+  TORCH_ARG(int64_t, max_epoch) = 99999;
+};
+
+void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trainer);
+
+}  // namespace trainpack

@@ -1,0 +1,163 @@
+// Trainers of a model given as a tower function (tensorpack's train/tower.py and
+// train/trainers.py): TowerTrainer (tower function, predictors), SingleCostTrainer (one cost,
+// one optimizer) and SimpleTrainer (one tower on one device).
+//
+//   auto net = std::make_shared<Net>();
+//   trainpack::SimpleTrainer trainer;                       // CPU; SimpleTrainer(torch::kCUDA)
+//   trainer.setup_graph(
+//       {InputDesc("image", {-1, 1, 28, 28}), InputDesc("label", {-1}, at::kLong)},
+//       std::make_shared<QueueInput>(batches), net,
+//       [&](TowerContext& ctx, const std::vector<at::Tensor>& in) {
+//         auto cost = torch::nn::functional::cross_entropy(net->forward(in[0]), in[1]);
+//         ctx.add_moving_summary("cost", cost);
+//         return cost;
+//       },
+//       [&] { return std::make_unique<torch::optim::SGD>(net->parameters(), 0.1); });
+//   trainer.train_with_defaults(TrainOptions().steps_per_epoch(100).max_epoch(5));
+//
+// setup_graph registers the input source's callbacks, then the trainer's own (all before the
+// step counter), moves the module to the trainer's device, builds the optimizer once, binds the
+// graph variable `learning_rate` to the learning rate of every parameter group (so
+// ScheduledHyperParamSetter("learning_rate", ...) changes what the optimizer uses), and adds the
+// module's trainable parameters to the graph (Graph::trainable_variables, used by CheckNumerics
+// and savers).
+//
+// SimpleTrainer's step: next batch from the input source -> tower function in a training
+// TowerContext (outputs published to the step, summaries recorded) -> zero_grad, backward,
+// optimizer step. The returned cost is also published as "cost" unless the tower outputs a
+// tensor of that name itself. The cost must be a scalar (std::invalid_argument otherwise).
+//
+// get_predictor(input_names, output_names, device): a callable that runs the tower function in
+// inference mode (the module in eval mode, then back to its previous mode; NoGradGuard) on
+// `device`, feeding the named inputs and returning the named outputs. Predictors are built once
+// per (device, input names, output names) and per trainer; on another device than the trainer's,
+// the module is replicated (it must be a torch::nn::Cloneable) and its parameters and buffers are
+// copied from the training module before each call. Inputs not given to the predictor reach the
+// tower as undefined tensors: a tower meant for prediction checks `in[i].defined()` for labels.
+//
+// Differences from tensorpack: the module and the optimizer are LibTorch objects passed in
+// (tensorpack builds them inside the tower function); predictors are per trainer (spec 22 #12);
+// a predict tower replicates the module instead of sharing TF variables.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <c10/core/Device.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include "trainpack/input/input_source.h"
+#include "trainpack/train/tower.h"
+#include "trainpack/train/trainer.h"
+
+namespace trainpack {
+
+// A callable running the tower in inference mode; see the top of this file.
+//   auto predict = trainer.get_predictor({"image"}, {"prob"});
+//   at::Tensor prob = (*predict)({images})[0];
+class Predictor {
+ public:
+  Predictor(std::string tower_name, TowerFunc tower, InputSignature signature,
+            std::vector<std::string> input_names, std::vector<std::string> output_names,
+            std::shared_ptr<torch::nn::Module> module, std::shared_ptr<torch::nn::Module> source,
+            c10::Device device);
+
+  // Runs the tower on `inputs` (one per input name, in that order; moved to the device) and
+  // returns the outputs in the order of the output names. An output the tower never produced is
+  // std::invalid_argument listing the names it does output; a wrong number of inputs too.
+  std::vector<at::Tensor> operator()(const std::vector<at::Tensor>& inputs);
+
+  const std::string& tower_name() const { return tower_name_; }
+  const std::vector<std::string>& input_names() const { return input_names_; }
+  const std::vector<std::string>& output_names() const { return output_names_; }
+  c10::Device device() const { return device_; }
+
+ private:
+  std::string tower_name_;
+  TowerFunc tower_;
+  InputSignature signature_;
+  std::vector<std::string> input_names_;
+  std::vector<std::string> output_names_;
+  std::vector<int> input_positions_;  // position in the signature of each input name
+  std::shared_ptr<torch::nn::Module> module_;  // what runs
+  std::shared_ptr<torch::nn::Module> source_;  // the training module, when module_ is a replica
+  c10::Device device_;
+};
+
+// A trainer with a tower function, an input signature and a module (tensorpack's TowerTrainer).
+class TowerTrainer : public Trainer {
+ public:
+  explicit TowerTrainer(c10::Device device = c10::Device(c10::kCPU));
+
+  // Sets the tower function, its signature and the module it trains. Call once.
+  void set_tower_func(TowerFunc tower, InputSignature signature,
+                      std::shared_ptr<torch::nn::Module> module);
+  const TowerFunc& tower_func() const;
+  const InputSignature& input_signature() const { return signature_; }
+  const std::shared_ptr<torch::nn::Module>& module() const { return module_; }
+  // The training device.
+  c10::Device device() const { return device_; }
+
+  // See the top of this file. Unknown input names are std::invalid_argument listing the
+  // signature; a CUDA device without a GPU is std::runtime_error saying so.
+  std::shared_ptr<Predictor> get_predictor(const std::vector<std::string>& input_names,
+                                           const std::vector<std::string>& output_names,
+                                           std::optional<c10::Device> device = std::nullopt);
+
+ protected:
+  c10::Device device_;
+
+ private:
+  TowerFunc tower_;
+  InputSignature signature_;
+  std::shared_ptr<torch::nn::Module> module_;
+  bool tower_set_ = false;
+  // Replicas per device (the training device maps to module_ itself).
+  std::map<std::string, std::shared_ptr<torch::nn::Module>> replicas_;
+  std::map<std::tuple<std::string, std::vector<std::string>, std::vector<std::string>>,
+           std::shared_ptr<Predictor>>
+      predictors_;
+};
+
+// A trainer that minimises one cost with one optimizer (tensorpack's SingleCostTrainer).
+class SingleCostTrainer : public TowerTrainer {
+ public:
+  using OptimizerFn = std::function<std::unique_ptr<torch::optim::Optimizer>()>;
+  using TowerTrainer::TowerTrainer;
+
+  // See the top of this file. Call once, before train(). Null arguments are
+  // std::invalid_argument naming them.
+  void setup_graph(InputSignature signature, InputSourcePtr input,
+                   std::shared_ptr<torch::nn::Module> module, TowerFunc cost_fn,
+                   OptimizerFn optimizer_fn);
+
+  torch::optim::Optimizer& optimizer() const;
+  const InputSourcePtr& input() const { return input_; }
+
+ protected:
+  // The subclass's own callbacks (registered after the input source's).
+  virtual std::vector<CallbackPtr> _setup_graph() { return {}; }
+
+  // Runs the tower on one batch in a training context attached to `ctx`; returns the cost.
+  at::Tensor run_tower(StepContext& ctx, const std::vector<at::Tensor>& batch);
+
+ private:
+  InputSourcePtr input_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  bool setup_graph_done_ = false;
+};
+
+// One tower on one device: the plain training loop (tensorpack's SimpleTrainer).
+//   trainpack::SimpleTrainer trainer(torch::kCUDA);
+class SimpleTrainer : public SingleCostTrainer {
+ public:
+  using SingleCostTrainer::SingleCostTrainer;
+  void run_step() override;
+};
+
+}  // namespace trainpack

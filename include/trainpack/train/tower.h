@@ -1,0 +1,189 @@
+// Towers: the model code that a trainer runs (tensorpack's tower function and TowerContext).
+//
+// A tower function computes the cost from one batch. While it runs, it tells trainpack about the
+// tensors it computes through its TowerContext:
+//
+//   at::Tensor tower(trainpack::TowerContext& ctx, const std::vector<at::Tensor>& inputs) {
+//     auto logits = net->forward(inputs[0]);
+//     auto cost = torch::nn::functional::cross_entropy(logits, inputs[1]);
+//     auto wrong = logits.argmax(1).ne(inputs[1]).to(torch::kFloat);
+//     ctx.output("wrong-top1", wrong);                 // fetchable by callbacks and predictors
+//     ctx.add_moving_summary("cost", cost);            // monitor scalar "cost", EMA over steps
+//     ctx.summary_histogram("logits", logits);         // materialised by MergeAllSummaries
+//     return cost;
+//   }
+//
+// - `output(name, t)`: a named tensor. In a training step it is what callbacks fetch by name
+//   (ProgressBar({"cost"}), DumpTensors, ...); in a predictor it is what the predictor returns.
+//   A name that a callback asks for and the tower never outputs is an error at the first step,
+//   listing the names that exist.
+// - `summary_scalar/histogram/image(name, t)`: recorded for this step; MergeAllSummaries turns
+//   them into monitor data on the steps it chooses (the only host sync). Tags are
+//   `<name>-summary`, `<name>-histogram` and `<name>` as tensorpack's add_tensor_summary makes
+//   them; monitors see scalars under the normalised name (`cost-summary` -> `cost`).
+// - `add_moving_summary(name, t, decay)`: a scalar whose exponential moving average (decay 0.95,
+//   zero-debiased: the first value is x_1 exactly) MovingAverageSummary updates after every step
+//   on the tensor's own device without a host sync; MergeAllSummaries reads it as the scalar
+//   summary `<name>-summary`, which monitors see as `<name>`.
+// - `add_update_op(name, op)`: a closure run after the step by RunUpdateOps (tensorpack's
+//   UPDATE_OPS); BatchNorm in LibTorch updates its statistics in forward and needs none.
+// - `is_training()`: false when the tower runs for inference (predictors, InferenceRunner).
+//
+// Only the main training tower records summaries, moving summaries and update ops; inference
+// towers ignore them, as tensorpack's predict towers do. Everything recorded is held only until
+// the end of the step (the trainer clears it), so no tensor outlives its step's autograd graph.
+//
+// Differences from tensorpack: the tower function runs at every step (LibTorch is eager), so the
+// set of summaries is known after the first step instead of at graph construction; a summary is
+// computed by the tower whether or not it is materialised that step.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace trainpack {
+
+class StepContext;
+
+// One input of a model: name, shape (-1 for "any size", usually the batch dimension) and dtype;
+// tensorpack's `tf.TensorSpec` in `ModelDesc.inputs()`.
+//   InputDesc("image", {-1, 1, 28, 28}, at::kFloat), InputDesc("label", {-1}, at::kLong)
+struct InputDesc {
+  InputDesc(std::string name, std::vector<int64_t> shape, at::ScalarType dtype = at::kFloat);
+
+  std::string name;
+  std::vector<int64_t> shape;
+  at::ScalarType dtype;
+
+  // True if `t` has this rank, these sizes (where not -1) and this dtype.
+  bool matches(const at::Tensor& t) const;
+  // "image: [-1, 1, 28, 28] float"
+  std::string to_string() const;
+};
+
+using InputSignature = std::vector<InputDesc>;
+
+// Checks a batch against the signature: the number of components, then each one's rank, sizes
+// and dtype. Throws std::invalid_argument naming `who`, the input, what was expected and what
+// came, e.g. "QueueInput: input 'label' should be [-1] long, but the batch has [32, 1] float".
+void check_inputs(const InputSignature& signature, const std::vector<at::Tensor>& batch,
+                  const std::string& who);
+
+// What the main training tower recorded during the current step: summaries, moving summaries and
+// update ops. Owned by the Trainer (`trainer.tower_registry()`), read by MovingAverageSummary,
+// MergeAllSummaries and RunUpdateOps, cleared by the trainer at the end of every hooked run.
+// Entries are created the first time a name is recorded and kept (so later steps allocate
+// nothing); only their per-step values are cleared.
+class TowerRegistry {
+ public:
+  enum class SummaryKind { kScalar, kHistogram, kImage };
+
+  struct SummaryEntry {
+    std::string tag;  // "cost-summary", "logits-histogram", "samples"
+    SummaryKind kind = SummaryKind::kScalar;
+    at::Tensor value;     // this step's value; undefined when not recorded this step
+    int64_t max_outputs = 3;  // images only
+  };
+
+  struct MovingAverage {
+    std::string name;  // "cost"; its summary tag is "cost-summary"
+    double decay = 0.95;
+    at::Tensor latest;  // this step's value (undefined when not recorded this step)
+    at::Tensor biased;  // the biased EMA, float32 on the value's device (undefined before the first update)
+    int64_t updates = 0;  // t in the zero-debias formula
+
+    // The debiased average biased / (1 - decay^t), as a new tensor on the device (no host sync);
+    // undefined before the first update.
+    at::Tensor average() const;
+  };
+
+  // Records this step's value of a summary. The tag is given as the monitors will see it
+  // before normalisation (TowerContext adds the suffixes).
+  void record_summary(std::string_view tag, SummaryKind kind, const at::Tensor& value,
+                      int64_t max_outputs = 3);
+  // The same with the tag `name + suffix`, without building the string once the entry exists.
+  void record_summary(std::string_view name, std::string_view suffix, SummaryKind kind,
+                      const at::Tensor& value, int64_t max_outputs = 3);
+  // Records this step's value of a moving summary. `value` must have one element (else
+  // std::invalid_argument naming it); decay must be in [0, 1).
+  void record_moving(std::string_view name, const at::Tensor& value, double decay);
+  // Records this step's update op.
+  void record_update_op(std::string_view name, std::function<void()> op);
+
+  // Folds this step's recorded values into the moving averages (in place, under NoGradGuard, on
+  // each value's device; a non-float value is cast to float32). Returns how many were updated.
+  size_t update_moving_averages();
+  // Runs this step's update ops in the order they were first recorded.
+  void run_update_ops();
+
+  const std::vector<SummaryEntry>& summaries() const { return summaries_; }
+  const std::vector<MovingAverage>& moving_averages() const { return moving_; }
+  // Names of the update ops recorded so far.
+  std::vector<std::string> update_op_names() const;
+
+  // Clears the per-step values (called by the trainer after every hooked run).
+  void end_step();
+
+ private:
+  struct UpdateOp {
+    std::string name;
+    std::function<void()> op;
+  };
+  std::vector<SummaryEntry> summaries_;
+  std::vector<MovingAverage> moving_;
+  std::vector<UpdateOp> update_ops_;
+};
+
+// The context a tower function runs in. Built by the trainer (or a predictor, or an inference
+// runner) around each call of the tower function.
+class TowerContext {
+ public:
+  // `step` (may be null): where outputs are published for callbacks to fetch.
+  // `registry` (may be null): where summaries go; null for every tower but the main training one.
+  TowerContext(std::string name, bool is_training, StepContext* step = nullptr,
+               TowerRegistry* registry = nullptr);
+
+  // "tower0" for the training tower, "tower-pred-cpu" / "tower-pred-0" for predictors.
+  const std::string& name() const { return name_; }
+  bool is_training() const { return is_training_; }
+  // True for the tower whose summaries are recorded (tensorpack's is_main_training_tower).
+  bool is_main_training_tower() const { return is_training_ && registry_ != nullptr; }
+
+  // Publishes a named tensor (see the top of this file).
+  void output(std::string_view name, const at::Tensor& tensor);
+
+  void summary_scalar(std::string_view name, const at::Tensor& tensor);
+  void summary_histogram(std::string_view name, const at::Tensor& tensor);
+  // `tensor`: an image or a batch of images (HW, HWC or NHWC), as Monitors::put_image takes it.
+  void summary_image(std::string_view name, const at::Tensor& tensor, int64_t max_outputs = 3);
+  void add_moving_summary(std::string_view name, const at::Tensor& tensor, double decay = 0.95);
+  void add_update_op(std::string_view name, std::function<void()> op);
+
+  // For predictors and inference runners: outputs whose name is in `names` are stored in
+  // `(*out)[i]` (resized to names.size()). Both must outlive the tower call.
+  void collect_outputs(const std::vector<std::string>* names, std::vector<at::Tensor>* out);
+  // Every name given to output() during this call, for error messages (tracked only when the
+  // context has no StepContext; a training step's StepContext tracks its own).
+  const std::set<std::string, std::less<>>& output_names() const { return output_names_; }
+
+ private:
+  std::string name_;
+  bool is_training_;
+  StepContext* step_;
+  TowerRegistry* registry_;
+  const std::vector<std::string>* collect_names_ = nullptr;
+  std::vector<at::Tensor>* collected_ = nullptr;
+  std::set<std::string, std::less<>> output_names_;
+};
+
+// A tower function: computes the cost of one batch (the inputs in the order of the signature).
+// In inference towers the returned tensor is ignored and may be undefined.
+using TowerFunc = std::function<at::Tensor(TowerContext&, const std::vector<at::Tensor>&)>;
+
+}  // namespace trainpack
