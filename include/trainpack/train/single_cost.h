@@ -158,6 +158,9 @@ class SimpleTrainer : public SingleCostTrainer {
  public:
   using SingleCostTrainer::SingleCostTrainer;
   void run_step() override;
+
+ protected:
+  std::vector<CallbackPtr> _setup_graph() override;
 };
 
 }  // namespace trainpack

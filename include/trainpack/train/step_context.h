@@ -102,6 +102,14 @@ class StepContext {
     if (known_names_.find(name) == known_names_.end()) known_names_.emplace(name);
   }
 
+  // True if `name` was requested and has been published in this run.
+  bool has_value(std::string_view name) const {
+    for (const auto& entry : requested_) {
+      if (entry.first == name) return entry.second.defined();
+    }
+    return false;
+  }
+
   // The tensor published under `name` this step. Throws std::out_of_range if it was not
   // requested or not published.
   const at::Tensor& fetched(std::string_view name) const;

@@ -1,0 +1,263 @@
+#include "trainpack/train/single_cost.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/cuda.h>
+#include <torch/nn/cloneable.h>
+#include <torch/torch.h>
+
+#include <stdexcept>
+
+#include "trainpack/utils/logger.h"
+
+namespace trainpack {
+
+namespace {
+
+std::string tower_name_for(const c10::Device& device) {
+  return device.is_cpu() ? "tower-pred-cpu" : fmt::format("tower-pred-{}", device.str());
+}
+
+void check_device_available(const c10::Device& device, const char* who) {
+  if (device.is_cuda() && !torch::cuda::is_available()) {
+    throw std::runtime_error(fmt::format(
+        "{}: device {} was requested, but no CUDA GPU is available (this LibTorch has CUDA: "
+        "{}); use the CPU device (c10::Device(c10::kCPU)) or run on a machine with a GPU",
+        who, device.str(), torch::cuda::is_available() ? "yes" : "no / no device"));
+  }
+}
+
+// Copies the parameters and buffers of `from` into `to` (same structure, possibly another
+// device).
+void copy_state(torch::nn::Module& from, torch::nn::Module& to) {
+  torch::NoGradGuard no_grad;
+  auto src_params = from.named_parameters(/*recurse=*/true);
+  auto dst_params = to.named_parameters(/*recurse=*/true);
+  for (auto& p : dst_params) p.value().copy_(src_params[p.key()], /*non_blocking=*/true);
+  auto src_buffers = from.named_buffers(/*recurse=*/true);
+  auto dst_buffers = to.named_buffers(/*recurse=*/true);
+  for (auto& b : dst_buffers) b.value().copy_(src_buffers[b.key()], /*non_blocking=*/true);
+}
+
+}  // namespace
+
+// ---- Predictor ----
+
+Predictor::Predictor(std::string tower_name, TowerFunc tower, InputSignature signature,
+                     std::vector<std::string> input_names, std::vector<std::string> output_names,
+                     std::shared_ptr<torch::nn::Module> module,
+                     std::shared_ptr<torch::nn::Module> source, c10::Device device)
+    : tower_name_(std::move(tower_name)),
+      tower_(std::move(tower)),
+      signature_(std::move(signature)),
+      input_names_(std::move(input_names)),
+      output_names_(std::move(output_names)),
+      module_(std::move(module)),
+      source_(std::move(source)),
+      device_(device) {
+  for (const auto& name : input_names_) {
+    int pos = -1;
+    for (size_t i = 0; i < signature_.size(); ++i) {
+      if (signature_[i].name == name) pos = static_cast<int>(i);
+    }
+    if (pos < 0) {
+      std::vector<std::string> names;
+      for (const auto& d : signature_) names.push_back(d.name);
+      throw std::invalid_argument(fmt::format(
+          "get_predictor: '{}' is not an input of the model; its inputs are: {}", name,
+          fmt::join(names, ", ")));
+    }
+    input_positions_.push_back(pos);
+  }
+  if (output_names_.empty()) {
+    throw std::invalid_argument("get_predictor: output_names is empty; name at least one output");
+  }
+}
+
+std::vector<at::Tensor> Predictor::operator()(const std::vector<at::Tensor>& inputs) {
+  if (inputs.size() != input_names_.size()) {
+    throw std::invalid_argument(fmt::format(
+        "Predictor '{}': expected {} inputs ({}), got {}", tower_name_, input_names_.size(),
+        fmt::join(input_names_, ", "), inputs.size()));
+  }
+  std::vector<at::Tensor> full(signature_.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    full[static_cast<size_t>(input_positions_[i])] =
+        inputs[i].defined() ? inputs[i].to(device_) : inputs[i];
+  }
+  if (source_) copy_state(*source_, *module_);
+
+  std::vector<at::Tensor> outputs;
+  TowerContext ctx(tower_name_, /*is_training=*/false);
+  ctx.collect_outputs(&output_names_, &outputs);
+  const bool was_training = module_->is_training();
+  module_->eval();
+  try {
+    torch::NoGradGuard no_grad;
+    tower_(ctx, full);
+  } catch (...) {
+    module_->train(was_training);
+    throw;
+  }
+  module_->train(was_training);
+  for (size_t i = 0; i < output_names_.size(); ++i) {
+    if (!outputs[i].defined()) {
+      throw std::invalid_argument(fmt::format(
+          "Predictor '{}': the tower did not output '{}'; it outputs: {}", tower_name_,
+          output_names_[i],
+          ctx.output_names().empty() ? std::string("(nothing)")
+                                     : fmt::format("{}", fmt::join(ctx.output_names(), ", "))));
+    }
+  }
+  return outputs;
+}
+
+// ---- TowerTrainer ----
+
+TowerTrainer::TowerTrainer(c10::Device device) : device_(device) {}
+
+void TowerTrainer::set_tower_func(TowerFunc tower, InputSignature signature,
+                                  std::shared_ptr<torch::nn::Module> module) {
+  if (!tower) throw std::invalid_argument("TowerTrainer::set_tower_func: the tower function is empty");
+  if (!module) throw std::invalid_argument("TowerTrainer::set_tower_func: the module is null");
+  if (signature.empty()) {
+    throw std::invalid_argument(
+        "TowerTrainer::set_tower_func: the input signature is empty; describe every input with "
+        "an InputDesc");
+  }
+  call_once(tower_set_, "set_tower_func");
+  tower_ = std::move(tower);
+  signature_ = std::move(signature);
+  module_ = std::move(module);
+}
+
+const TowerFunc& TowerTrainer::tower_func() const {
+  if (!tower_set_) {
+    throw std::logic_error("TowerTrainer::tower_func: no tower function was set (setup_graph)");
+  }
+  return tower_;
+}
+
+std::shared_ptr<Predictor> TowerTrainer::get_predictor(
+    const std::vector<std::string>& input_names, const std::vector<std::string>& output_names,
+    std::optional<c10::Device> device_opt) {
+  if (!tower_set_) {
+    throw std::logic_error(
+        "TowerTrainer::get_predictor: call setup_graph (or set_tower_func) first");
+  }
+  const c10::Device device = device_opt.value_or(device_);
+  check_device_available(device, "TowerTrainer::get_predictor");
+  auto key = std::make_tuple(device.str(), input_names, output_names);
+  auto found = predictors_.find(key);
+  if (found != predictors_.end()) return found->second;
+
+  std::shared_ptr<torch::nn::Module> module = module_;
+  std::shared_ptr<torch::nn::Module> source;
+  if (device != device_) {
+    auto& replica = replicas_[device.str()];
+    if (!replica) {
+      TP_LOG_INFO("Building graph for predict tower '{}' on device {} ...", tower_name_for(device),
+                  device.str());
+      try {
+        replica = module_->clone(device);
+      } catch (const std::exception& e) {
+        throw std::invalid_argument(fmt::format(
+            "TowerTrainer::get_predictor: the module cannot be replicated on {} ({}); derive it "
+            "from torch::nn::Cloneable, or ask for a predictor on the training device {}",
+            device.str(), e.what(), device_.str()));
+      }
+    }
+    module = replica;
+    source = module_;
+  } else if (predictors_.empty()) {
+    TP_LOG_INFO("Building graph for predict tower '{}' on device {} ...", tower_name_for(device),
+                device.str());
+  }
+  auto predictor = std::make_shared<Predictor>(tower_name_for(device), tower_, signature_,
+                                               input_names, output_names, module, source, device);
+  predictors_.emplace(std::move(key), predictor);
+  return predictor;
+}
+
+// ---- SingleCostTrainer ----
+
+void SingleCostTrainer::setup_graph(InputSignature signature, InputSourcePtr input,
+                                    std::shared_ptr<torch::nn::Module> module, TowerFunc cost_fn,
+                                    OptimizerFn optimizer_fn) {
+  if (!input) throw std::invalid_argument("SingleCostTrainer::setup_graph: the input source is null");
+  if (!optimizer_fn) {
+    throw std::invalid_argument("SingleCostTrainer::setup_graph: the optimizer function is empty");
+  }
+  call_once(setup_graph_done_, "setup_graph");
+  check_device_available(device_, "SingleCostTrainer::setup_graph");
+  set_tower_func(std::move(cost_fn), signature, module);
+
+  module->to(device_);
+  module->train();
+  optimizer_ = optimizer_fn();
+  if (!optimizer_) {
+    throw std::invalid_argument("SingleCostTrainer::setup_graph: the optimizer function returned null");
+  }
+  if (optimizer_->param_groups().empty()) {
+    throw std::invalid_argument(
+        "SingleCostTrainer::setup_graph: the optimizer has no parameter groups");
+  }
+  torch::optim::Optimizer* opt = optimizer_.get();
+  graph().add_variable(
+      "learning_rate", [opt] { return opt->param_groups().front().options().get_lr(); },
+      [opt](double lr) {
+        for (auto& group : opt->param_groups()) group.options().set_lr(lr);
+      });
+  for (const auto& p : module->named_parameters(/*recurse=*/true)) {
+    if (p.value().requires_grad()) graph().add_trainable_variable(p.key(), p.value());
+  }
+
+  input_ = std::move(input);
+  for (auto& cb : input_->setup(signature, device_)) register_callback(std::move(cb));
+  for (auto& cb : _setup_graph()) register_callback(std::move(cb));
+}
+
+torch::optim::Optimizer& SingleCostTrainer::optimizer() const {
+  if (!optimizer_) {
+    throw std::logic_error("SingleCostTrainer::optimizer: call setup_graph first");
+  }
+  return *optimizer_;
+}
+
+at::Tensor SingleCostTrainer::run_tower(StepContext& ctx, const std::vector<at::Tensor>& batch) {
+  TowerContext tower("tower0", /*is_training=*/true, &ctx, &tower_registry());
+  at::Tensor cost = tower_func()(tower, batch);
+  if (!cost.defined()) {
+    throw std::invalid_argument(
+        "SingleCostTrainer: the tower function returned an undefined cost; return the scalar "
+        "loss to minimise");
+  }
+  if (cost.numel() != 1) {
+    throw std::invalid_argument(fmt::format(
+        "SingleCostTrainer: the cost must be a scalar, but the tower function returned a tensor "
+        "of shape [{}]; reduce it (e.g. .mean())",
+        fmt::join(cost.sizes().begin(), cost.sizes().end(), ", ")));
+  }
+  if (!ctx.has_value("cost")) ctx.publish("cost", cost);  // unless the tower published its own
+  return cost;
+}
+
+// ---- SimpleTrainer ----
+
+std::vector<CallbackPtr> SimpleTrainer::_setup_graph() {
+  TP_LOG_INFO("Building graph for a single training tower on device {} ...", device().str());
+  return {};
+}
+
+void SimpleTrainer::run_step() {
+  hooked_run([this](StepContext& ctx) {
+    const std::vector<at::Tensor> batch = input()->next_batch();
+    at::Tensor cost = run_tower(ctx, batch);
+    auto& opt = optimizer();
+    opt.zero_grad();
+    cost.backward();
+    opt.step();
+  });
+}
+
+}  // namespace trainpack
