@@ -1,5 +1,8 @@
 #include "trainpack/callbacks/graph.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <stdexcept>
 
 #include "trainpack/graph.h"
@@ -51,17 +54,33 @@ RunUpdateOps::RunUpdateOps(std::string collection)
 }
 
 void RunUpdateOps::_setup_graph() {
-  const auto& ops = graph().collection(collection_);
-  if (!ops.empty()) {
-    TP_LOG_INFO("Applying collection {} of {} ops.", collection_, ops.size());
-    op_ = [&ops] {
-      for (const auto& op : ops) op();
-    };
-  } else {
+  graph_ops_ = &graph().collection(collection_);
+  tower_ = collection_ == Graph::kUpdateOps;
+  tower_logged_ = false;
+  if (!graph_ops_->empty()) {
+    TP_LOG_INFO("Applying collection {} of {} ops.", collection_, graph_ops_->size());
+  }
+  if (graph_ops_->empty() && !tower_) {
     op_ = [] {};
     options_.run_step(false);  // nothing to run: before_run asks for nothing
+  } else {
+    op_ = [this] { run_update_ops(); };
   }
   RunOp::_setup_graph();
+}
+
+void RunUpdateOps::run_update_ops() {
+  for (const auto& op : *graph_ops_) op();
+  if (!tower_) return;
+  TowerRegistry& registry = trainer().tower_registry();
+  registry.run_update_ops();
+  if (!tower_logged_) {
+    const std::vector<std::string> names = registry.update_op_names();  // empty: no allocation
+    if (!names.empty()) {
+      tower_logged_ = true;
+      TP_LOG_INFO("Applying the training tower's update ops: {}.", fmt::join(names, ", "));
+    }
+  }
 }
 
 }  // namespace trainpack

@@ -15,8 +15,8 @@ namespace trainpack {
 
 namespace {
 
-// put_image's shape rules (tensorpack's image_to_nhwc).
-at::Tensor to_nhwc(const std::string& name, const at::Tensor& image) {
+// put_image's shape rules (tensorpack's image_to_nhwc). `who` starts the error message.
+at::Tensor to_nhwc(const std::string& who, const at::Tensor& image) {
   switch (image.dim()) {
     case 4:
       return image;
@@ -28,17 +28,16 @@ at::Tensor to_nhwc(const std::string& name, const at::Tensor& image) {
       return image.unsqueeze(0).unsqueeze(3);
     default:
       throw std::invalid_argument(
-          fmt::format("Monitors::put_image('{}'): array of shape [{}] is not an image", name,
+          fmt::format("{}: array of shape [{}] is not an image", who,
                       fmt::join(image.sizes().begin(), image.sizes().end(), ", ")));
   }
 }
 
 // numpy's astype('uint8'): no clipping. Floats go through int64 so that out-of-range values
 // wrap modulo 256 (a direct float -> uint8 conversion is undefined out of range).
-at::Tensor to_uint8(const std::string& name, const at::Tensor& image) {
+at::Tensor to_uint8(const std::string& who, const at::Tensor& image) {
   if (c10::isComplexType(image.scalar_type())) {
-    throw std::invalid_argument(
-        fmt::format("Monitors::put_image('{}'): a complex tensor is not an image", name));
+    throw std::invalid_argument(fmt::format("{}: a complex tensor is not an image", who));
   }
   at::Tensor t = image;
   if (c10::isFloatingType(t.scalar_type())) t = t.to(at::kLong);
@@ -48,6 +47,30 @@ at::Tensor to_uint8(const std::string& name, const at::Tensor& image) {
 }  // namespace
 
 namespace detail {
+at::Tensor image_to_nhwc_uint8(const std::string& who, const at::Tensor& image) {
+  if (!image.defined())
+    throw std::invalid_argument(fmt::format("{}: the tensor is undefined", who));
+  return to_uint8(who, to_nhwc(who, image.detach()));
+}
+
+bool encode_image_value(const char* who, const at::Tensor& nhwc_uint8, int64_t k, std::string tag,
+                        SummaryValue* out) {
+  const int64_t h = nhwc_uint8.size(1), w = nhwc_uint8.size(2), c = nhwc_uint8.size(3);
+  out->tag = std::move(tag);
+  out->kind = SummaryValue::Kind::kImage;
+  try {
+    out->image.encoded_png = encode_png(nhwc_uint8[k].data_ptr<uint8_t>(), h, w, c);
+  } catch (const std::exception& e) {
+    TP_LOG_WARN("{}: image '{}' of shape [{}, {}, {}] was not encoded ({}); skipped.", who,
+                out->tag, h, w, c, e.what());
+    return false;
+  }
+  out->image.height = h;
+  out->image.width = w;
+  out->image.colorspace = c;
+  return true;
+}
+
 std::string normalize_summary_tag(const std::string& tag) {
   static const std::regex kTower("tower[0-9]+/");
   static const std::string kSuffix = "-summary";
@@ -82,32 +105,18 @@ void Monitors::put_scalar(const std::string& name, double value) {
 }
 
 void Monitors::put_image(const std::string& name, const at::Tensor& image) {
-  if (!image.defined()) {
-    throw std::invalid_argument(
-        fmt::format("Monitors::put_image('{}'): the tensor is undefined", name));
-  }
-  const at::Tensor nhwc = to_uint8(name, to_nhwc(name, image.detach()));
+  const at::Tensor nhwc =
+      detail::image_to_nhwc_uint8(fmt::format("Monitors::put_image('{}')", name), image);
   for (const auto& m : monitors_) m->process_image(name, nhwc);
 
-  const int64_t n = nhwc.size(0), h = nhwc.size(1), w = nhwc.size(2), c = nhwc.size(3);
+  const int64_t n = nhwc.size(0);
   Summary summary;
   for (int64_t k = 0; k < n; ++k) {
-    const std::string tag = n == 1 ? name : fmt::format("{}/{}", name, k);
     SummaryValue value;
-    value.tag = tag;
-    value.kind = SummaryValue::Kind::kImage;
-    try {
-      value.image.encoded_png = encode_png(nhwc[k].data_ptr<uint8_t>(), h, w, c);
-    } catch (const std::exception& e) {
-      TP_LOG_WARN(
-          "Monitors::put_image: image '{}' of shape [{}, {}, {}] was not encoded ({}); skipped.",
-          tag, h, w, c, e.what());
-      continue;
+    if (detail::encode_image_value("Monitors::put_image", nhwc, k,
+                                   n == 1 ? name : fmt::format("{}/{}", name, k), &value)) {
+      summary.values.push_back(std::move(value));
     }
-    value.image.height = h;
-    value.image.width = w;
-    value.image.colorspace = c;
-    summary.values.push_back(std::move(value));
   }
   for (const auto& m : monitors_) m->process_summary(summary);
 }

@@ -28,13 +28,13 @@ void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trai
         "TrainConfig().dataflow(...) or .data(...)");
   }
   if (config.starting_epoch() < 1) {
-    throw std::invalid_argument(fmt::format(
-        "TrainConfig: starting_epoch must be >= 1, got {}", config.starting_epoch()));
+    throw std::invalid_argument(
+        fmt::format("TrainConfig: starting_epoch must be >= 1, got {}", config.starting_epoch()));
   }
   if (config.max_epoch() < config.starting_epoch() - 1) {
-    throw std::invalid_argument(fmt::format(
-        "TrainConfig: max_epoch ({}) is smaller than starting_epoch - 1 ({})", config.max_epoch(),
-        config.starting_epoch() - 1));
+    throw std::invalid_argument(
+        fmt::format("TrainConfig: max_epoch ({}) is smaller than starting_epoch - 1 ({})",
+                    config.max_epoch(), config.starting_epoch() - 1));
   }
 
   InputSourcePtr input = config.data();

@@ -4,12 +4,14 @@
 #include "trainpack/callbacks/json_writer.h"
 #include "trainpack/callbacks/progress_bar.h"
 #include "trainpack/callbacks/scalar_printer.h"
+#include "trainpack/callbacks/summary.h"
 #include "trainpack/callbacks/tf_event_writer.h"
 
 namespace trainpack {
 
 std::vector<CallbackPtr> DEFAULT_CALLBACKS() {
-  return {std::make_shared<ProgressBar>(), std::make_shared<RunUpdateOps>()};
+  return {std::make_shared<MovingAverageSummary>(), std::make_shared<ProgressBar>(),
+          MergeAllSummaries(), std::make_shared<RunUpdateOps>()};
 }
 
 std::vector<MonitorPtr> DEFAULT_MONITORS() {

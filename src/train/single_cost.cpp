@@ -63,9 +63,9 @@ Predictor::Predictor(std::string tower_name, TowerFunc tower, InputSignature sig
     if (pos < 0) {
       std::vector<std::string> names;
       for (const auto& d : signature_) names.push_back(d.name);
-      throw std::invalid_argument(fmt::format(
-          "get_predictor: '{}' is not an input of the model; its inputs are: {}", name,
-          fmt::join(names, ", ")));
+      throw std::invalid_argument(
+          fmt::format("get_predictor: '{}' is not an input of the model; its inputs are: {}", name,
+                      fmt::join(names, ", ")));
     }
     input_positions_.push_back(pos);
   }
@@ -76,9 +76,9 @@ Predictor::Predictor(std::string tower_name, TowerFunc tower, InputSignature sig
 
 std::vector<at::Tensor> Predictor::operator()(const std::vector<at::Tensor>& inputs) {
   if (inputs.size() != input_names_.size()) {
-    throw std::invalid_argument(fmt::format(
-        "Predictor '{}': expected {} inputs ({}), got {}", tower_name_, input_names_.size(),
-        fmt::join(input_names_, ", "), inputs.size()));
+    throw std::invalid_argument(fmt::format("Predictor '{}': expected {} inputs ({}), got {}",
+                                            tower_name_, input_names_.size(),
+                                            fmt::join(input_names_, ", "), inputs.size()));
   }
   std::vector<at::Tensor> full(signature_.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -118,7 +118,8 @@ TowerTrainer::TowerTrainer(c10::Device device) : device_(device) {}
 
 void TowerTrainer::set_tower_func(TowerFunc tower, InputSignature signature,
                                   std::shared_ptr<torch::nn::Module> module) {
-  if (!tower) throw std::invalid_argument("TowerTrainer::set_tower_func: the tower function is empty");
+  if (!tower)
+    throw std::invalid_argument("TowerTrainer::set_tower_func: the tower function is empty");
   if (!module) throw std::invalid_argument("TowerTrainer::set_tower_func: the module is null");
   if (signature.empty()) {
     throw std::invalid_argument(
@@ -138,9 +139,9 @@ const TowerFunc& TowerTrainer::tower_func() const {
   return tower_;
 }
 
-std::shared_ptr<Predictor> TowerTrainer::get_predictor(
-    const std::vector<std::string>& input_names, const std::vector<std::string>& output_names,
-    std::optional<c10::Device> device_opt) {
+std::shared_ptr<Predictor> TowerTrainer::get_predictor(const std::vector<std::string>& input_names,
+                                                       const std::vector<std::string>& output_names,
+                                                       std::optional<c10::Device> device_opt) {
   if (!tower_set_) {
     throw std::logic_error(
         "TowerTrainer::get_predictor: call setup_graph (or set_tower_func) first");
@@ -184,7 +185,8 @@ std::shared_ptr<Predictor> TowerTrainer::get_predictor(
 void SingleCostTrainer::setup_graph(InputSignature signature, InputSourcePtr input,
                                     std::shared_ptr<torch::nn::Module> module, TowerFunc cost_fn,
                                     OptimizerFn optimizer_fn) {
-  if (!input) throw std::invalid_argument("SingleCostTrainer::setup_graph: the input source is null");
+  if (!input)
+    throw std::invalid_argument("SingleCostTrainer::setup_graph: the input source is null");
   if (!optimizer_fn) {
     throw std::invalid_argument("SingleCostTrainer::setup_graph: the optimizer function is empty");
   }
@@ -196,7 +198,8 @@ void SingleCostTrainer::setup_graph(InputSignature signature, InputSourcePtr inp
   module->train();
   optimizer_ = optimizer_fn();
   if (!optimizer_) {
-    throw std::invalid_argument("SingleCostTrainer::setup_graph: the optimizer function returned null");
+    throw std::invalid_argument(
+        "SingleCostTrainer::setup_graph: the optimizer function returned null");
   }
   if (optimizer_->param_groups().empty()) {
     throw std::invalid_argument(

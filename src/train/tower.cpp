@@ -66,10 +66,10 @@ void check_inputs(const InputSignature& signature, const std::vector<at::Tensor>
       throw std::invalid_argument(
           fmt::format("{}: input '{}' (component {}) is an undefined tensor", who, d.name, i));
     }
-    throw std::invalid_argument(fmt::format(
-        "{}: input '{}' (component {}) should be [{}] {}, but the batch has {} {}", who, d.name,
-        i, fmt::join(d.shape, ", "), dtype_name(d.dtype), shape_string(batch[i].sizes()),
-        dtype_name(batch[i].scalar_type())));
+    throw std::invalid_argument(
+        fmt::format("{}: input '{}' (component {}) should be [{}] {}, but the batch has {} {}", who,
+                    d.name, i, fmt::join(d.shape, ", "), dtype_name(d.dtype),
+                    shape_string(batch[i].sizes()), dtype_name(batch[i].scalar_type())));
   }
 }
 
@@ -80,14 +80,13 @@ at::Tensor TowerRegistry::MovingAverage::average() const {
   return biased / (1.0 - std::pow(decay, static_cast<double>(updates)));
 }
 
-void TowerRegistry::record_summary(std::string_view tag, SummaryKind kind,
-                                   const at::Tensor& value, int64_t max_outputs) {
+void TowerRegistry::record_summary(std::string_view tag, SummaryKind kind, const at::Tensor& value,
+                                   int64_t max_outputs) {
   record_summary(tag, "", kind, value, max_outputs);
 }
 
-void TowerRegistry::record_summary(std::string_view name, std::string_view suffix,
-                                   SummaryKind kind, const at::Tensor& value,
-                                   int64_t max_outputs) {
+void TowerRegistry::record_summary(std::string_view name, std::string_view suffix, SummaryKind kind,
+                                   const at::Tensor& value, int64_t max_outputs) {
   for (auto& e : summaries_) {
     const std::string_view tag(e.tag);
     if (tag.size() == name.size() + suffix.size() && tag.substr(0, name.size()) == name &&
@@ -155,14 +154,16 @@ size_t TowerRegistry::update_moving_averages() {
   size_t n = 0;
   for (auto& m : moving_) {
     if (!m.latest.defined()) continue;
-    at::Tensor x = m.latest.detach().reshape({});
+    // The common case (a 0-dim float32 loss) goes straight into lerp_ and allocates nothing.
+    at::Tensor x = m.latest;
+    if (x.dim() != 0) x = x.reshape({});
     if (x.scalar_type() != at::kFloat) x = x.to(at::kFloat);
     if (!m.biased.defined() || m.biased.device() != x.device()) {
-      m.biased = at::zeros({}, x.options());
+      m.biased = at::zeros({}, x.options().requires_grad(false));
       m.updates = 0;
     }
     // biased_t = decay * biased_{t-1} + (1 - decay) * x_t, in place on x's device.
-    m.biased.mul_(m.decay).add_(x, 1.0 - m.decay);
+    m.biased.lerp_(x, 1.0 - m.decay);
     ++m.updates;
     ++n;
   }

@@ -170,9 +170,11 @@ TEST(TrainWithDefaults, AppendsDefaultCallbacksAndMonitorsUnlessEmptyListsAreGiv
 
 TEST(TrainWithDefaults, DefaultsAreTensorpacksInItsOrder) {
   auto callbacks = DEFAULT_CALLBACKS();
-  ASSERT_EQ(callbacks.size(), 2u);
-  EXPECT_EQ(callbacks[0]->name(), "ProgressBar");
-  EXPECT_EQ(callbacks[1]->name(), "RunUpdateOps");
+  ASSERT_EQ(callbacks.size(), 4u);
+  EXPECT_EQ(callbacks[0]->name(), "MovingAverageSummary");
+  EXPECT_EQ(callbacks[1]->name(), "ProgressBar");
+  EXPECT_EQ(callbacks[2]->name(), "MergeAllSummaries_RunWithOp");
+  EXPECT_EQ(callbacks[3]->name(), "RunUpdateOps");
   LogCapture log;  // no logger directory: the writers fall back to NoOpMonitors and say so
   auto monitors = DEFAULT_MONITORS();
   ASSERT_EQ(monitors.size(), 3u);

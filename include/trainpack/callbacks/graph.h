@@ -10,10 +10,12 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <torch/arg.h>
 
 #include "trainpack/callbacks/base.h"
+#include "trainpack/callbacks/tensors.h"  // ProcessTensors, DumpTensors, CheckNumerics, ...
 
 namespace trainpack {
 
@@ -56,8 +58,16 @@ class RunOp : public Callback {
 };
 
 // Runs the closures of a Graph collection (default UPDATE_OPS) with every step, as tensorpack's
-// RunUpdateOps runs batch-norm updates. Logs "Applying collection UPDATE_OPS of N ops." when the
-// collection is not empty. chief_only: false. A default callback.
+// RunUpdateOps runs batch-norm updates, and, for the default collection, the update ops the
+// training tower records in that step (TowerContext::add_update_op, in the order first
+// recorded). Logs "Applying collection UPDATE_OPS of N ops." at setup when the Graph collection
+// is not empty, and once, after the first hooked run in which the tower has recorded some,
+// "Applying the training tower's update ops: name1, name2." A step allocates nothing.
+// chief_only: false. A default callback.
+//
+// Differences from tensorpack: the ops are closures; the tower's update ops are recorded at
+// every step (LibTorch is eager), so they are logged after the first step, not at setup; with
+// another collection that is empty it runs nothing with the step (tensorpack: a no-op).
 class RunUpdateOps : public RunOp {
  public:
   explicit RunUpdateOps(std::string collection = "UPDATE_OPS");
@@ -66,7 +76,12 @@ class RunUpdateOps : public RunOp {
   void _setup_graph() override;
 
  private:
+  void run_update_ops();
+
   std::string collection_;
+  const std::vector<Op>* graph_ops_ = nullptr;
+  bool tower_ = false;  // the default collection: the tower's update ops run too
+  bool tower_logged_ = false;
 };
 
 }  // namespace trainpack

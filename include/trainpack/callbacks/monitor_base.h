@@ -137,6 +137,16 @@ class Monitors : public Callback {
 };
 
 namespace detail {
+// put_image's conversion, shared with MergeAllSummaries: `image` (HW, HWC, NHW or NHWC, any
+// device, any real dtype) made NHWC, cast to uint8 without clipping, on the CPU and contiguous.
+// Throws std::invalid_argument starting with `who` ("Monitors::put_image('x')") for an undefined
+// tensor, a complex one or a shape that is not an image.
+at::Tensor image_to_nhwc_uint8(const std::string& who, const at::Tensor& image);
+// PNG-encodes image `k` of `nhwc_uint8` (as image_to_nhwc_uint8 returns it) into `*out`, a
+// kImage value tagged `tag`. An image that cannot be encoded (another channel count, an empty
+// image) logs a warning starting with `who` and returns false.
+bool encode_image_value(const char* who, const at::Tensor& nhwc_uint8, int64_t k, std::string tag,
+                        SummaryValue* out);
 // put_summary's tag normalisation for scalars: removes every `tower[0-9]+/`, then one trailing
 // `-summary`.
 std::string normalize_summary_tag(const std::string& tag);

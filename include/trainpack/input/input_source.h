@@ -8,23 +8,26 @@
 // before every other callback, with chief_only false) and then calls `next_batch()` inside every
 // step. `next_batch()` returns the batch checked against the signature (a mismatch is
 // std::invalid_argument naming the source, the input, the expected and the actual shape/dtype)
-// and placed on the trainer's device.
+// and placed on the trainer's device. docs/input.md tells which source to use when.
 //
-// Passes: when the dataflow's pass ends, the source starts the next pass (tensorpack's sources
-// repeat their dataflow forever). A pass that yields nothing at all means the data has run out:
-// next_batch() throws DataExhausted, which ends training as StopTraining does.
+// Passes: the first next_batch() begins pass 0 of the dataflow; when a pass ends, the source
+// begins the next one (tensorpack's sources repeat their dataflow forever). A pass that yields
+// nothing at all means the data has run out: next_batch() throws DataExhausted, which ends
+// training as StopTraining does (global_step is then the number of batches delivered).
 //
 // Staging to the device: on a CUDA device, batches are copied from pinned host memory with
 // non-blocking copies (QueueInput pins them on its prefetch thread, so the copy overlaps the
 // previous step); on the CPU nothing is copied. A CUDA device without a GPU fails at setup with a
 // message that says so.
 //
+// Lifetime: the callbacks that setup() returns refer to the source; keep the source alive while
+// they can run (the trainer holds both).
+//
 // Differences from tensorpack: next_batch() is called by the step function (tensorpack feeds a
 // placeholder or dequeues inside the session run); there is no separate StagingInput class:
 // staging is part of every source; the end of data is DataExhausted instead of OutOfRangeError.
 #pragma once
 
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -45,6 +48,15 @@
 
 namespace trainpack {
 
+// The base of the input sources: the call-once setup, the checks and the staging around the
+// subclass's `_setup` (its callbacks) and `_next_batch` (the next host batch).
+//   auto callbacks = source->setup(signature, c10::Device(c10::kCPU));
+//   for (auto& cb : callbacks) trainer.register_callback(cb);   // before train()
+//   ... inside a step: std::vector<at::Tensor> batch = source->next_batch();
+// Errors: a second setup() is std::logic_error (tensorpack's call-once message); a device other
+// than the CPU or CUDA is std::invalid_argument; a CUDA device without a GPU is
+// std::runtime_error; next_batch() before setup() is std::logic_error.
+// Differences from tensorpack: see the top of this file.
 class InputSource {
  public:
   virtual ~InputSource();
@@ -59,9 +71,10 @@ class InputSource {
   std::vector<CallbackPtr> setup(const InputSignature& signature, c10::Device device);
   bool setup_done() const { return setup_done_; }
 
-  // The next batch, checked and on the device. Throws DataExhausted when the data has run out,
-  // std::invalid_argument on a batch that does not match the signature, std::logic_error before
-  // setup; an exception from the dataflow comes out here with its message.
+  // The next batch, checked and on the device. Throws DataExhausted when the data has run out
+  // (its message names the source and the dataflow), std::invalid_argument on a batch that does
+  // not match the signature, std::logic_error before setup; an exception from the dataflow comes
+  // out here as it was thrown (same type, same message).
   std::vector<at::Tensor> next_batch();
 
   const InputSignature& signature() const { return signature_; }
@@ -72,6 +85,8 @@ class InputSource {
   virtual std::vector<CallbackPtr> _setup() = 0;
   // The next batch on the host (or already staged); nullopt when the data has run out.
   virtual std::optional<Datapoint> _next_batch() = 0;
+  // Why the data ran out, for DataExhausted's message after "<name()>: ".
+  virtual std::string end_of_data_reason() const { return "the input has no more data"; }
 
   // Copies `batch` to device() (pinned + non-blocking on CUDA; nothing on the CPU).
   std::vector<at::Tensor> to_device(Datapoint batch) const;
@@ -85,8 +100,14 @@ class InputSource {
 using InputSourcePtr = std::shared_ptr<InputSource>;
 
 // Pulls each batch from the dataflow on the training thread (tensorpack's FeedInput). The
-// simplest source: no thread, no queue; the dataflow's time adds to each step's.
-// Callbacks: one that resets the dataflow in before_train.
+// simplest source: no thread, no queue; the dataflow's time adds to each step's. Use it when the
+// dataflow is cheap (data in memory) or for debugging (an exception has the training thread's
+// stack).
+//   auto input = std::make_shared<FeedInput>(std::make_shared<BatchData>(ds, 32));
+// Callbacks: one, named FeedInput, that calls the dataflow's reset_state() in before_train.
+// Errors: a null dataflow is std::invalid_argument; next_batch() before before_train (the
+// callbacks were not registered) is std::logic_error.
+// Differences from tensorpack: those at the top of this file.
 class FeedInput : public InputSource {
  public:
   explicit FeedInput(DataFlowPtr dataflow);
@@ -97,10 +118,13 @@ class FeedInput : public InputSource {
  protected:
   std::vector<CallbackPtr> _setup() override;
   std::optional<Datapoint> _next_batch() override;
+  std::string end_of_data_reason() const override;
 
  private:
   DataFlowPtr dataflow_;
-  bool started_ = false;
+  bool reset_done_ = false;
+  bool started_ = false;       // pass 0 has begun
+  bool pass_yielded_ = false;  // the current pass produced a datapoint
 };
 
 struct QueueInputOptions {
@@ -109,49 +133,73 @@ struct QueueInputOptions {
 };
 
 // Prefetches batches on a background thread into a bounded queue (tensorpack's QueueInput), so
-// that producing the next batch overlaps the current step.
+// that producing the next batch overlaps the current step. The default source for a dataflow
+// that does real work per batch (decoding, augmentation).
+//   auto input = std::make_shared<QueueInput>(batches, QueueInputOptions().capacity(16));
 //
-// The thread starts in before_train (after the dataflow's reset_state) and is stopped and joined
-// in after_train, also when training fails; destroying the source joins it too. An exception in
-// the dataflow is stored and rethrown from next_batch() on the training thread, as it was, after
-// the batches queued before it. The end of the data reaches next_batch() as DataExhausted after
-// the queued batches.
+// The thread starts in before_train (start(): the dataflow's reset_state(), then the thread; logs
+// `Starting EnqueueThread QueueInput/input_queue ...`) and is stopped and joined in after_train,
+// also when training fails; destroying the source joins it too. The dataflow is used only by that
+// thread from then on. An exception in the dataflow is stored and rethrown from next_batch() on
+// the training thread, as it was, after the batches queued before it. The end of the data reaches
+// next_batch() as DataExhausted after the queued batches. stop() wakes a producer waiting on a
+// full queue and a next_batch() waiting on an empty one (which then throws StopTraining); it
+// cannot interrupt the dataflow's own next(), and waits for it to return.
 //
-// Every step, an EMA (decay 0.5) of the number of queued batches is recorded as the scalar
-// summary `QueueInput/queue_size`, which MergeAllSummaries puts to the monitors at the end of
-// every epoch (ScalarPrinter prints `QueueInput/queue_size: 50`).
+// Every step (in before_run, before the step takes its batch), an EMA (decay 0.5, zero-debiased
+// as add_moving_summary's) of the number of queued batches is recorded as the scalar summary
+// `QueueInput/queue_size`, which MergeAllSummaries puts to the monitors (ScalarPrinter prints
+// `QueueInput/queue_size: 50` when the thread keeps the queue full).
 //
-// Errors: capacity < 1 is std::invalid_argument.
+// Callbacks: `QueueInput` (start in before_train, stop in after_train) and
+// `QueueInput/queue_size` (the summary).
+// Errors: a null dataflow or capacity < 1 is std::invalid_argument; next_batch() before the
+// thread was started (the callbacks were not registered) is std::logic_error.
+// Differences from tensorpack: the queue holds host tensors (a std::deque under a mutex, not a
+// TF FIFOQueue); a dataflow exception reaches the training thread (tensorpack's enqueue thread
+// logs it and closes the queue); the queue-size EMA is kept on the host.
 class QueueInput : public InputSource {
  public:
   explicit QueueInput(DataFlowPtr dataflow, QueueInputOptions options = {});
   ~QueueInput() override;
+  QueueInput(const QueueInput&) = delete;
+  QueueInput& operator=(const QueueInput&) = delete;
   std::string name() const override { return "QueueInput"; }
   std::optional<int64_t> size() const override { return dataflow_->size(); }
   const DataFlowPtr& dataflow() const { return dataflow_; }
+  const QueueInputOptions& options() const { return options_; }
 
-  // Starts / stops the prefetch thread (what the callbacks call). stop() is idempotent.
+  // Starts / stops the prefetch thread (what the callbacks call). start() calls the dataflow's
+  // reset_state() first and may be called once (std::logic_error after that, and before
+  // setup()). stop() is idempotent and may be called from any thread.
   void start();
   void stop();
+  // True from start() until stop() has joined the thread.
+  bool running() const;
   // Batches waiting in the queue now.
   int64_t queued() const;
 
  protected:
   std::vector<CallbackPtr> _setup() override;
   std::optional<Datapoint> _next_batch() override;
+  std::string end_of_data_reason() const override;
 
  private:
   void produce();
 
   DataFlowPtr dataflow_;
   QueueInputOptions options_;
-  mutable std::mutex mutex_;
+  mutable std::mutex mutex_;  // guards everything below except thread_
   std::condition_variable not_empty_;
   std::condition_variable not_full_;
   std::deque<Datapoint> queue_;
   std::exception_ptr error_;  // set by the thread; rethrown after the queued batches
   bool exhausted_ = false;    // the thread saw the end of the data
+  int64_t exhausted_pass_ = -1;
+  bool started_ = false;
   bool stopping_ = false;
+  bool joined_ = false;
+  std::mutex join_mutex_;  // serialises joining (stop() from two threads)
   std::thread thread_;
 };
 

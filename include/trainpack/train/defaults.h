@@ -1,11 +1,13 @@
 // The callbacks and monitors that train_with_defaults adds when the user does not say otherwise
 // (tensorpack's DEFAULT_CALLBACKS() and DEFAULT_MONITORS()). Each call returns fresh objects.
 //
-// tensorpack's lists are [MovingAverageSummary, ProgressBar, MergeAllSummaries, RunUpdateOps] and
-// [TFEventWriter, JSONWriter, ScalarPrinter]. trainpack's monitors are the same (TFEventWriter
-// and JSONWriter become NoOpMonitors, with tensorpack's warning, when no logger directory is set);
-// its callbacks are [ProgressBar, RunUpdateOps] until the summary callbacks
-// (MovingAverageSummary, MergeAllSummaries) land, in tensorpack's order.
+//   DEFAULT_CALLBACKS() = [MovingAverageSummary(), ProgressBar(), MergeAllSummaries(),
+//                          RunUpdateOps()]
+//   DEFAULT_MONITORS()  = [TFEventWriter::create(), JSONWriter::create(), ScalarPrinter()]
+//
+// Differences from tensorpack: none in the lists or their order. TFEventWriter and JSONWriter
+// become NoOpMonitors, with tensorpack's warning, when no logger directory is set when
+// DEFAULT_MONITORS() is called.
 #pragma once
 
 #include <vector>

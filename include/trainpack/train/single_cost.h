@@ -5,7 +5,7 @@
 //   auto net = std::make_shared<Net>();
 //   trainpack::SimpleTrainer trainer;                       // CPU; SimpleTrainer(torch::kCUDA)
 //   trainer.setup_graph(
-//       {InputDesc("image", {-1, 1, 28, 28}), InputDesc("label", {-1}, at::kLong)},
+//       {InputDesc("image", {-1, 28, 28}), InputDesc("label", {-1}, at::kLong)},
 //       std::make_shared<QueueInput>(batches), net,
 //       [&](TowerContext& ctx, const std::vector<at::Tensor>& in) {
 //         auto cost = torch::nn::functional::cross_entropy(net->forward(in[0]), in[1]);
@@ -83,7 +83,7 @@ class Predictor {
   InputSignature signature_;
   std::vector<std::string> input_names_;
   std::vector<std::string> output_names_;
-  std::vector<int> input_positions_;  // position in the signature of each input name
+  std::vector<int> input_positions_;           // position in the signature of each input name
   std::shared_ptr<torch::nn::Module> module_;  // what runs
   std::shared_ptr<torch::nn::Module> source_;  // the training module, when module_ is a replica
   c10::Device device_;

@@ -87,7 +87,7 @@ class TowerRegistry {
   struct SummaryEntry {
     std::string tag;  // "cost-summary", "logits-histogram", "samples"
     SummaryKind kind = SummaryKind::kScalar;
-    at::Tensor value;     // this step's value; undefined when not recorded this step
+    at::Tensor value;         // this step's value; undefined when not recorded this step
     int64_t max_outputs = 3;  // images only
   };
 
@@ -95,7 +95,8 @@ class TowerRegistry {
     std::string name;  // "cost"; its summary tag is "cost-summary"
     double decay = 0.95;
     at::Tensor latest;  // this step's value (undefined when not recorded this step)
-    at::Tensor biased;  // the biased EMA, float32 on the value's device (undefined before the first update)
+    at::Tensor biased;  // the biased EMA, float32 on the value's device (undefined before the first
+                        // update)
     int64_t updates = 0;  // t in the zero-debias formula
 
     // The debiased average biased / (1 - decay^t), as a new tensor on the device (no host sync);

@@ -1,0 +1,274 @@
+#include "trainpack/callbacks/summary.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "trainpack/callbacks/monitor_base.h"
+#include "trainpack/graph.h"
+#include "trainpack/train/tower.h"
+#include "trainpack/train/trainer.h"
+#include "trainpack/utils/histogram.h"
+#include "trainpack/utils/logger.h"
+
+namespace trainpack {
+
+// ---- MovingAverageSummary ----
+
+MovingAverageSummary::MovingAverageSummary(std::string collection)
+    : collection_(std::move(collection)) {
+  if (collection_.empty()) {
+    throw std::invalid_argument(
+        "MovingAverageSummary: collection is empty; pass a Graph collection name (the default, "
+        "'MOVING_SUMMARY_OPS', holds the tower's moving averages)");
+  }
+}
+
+void MovingAverageSummary::_setup_graph() {
+  tower_ = collection_ == Graph::kMovingSummaryOps;
+  ops_ = nullptr;  // resolved at the first step, when every callback has registered its closures
+  logged_ = false;
+  args_ = RunArgs();
+  args_.add_op([this] { update(); });
+}
+
+RunArgs MovingAverageSummary::_before_run(const StepContext& /*ctx*/) {
+  return RunArgs::ref(args_);
+}
+
+void MovingAverageSummary::update() {
+  if (ops_ == nullptr) ops_ = &graph().collection(collection_);
+  for (const auto& op : *ops_) op();
+  const size_t n = tower_ ? trainer().tower_registry().update_moving_averages() : 0;
+  if (!logged_) {
+    logged_ = true;
+    TP_LOG_INFO(
+        "[MovingAverageSummary] {} operations in collection '{}' will be run with session hooks.",
+        ops_->size() + n, collection_);
+  }
+}
+
+// ---- merging the tower's summaries ----
+
+namespace {
+
+SummaryValue histogram_value(const char* who, const TowerRegistry::SummaryEntry& e) {
+  SummaryValue v;
+  v.tag = e.tag;
+  v.kind = SummaryValue::Kind::kHistogram;
+  try {
+    v.histogram = make_histogram(e.value);
+  } catch (const std::invalid_argument& ex) {
+    throw std::invalid_argument(
+        fmt::format("{}: histogram summary '{}': {}", who, e.tag, ex.what()));
+  }
+  return v;
+}
+
+void append_images(const char* who, const TowerRegistry::SummaryEntry& e, Summary* out) {
+  at::Tensor value = e.value;
+  // Only the first max_outputs images are converted (a batch may be large, and on a device).
+  if (value.dim() == 4 && value.size(0) > e.max_outputs) value = value.narrow(0, 0, e.max_outputs);
+  const at::Tensor nhwc =
+      detail::image_to_nhwc_uint8(fmt::format("{}: image summary '{}'", who, e.tag), value);
+  const int64_t n = std::min<int64_t>(nhwc.size(0), e.max_outputs);
+  for (int64_t k = 0; k < n; ++k) {
+    // tf.summary.image's tags: `name/image` for max_outputs 1, else `name/image/<k>`.
+    std::string tag = e.max_outputs == 1 ? e.tag + "/image" : fmt::format("{}/image/{}", e.tag, k);
+    SummaryValue v;
+    if (detail::encode_image_value(who, nhwc, k, std::move(tag), &v)) {
+      out->values.push_back(std::move(v));
+    }
+  }
+}
+
+}  // namespace
+
+Summary merge_tower_summaries(const TowerRegistry& registry, const char* who) {
+  Summary out;
+  for (const auto& e : registry.summaries()) {
+    if (!e.value.defined()) continue;
+    switch (e.kind) {
+      case TowerRegistry::SummaryKind::kScalar:
+        out.values.push_back(SummaryValue::make_scalar(e.tag, e.value.item<double>()));
+        break;
+      case TowerRegistry::SummaryKind::kHistogram:
+        out.values.push_back(histogram_value(who, e));
+        break;
+      case TowerRegistry::SummaryKind::kImage:
+        append_images(who, e, &out);
+        break;
+    }
+  }
+  for (const auto& m : registry.moving_averages()) {
+    if (m.updates == 0 || !m.biased.defined()) continue;
+    out.values.push_back(
+        SummaryValue::make_scalar(m.name + "-summary", m.average().item<double>()));
+  }
+  return out;
+}
+
+size_t tower_summary_count(const TowerRegistry& registry) {
+  return registry.summaries().size() + registry.moving_averages().size();
+}
+
+// ---- MergeAllSummaries ----
+
+namespace {
+
+void check_options(const MergeAllSummariesOptions& options, const char* who) {
+  if (options.period() < 0) {
+    throw std::invalid_argument(
+        fmt::format("{}: period must be >= 0 (0: only at the end of each epoch), got {}", who,
+                    options.period()));
+  }
+  if (options.key() != Graph::kSummaries) {
+    throw std::invalid_argument(fmt::format(
+        "{}: key '{}' is not a summary collection; the training tower records every summary in "
+        "'summaries', so pass key 'summaries' (the default)",
+        who, options.key()));
+  }
+}
+
+// The hooked runs MergeAllSummaries materialises: the last step of the epoch, and every `period`
+// steps (local step based).
+bool summary_due(const Callback& cb, int64_t period) {
+  const int64_t ls = cb.local_step();
+  return ls == cb.trainer().steps_per_epoch() - 1 || (period > 0 && (ls + 1) % period == 0);
+}
+
+void log_size_once(const Callback& cb, const std::string& key, bool* logged) {
+  if (*logged) return;
+  *logged = true;
+  TP_LOG_INFO("Summarizing collection '{}' of size {}.", key,
+              tower_summary_count(cb.trainer().tower_registry()));
+}
+
+}  // namespace
+
+CallbackPtr MergeAllSummaries(MergeAllSummariesOptions options) {
+  check_options(options, "MergeAllSummaries");
+  if (options.run_alone()) return std::make_shared<MergeAllSummaries_RunAlone>(std::move(options));
+  return std::make_shared<MergeAllSummaries_RunWithOp>(std::move(options));
+}
+
+MergeAllSummaries_RunWithOp::MergeAllSummaries_RunWithOp(MergeAllSummariesOptions options)
+    : options_(std::move(options)) {
+  check_options(options_, "MergeAllSummaries");
+}
+
+RunArgs MergeAllSummaries_RunWithOp::_before_run(const StepContext& /*ctx*/) {
+  due_ = summary_due(*this, options_.period());
+  return RunArgs();
+}
+
+void MergeAllSummaries_RunWithOp::_after_run(const StepContext& /*ctx*/,
+                                             const RunValues& /*values*/) {
+  log_size_once(*this, options_.key(), &logged_);
+  if (!due_) return;
+  due_ = false;
+  Summary summary = merge_tower_summaries(trainer().tower_registry(), "MergeAllSummaries");
+  if (!summary.values.empty()) trainer().monitors().put_summary(std::move(summary));
+}
+
+MergeAllSummaries_RunAlone::MergeAllSummaries_RunAlone(MergeAllSummariesOptions options)
+    : options_(std::move(options)) {
+  check_options(options_, "MergeAllSummaries");
+}
+
+RunArgs MergeAllSummaries_RunAlone::_before_run(const StepContext& /*ctx*/) {
+  due_ = summary_due(*this, options_.period());
+  return RunArgs();
+}
+
+void MergeAllSummaries_RunAlone::_after_run(const StepContext& /*ctx*/,
+                                            const RunValues& /*values*/) {
+  log_size_once(*this, options_.key(), &logged_);
+  if (!due_) return;
+  due_ = false;
+  summary_ = merge_tower_summaries(trainer().tower_registry(), "MergeAllSummaries");
+  pending_ = !summary_.values.empty();
+}
+
+void MergeAllSummaries_RunAlone::_trigger_step() {
+  const int64_t period = options_.period();
+  if (!pending_ || period <= 0 || (local_step() + 1) % period != 0) return;
+  trainer().monitors().put_summary(summary_);
+}
+
+void MergeAllSummaries_RunAlone::_trigger() {
+  if (!pending_) return;
+  pending_ = false;
+  trainer().monitors().put_summary(summary_);
+}
+
+// ---- SimpleMovingAverage ----
+
+SimpleMovingAverage::SimpleMovingAverage(std::vector<std::string> names, int64_t window_size)
+    : window_(window_size) {
+  if (names.empty()) {
+    throw std::invalid_argument(
+        "SimpleMovingAverage: names is empty; pass the names of scalar tensors the step "
+        "publishes, e.g. {\"cost\"}");
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i].empty()) {
+      throw std::invalid_argument(fmt::format(
+          "SimpleMovingAverage: name {} is empty; pass the names of scalar tensors the step "
+          "publishes",
+          i));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (names[j] == names[i]) {
+        throw std::invalid_argument(fmt::format(
+            "SimpleMovingAverage: name '{}' is given twice; list each tensor once", names[i]));
+      }
+    }
+  }
+  if (window_size < 1) {
+    throw std::invalid_argument(fmt::format(
+        "SimpleMovingAverage: window_size must be >= 1 (the number of steps averaged), got {}",
+        window_size));
+  }
+  for (const auto& n : names) tags_.push_back(n + "/SMA");
+  ring_.assign(static_cast<size_t>(window_) * names.size(), 0.0);
+  fetch_ = RunArgs(std::move(names));
+}
+
+RunArgs SimpleMovingAverage::_before_run(const StepContext& /*ctx*/) {
+  return RunArgs::ref(fetch_);
+}
+
+void SimpleMovingAverage::_after_run(const StepContext& /*ctx*/, const RunValues& values) {
+  const size_t n = tags_.size();
+  const size_t row = static_cast<size_t>(rows_ % window_);
+  for (size_t i = 0; i < n; ++i) {
+    const at::Tensor& t = values[i];
+    if (t.numel() != 1) {
+      throw std::invalid_argument(fmt::format(
+          "SimpleMovingAverage: tensor '{}' must be a scalar, but has shape [{}]; publish a "
+          "one-element tensor (e.g. .mean())",
+          values.name(i), fmt::join(t.sizes().begin(), t.sizes().end(), ", ")));
+    }
+    ring_[row * n + i] = t.item<double>();  // a host sync, inherent to this callback
+  }
+  ++rows_;
+}
+
+void SimpleMovingAverage::_trigger_step() {
+  if (rows_ == 0 || global_step() % window_ != 0) return;
+  const size_t n = tags_.size();
+  const int64_t held = std::min(rows_, window_);
+  const int64_t oldest = rows_ > window_ ? rows_ % window_ : 0;
+  for (size_t i = 0; i < n; ++i) {
+    double sum = 0;  // oldest first, as numpy sums a deque of few rows
+    for (int64_t r = 0; r < held; ++r) {
+      sum += ring_[static_cast<size_t>((oldest + r) % window_) * n + i];
+    }
+    trainer().monitors().put_scalar(tags_[i], sum / static_cast<double>(held));
+  }
+}
+
+}  // namespace trainpack

@@ -1,0 +1,345 @@
+#include "trainpack/input/input_source.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <torch/cuda.h>
+
+#include <functional>
+#include <stdexcept>
+#include <utility>
+
+#include "trainpack/train/trainer.h"
+#include "trainpack/utils/logger.h"
+
+namespace trainpack {
+
+namespace {
+
+// The callback of a source's lifecycle: functions run in before_train and after_train.
+class SourceCallback : public Callback {
+ public:
+  SourceCallback(std::string name, std::function<void()> before_train,
+                 std::function<void()> after_train)
+      : name_(std::move(name)),
+        before_train_(std::move(before_train)),
+        after_train_(std::move(after_train)) {}
+  std::string name() const override { return name_; }
+
+ protected:
+  void _before_train() override {
+    if (before_train_) before_train_();
+  }
+  void _after_train() override {
+    if (after_train_) after_train_();
+  }
+
+ private:
+  std::string name_;
+  std::function<void()> before_train_;
+  std::function<void()> after_train_;
+};
+
+constexpr const char* kQueueName = "QueueInput/input_queue";
+constexpr const char* kQueueSizeTag = "QueueInput/queue_size";
+
+// Records the zero-debiased EMA (decay 0.5, add_moving_summary's formula) of QueueInput's queue
+// length as the scalar summary QueueInput/queue_size, in before_run of every hooked run. The
+// value lives in one preallocated 0-dim tensor updated in place: nothing is allocated per step.
+class QueueSizeSummary : public Callback {
+ public:
+  explicit QueueSizeSummary(const QueueInput& source)
+      : source_(source), value_(at::zeros({}, at::kFloat)) {}
+  std::string name() const override { return kQueueSizeTag; }
+
+ protected:
+  RunArgs _before_run(const StepContext& /*ctx*/) override {
+    constexpr double kDecay = 0.5;
+    const double size = static_cast<double>(source_.queued());
+    biased_ = kDecay * biased_ + (1.0 - kDecay) * size;
+    decay_power_ *= kDecay;  // decay^t
+    value_.fill_(biased_ / (1.0 - decay_power_));
+    trainer().tower_registry().record_summary(kQueueSizeTag, TowerRegistry::SummaryKind::kScalar,
+                                              value_);
+    return RunArgs();
+  }
+
+ private:
+  const QueueInput& source_;
+  at::Tensor value_;
+  double biased_ = 0.0;
+  double decay_power_ = 1.0;
+};
+
+std::string not_driven_message(const std::string& source, const char* what) {
+  return fmt::format(
+      "{}::next_batch(): {}; register the callbacks that setup() returned with the trainer "
+      "(Trainer::register_callback, before train()): they prepare the source in before_train",
+      source, what);
+}
+
+}  // namespace
+
+// ---- InputSource ----
+
+InputSource::~InputSource() = default;
+
+std::vector<CallbackPtr> InputSource::setup(const InputSignature& signature, c10::Device device) {
+  if (setup_done_) {
+    throw std::logic_error(
+        fmt::format("Method {}.setup can only be called once per object!", name()));
+  }
+  if (device.is_cuda()) {
+    if (!torch::cuda::is_available()) {
+      throw std::runtime_error(fmt::format(
+          "{}: the device is {}, but no GPU is available (torch::cuda::is_available() is false); "
+          "use the CPU device (c10::Device(c10::kCPU))",
+          name(), device.str()));
+    }
+    const auto count = static_cast<int64_t>(torch::cuda::device_count());
+    if (device.has_index() && device.index() >= count) {
+      throw std::invalid_argument(
+          fmt::format("{}: the device is {}, but only {} GPU(s) are available (cuda:0 to cuda:{})",
+                      name(), device.str(), count, count - 1));
+    }
+  } else if (!device.is_cpu()) {
+    throw std::invalid_argument(fmt::format(
+        "{}: device {} is not supported; use the CPU or a CUDA device", name(), device.str()));
+  }
+  signature_ = signature;
+  device_ = device;
+  setup_done_ = true;
+  std::vector<CallbackPtr> callbacks = _setup();
+  for (const auto& cb : callbacks) cb->set_chief_only(false);
+  return callbacks;
+}
+
+std::vector<at::Tensor> InputSource::next_batch() {
+  if (!setup_done_) {
+    throw std::logic_error(fmt::format(
+        "{}::next_batch() called before setup(); the trainer calls setup(signature, device) "
+        "when it is set up (or call it yourself and register the callbacks it returns)",
+        name()));
+  }
+  std::optional<Datapoint> batch = _next_batch();
+  if (!batch) throw DataExhausted(name() + ": " + end_of_data_reason());
+  check_inputs(signature_, *batch, name());
+  return to_device(std::move(*batch));
+}
+
+std::vector<at::Tensor> InputSource::to_device(Datapoint batch) const {
+  if (device_.is_cpu()) return batch;
+  for (auto& t : batch) {
+    if (!t.defined() || t.device() == device_) continue;
+    if (t.is_cpu() && !t.is_pinned()) t = t.pin_memory();
+    t = t.to(at::TensorOptions().device(device_), /*non_blocking=*/true);
+  }
+  return batch;
+}
+
+// ---- FeedInput ----
+
+FeedInput::FeedInput(DataFlowPtr dataflow) : dataflow_(std::move(dataflow)) {
+  if (!dataflow_) {
+    throw std::invalid_argument(
+        "FeedInput: the dataflow is null; pass one, e.g. std::make_shared<BatchData>(ds, 32)");
+  }
+}
+
+std::vector<CallbackPtr> FeedInput::_setup() {
+  return {std::make_shared<SourceCallback>(
+      "FeedInput",
+      [this] {
+        dataflow_->reset_state();
+        reset_done_ = true;
+      },
+      nullptr)};
+}
+
+std::optional<Datapoint> FeedInput::_next_batch() {
+  if (!reset_done_) {
+    throw std::logic_error(not_driven_message(name(), "the dataflow was not reset"));
+  }
+  if (!started_) {
+    dataflow_->begin_pass();  // pass 0
+    started_ = true;
+    pass_yielded_ = false;
+  }
+  for (;;) {
+    std::optional<Datapoint> dp = dataflow_->next();
+    if (dp) {
+      pass_yielded_ = true;
+      return dp;
+    }
+    if (!pass_yielded_) return std::nullopt;  // a pass that yields nothing: no more data
+    dataflow_->begin_pass();
+    pass_yielded_ = false;
+  }
+}
+
+std::string FeedInput::end_of_data_reason() const {
+  return fmt::format("the dataflow {} has no more data: pass {} yielded no datapoint",
+                     dataflow_->name(), dataflow_->pass());
+}
+
+// ---- QueueInput ----
+
+QueueInput::QueueInput(DataFlowPtr dataflow, QueueInputOptions options)
+    : dataflow_(std::move(dataflow)), options_(options) {
+  if (!dataflow_) {
+    throw std::invalid_argument(
+        "QueueInput: the dataflow is null; pass one, e.g. std::make_shared<BatchData>(ds, 32)");
+  }
+  if (options_.capacity() < 1) {
+    throw std::invalid_argument(fmt::format(
+        "QueueInput: capacity must be >= 1, got {}; set QueueInputOptions().capacity(n) with "
+        "n >= 1 (default 50)",
+        options_.capacity()));
+  }
+}
+
+QueueInput::~QueueInput() { stop(); }
+
+std::vector<CallbackPtr> QueueInput::_setup() {
+  TP_LOG_INFO("Setting up the queue '{}' for CPU prefetching ...", kQueueName);
+  return {std::make_shared<SourceCallback>(
+              "QueueInput", [this] { start(); }, [this] { stop(); }),
+          std::make_shared<QueueSizeSummary>(*this)};
+}
+
+void QueueInput::start() {
+  if (!setup_done()) {
+    throw std::logic_error(
+        "QueueInput::start() called before setup(); the trainer calls setup(signature, device) "
+        "first");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (started_ || stopping_) {
+      throw std::logic_error(fmt::format(
+          "QueueInput::start(): the prefetch thread was {} before; a QueueInput feeds one "
+          "training run",
+          started_ ? "started" : "stopped"));
+    }
+  }
+  dataflow_->reset_state();  // on this thread, before the producer exists
+  TP_LOG_INFO("Starting EnqueueThread {} ...", kQueueName);
+  std::lock_guard<std::mutex> join_lock(join_mutex_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    started_ = true;
+  }
+  thread_ = std::thread([this] { produce(); });
+}
+
+void QueueInput::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  not_full_.notify_all();
+  not_empty_.notify_all();
+  std::lock_guard<std::mutex> join_lock(join_mutex_);
+  if (!thread_.joinable()) return;
+  if (thread_.get_id() == std::this_thread::get_id()) {
+    throw std::logic_error("QueueInput::stop() called from its own prefetch thread (the dataflow)");
+  }
+  thread_.join();
+  std::deque<Datapoint> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    joined_ = true;
+    dropped.swap(queue_);
+  }
+  TP_LOG_INFO("EnqueueThread {} Exited.", kQueueName);
+}
+
+bool QueueInput::running() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return started_ && !joined_;
+}
+
+int64_t QueueInput::queued() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int64_t>(queue_.size());
+}
+
+void QueueInput::produce() {
+  const bool pin = device().is_cuda();  // set by setup(), before the thread started
+  const auto capacity = static_cast<size_t>(options_.capacity());
+  try {
+    dataflow_->begin_pass();  // pass 0
+    bool pass_yielded = false;
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (stopping_) return;
+      }
+      std::optional<Datapoint> dp = dataflow_->next();  // outside the lock: may take long
+      if (!dp) {
+        if (!pass_yielded) {  // a pass that yields nothing: no more data
+          {
+            std::lock_guard<std::mutex> lock(mutex_);
+            exhausted_ = true;
+            exhausted_pass_ = dataflow_->pass();
+          }
+          not_empty_.notify_all();
+          return;
+        }
+        dataflow_->begin_pass();
+        pass_yielded = false;
+        continue;
+      }
+      pass_yielded = true;
+      if (pin) {  // pinned here, so that the training thread's copy is asynchronous
+        for (auto& t : *dp) {
+          if (t.defined() && t.is_cpu() && !t.is_pinned()) t = t.pin_memory();
+        }
+      }
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        not_full_.wait(lock, [&] { return stopping_ || queue_.size() < capacity; });
+        if (stopping_) return;
+        queue_.push_back(std::move(*dp));
+      }
+      not_empty_.notify_one();
+    }
+  } catch (...) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      error_ = std::current_exception();
+    }
+    not_empty_.notify_all();
+  }
+}
+
+std::optional<Datapoint> QueueInput::_next_batch() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!started_) {
+    throw std::logic_error(not_driven_message(name(), "the prefetch thread was not started"));
+  }
+  not_empty_.wait(lock, [&] { return stopping_ || !queue_.empty() || error_ || exhausted_; });
+  if (stopping_) {
+    throw StopTraining("QueueInput: stop() was called; the queue gives no more batches");
+  }
+  if (!queue_.empty()) {
+    Datapoint dp = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    not_full_.notify_one();
+    return dp;
+  }
+  if (error_) std::rethrow_exception(error_);
+  return std::nullopt;
+}
+
+std::string QueueInput::end_of_data_reason() const {
+  int64_t pass;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pass = exhausted_pass_;
+  }
+  return fmt::format("the dataflow {} has no more data: pass {} yielded no datapoint",
+                     dataflow_->name(), pass);
+}
+
+}  // namespace trainpack
