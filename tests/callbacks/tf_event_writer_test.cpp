@@ -163,13 +163,16 @@ TEST_F(TFEventWriterTest, TrainingRunThroughMonitors) {
   };
   // At the start of epoch 2 the epoch-1 events are on disk: the epoch-end flush (only that
   // flush can have written them with these options) was waited for.
-  cb->before_epoch_fn = [&](ActionCallback&) {
+  // (At the start of epoch 1 the writer thread may be between creating the file and writing
+  // its first record: nothing is promised there, so only epoch 2 is read.)
+  cb->before_epoch_fn = [&](ActionCallback& c) {
+    if (c.trainer().epoch_num() != 2) return;
     const auto files = event_files(dir_);
     records_at_epoch_start.push_back(files.empty() ? 0 : read_event_file(files[0]).size());
   };
   train({cb}, {w}, 3, 2);
-  ASSERT_EQ(records_at_epoch_start.size(), 2u);
-  EXPECT_EQ(records_at_epoch_start[1], 4u);  // version + 3 scalars
+  ASSERT_EQ(records_at_epoch_start.size(), 1u);
+  EXPECT_EQ(records_at_epoch_start[0], 4u);  // version + 3 scalars
   const auto files = event_files(dir_);
   ASSERT_EQ(files.size(), 1u);
   const auto events = read_event_file(files[0]);
