@@ -89,6 +89,7 @@ std::vector<at::Tensor> Predictor::operator()(const std::vector<at::Tensor>& inp
 
   std::vector<at::Tensor> outputs;
   TowerContext ctx(tower_name_, /*is_training=*/false);
+  ctx.set_module(module_.get());
   ctx.collect_outputs(&output_names_, &outputs);
   const bool was_training = module_->is_training();
   module_->eval();
@@ -100,6 +101,13 @@ std::vector<at::Tensor> Predictor::operator()(const std::vector<at::Tensor>& inp
     throw;
   }
   module_->train(was_training);
+  if (source_ && !ctx.module_used()) {
+    throw std::invalid_argument(fmt::format(
+        "Predictor '{}': the tower function does not take its module from the TowerContext, so "
+        "it would run the training module instead of the replica on {}; use "
+        "`auto& net = ctx.module_as<NetImpl>()` in the tower function",
+        tower_name_, device_.str()));
+  }
   for (size_t i = 0; i < output_names_.size(); ++i) {
     if (!outputs[i].defined()) {
       throw std::invalid_argument(fmt::format(
@@ -229,6 +237,7 @@ torch::optim::Optimizer& SingleCostTrainer::optimizer() const {
 
 at::Tensor SingleCostTrainer::run_tower(StepContext& ctx, const std::vector<at::Tensor>& batch) {
   TowerContext tower("tower0", /*is_training=*/true, &ctx, &tower_registry());
+  tower.set_module(module().get());
   at::Tensor cost = tower_func()(tower, batch);
   if (!cost.defined()) {
     throw std::invalid_argument(

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include <torch/nn/module.h>
+
 #include "trainpack/train/step_context.h"
 
 namespace trainpack {
@@ -241,6 +243,22 @@ void TowerContext::add_moving_summary(std::string_view name, const at::Tensor& t
 void TowerContext::add_update_op(std::string_view name, std::function<void()> op) {
   if (!is_main_training_tower()) return;
   registry_->record_update_op(name, std::move(op));
+}
+
+torch::nn::Module& TowerContext::module() const {
+  if (module_ == nullptr) {
+    throw std::logic_error(fmt::format(
+        "TowerContext '{}': no module was given to this context (set_module)", name_));
+  }
+  module_used_ = true;
+  return *module_;
+}
+
+void TowerContext::throw_module_type_mismatch() const {
+  throw std::invalid_argument(fmt::format(
+      "TowerContext '{}': module_as<T>(): the module is not of the requested type; use the Impl "
+      "class of the module given to the trainer (e.g. module_as<NetImpl>())",
+      name_));
 }
 
 void TowerContext::collect_outputs(const std::vector<std::string>* names,

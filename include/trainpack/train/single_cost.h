@@ -32,7 +32,8 @@
 // `device`, feeding the named inputs and returning the named outputs. Predictors are built once
 // per (device, input names, output names) and per trainer; on another device than the trainer's,
 // the module is replicated (it must be a torch::nn::Cloneable) and its parameters and buffers are
-// copied from the training module before each call. Inputs not given to the predictor reach the
+// copied from the training module before each call; the tower function must then take its
+// module from `ctx.module_as<NetImpl>()` (a tower that does not is refused there). Inputs not given to the predictor reach the
 // tower as undefined tensors: a tower meant for prediction checks `in[i].defined()` for labels.
 //
 // Differences from tensorpack: the module and the optimizer are LibTorch objects passed in

@@ -47,6 +47,12 @@
 #include <string_view>
 #include <vector>
 
+namespace torch {
+namespace nn {
+class Module;
+}  // namespace nn
+}  // namespace torch
+
 namespace trainpack {
 
 class StepContext;
@@ -166,6 +172,23 @@ class TowerContext {
   void add_moving_summary(std::string_view name, const at::Tensor& tensor, double decay = 0.95);
   void add_update_op(std::string_view name, std::function<void()> op);
 
+  // The module this tower runs: the training module, or its replica in a predictor or an
+  // inference tower on another device. A tower function that may run on replicas takes its
+  // module from here instead of capturing it:
+  //   auto& net = ctx.module_as<NetImpl>();
+  // Throws std::logic_error when the context has no module.
+  torch::nn::Module& module() const;
+  template <typename ModuleImpl>
+  ModuleImpl& module_as() const {
+    auto* m = dynamic_cast<ModuleImpl*>(&module());
+    if (m == nullptr) throw_module_type_mismatch();
+    return *m;
+  }
+  // Set by whoever builds the context.
+  void set_module(torch::nn::Module* module) { module_ = module; }
+  // Whether the tower function asked for module() (replicas require it).
+  bool module_used() const { return module_used_; }
+
   // For predictors and inference runners: outputs whose name is in `names` are stored in
   // `(*out)[i]` (resized to names.size()). Both must outlive the tower call.
   void collect_outputs(const std::vector<std::string>* names, std::vector<at::Tensor>* out);
@@ -181,6 +204,10 @@ class TowerContext {
   const std::vector<std::string>* collect_names_ = nullptr;
   std::vector<at::Tensor>* collected_ = nullptr;
   std::set<std::string, std::less<>> output_names_;
+  torch::nn::Module* module_ = nullptr;
+  mutable bool module_used_ = false;
+
+  [[noreturn]] void throw_module_type_mismatch() const;
 };
 
 // A tower function: computes the cost of one batch (the inputs in the order of the signature).

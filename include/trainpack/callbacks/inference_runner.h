@@ -1,0 +1,128 @@
+// Validation during training (tensorpack's callbacks/inference_runner.py): InferenceRunner and
+// DataParallelInferenceRunner run the trainer's tower in inference mode over a dataflow and put
+// the inferencers' statistics to the monitors.
+//
+//   callbacks.push_back(std::make_shared<InferenceRunner>(
+//       val_batches, std::vector<InferencerPtr>{
+//           std::make_shared<ScalarStats>(std::vector<std::string>{"cost"}),
+//           std::make_shared<ClassificationError>("wrong-top1", "val-error-top1")}));
+//   // every 2 epochs instead of every epoch:
+//   callbacks.push_back(std::make_shared<PeriodicTrigger>(runner, PeriodicTriggerOptions()
+//                                                                    .every_k_epochs(2)));
+//
+// When: setup_graph resolves the tower (the trainer must be a TowerTrainer, e.g. SimpleTrainer)
+// and asks every inferencer for its fetches; before_train logs how many batches a round runs;
+// every trigger (by default the end of every epoch) runs one round:
+//   - the module goes to eval mode (and back to the mode it was in afterwards, also on error),
+//     everything runs under NoGradGuard; the training step counters do not move;
+//   - every inferencer's before_inference; a new pass of the dataflow; exactly `size()` batches
+//     (the dataflow's size; all of its pass when the size is unknown, with a warning at
+//     before_train), each checked against the input signature, run through the tower
+//     (`ctx.is_training()` is false), and each inferencer's on_fetches with its outputs;
+//   - every inferencer's after_inference; each statistic is put with Monitors::put_scalar.
+// A progress bar (tqdm's line, on stderr) shows the round unless disabled.
+//
+// Errors: a trainer that is not a TowerTrainer, an output no tower produced (listing those that
+// exist), a batch that does not match the signature, a dataflow whose pass ends before `size()`
+// batches (logged as tensorpack's ERROR line, then std::runtime_error), null arguments.
+//
+// chief_only: true.
+//
+// Differences from tensorpack: the input is a DataFlow (tensorpack also takes an InputSource);
+// the tower is the training module itself in eval mode (on another device, a replica whose
+// weights are copied at the start of every round) instead of a separate graph tower sharing
+// variables; an input of unknown size runs one whole pass.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <c10/core/Device.h>
+#include <torch/arg.h>
+
+#include "trainpack/callbacks/base.h"
+#include "trainpack/callbacks/inference.h"
+#include "trainpack/input/dataflow.h"
+
+namespace trainpack {
+
+namespace detail {
+class InferenceTower;
+}
+
+struct InferenceRunnerOptions {
+  // The name of the tower in logs and in the TowerContext.
+  TORCH_ARG(std::string, tower_name) = "InferenceTower";
+  // Unset: the trainer's device.
+  TORCH_ARG(std::optional<c10::Device>, device) = std::nullopt;
+  // Draw a progress bar for each round.
+  TORCH_ARG(bool, progress_bar) = true;
+};
+
+class InferenceRunner : public Callback {
+ public:
+  InferenceRunner(DataFlowPtr input, std::vector<InferencerPtr> inferencers,
+                  InferenceRunnerOptions options = {});
+  InferenceRunner(DataFlowPtr input, InferencerPtr inferencer, InferenceRunnerOptions options = {});
+  ~InferenceRunner() override;
+
+  // Batches run in the last round.
+  int64_t batches_last_round() const { return batches_last_round_; }
+
+ protected:
+  void _setup_graph() override;
+  void _before_train() override;
+  void _trigger() override;
+
+  // Sets up the towers for `devices` (the first may share the training module).
+  void setup_towers(const std::vector<c10::Device>& devices, const std::string& who);
+  // Runs a round; `parallel` spreads groups of batches over the towers.
+  void run_round(bool parallel, const std::string& who);
+  void deliver(const std::vector<at::Tensor>& outputs);
+
+  DataFlowPtr input_;
+  std::vector<InferencerPtr> inferencers_;
+  InferenceRunnerOptions options_;
+  std::vector<std::unique_ptr<detail::InferenceTower>> towers_;
+  std::vector<std::string> fetches_;            // the union of the inferencers' fetches
+  std::vector<std::vector<size_t>> positions_;  // per inferencer: its fetches in fetches_
+  int64_t size_ = -1;                           // batches per round, -1 when unknown
+  int64_t batches_last_round_ = 0;
+};
+
+// One tower per device, evaluating groups of batches in parallel: while at least N batches are
+// left, N are read and run at once (tower k on batch k, towers 1..N-1 on their own threads), and
+// their outputs are given to the inferencers in batch order; the remainder runs on the first
+// tower. The inferencers therefore see exactly what InferenceRunner would give them.
+//
+//   // two CPU replicas on two threads:
+//   std::make_shared<DataParallelInferenceRunner>(val, infs,
+//       std::vector<c10::Device>{c10::kCPU, c10::kCPU});
+//
+// Devices: CUDA devices (each must exist), or CPU replicas; the module must derive from
+// torch::nn::Cloneable to be replicated (std::invalid_argument otherwise). Replicas get the
+// training weights at the start of every round. Errors as InferenceRunner's, plus an empty device
+// list. The input's size must be known (std::invalid_argument at before_train otherwise, as
+// tensorpack requires).
+//
+// Differences from tensorpack: the towers are module replicas, CPU ones included; tensorpack's
+// literal `{}` log bug is not reproduced.
+class DataParallelInferenceRunner : public InferenceRunner {
+ public:
+  DataParallelInferenceRunner(DataFlowPtr input, std::vector<InferencerPtr> inferencers,
+                              std::vector<c10::Device> devices,
+                              InferenceRunnerOptions options = {});
+
+ protected:
+  void _setup_graph() override;
+  void _before_train() override;
+  void _trigger() override;
+
+ private:
+  std::vector<c10::Device> devices_;
+};
+
+}  // namespace trainpack

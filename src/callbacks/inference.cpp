@@ -1,0 +1,129 @@
+#include "trainpack/callbacks/inference.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <stdexcept>
+
+namespace trainpack {
+
+namespace {
+
+std::string shape_of(const at::Tensor& t) {
+  return fmt::format("[{}]", fmt::join(t.sizes().begin(), t.sizes().end(), ", "));
+}
+
+}  // namespace
+
+// ---- ScalarStats ----
+
+ScalarStats::ScalarStats(std::vector<std::string> names, std::string prefix)
+    : names_(std::move(names)), prefix_(std::move(prefix)) {
+  if (names_.empty()) {
+    throw std::invalid_argument("ScalarStats: names is empty; name the scalar outputs to average");
+  }
+  for (const auto& n : names_) {
+    if (n.empty()) throw std::invalid_argument("ScalarStats: a name is empty");
+  }
+}
+
+void ScalarStats::_before_inference() {
+  sums_.assign(names_.size(), 0.0);
+  batches_ = 0;
+}
+
+void ScalarStats::_on_fetches(const std::vector<at::Tensor>& results) {
+  if (sums_.size() != names_.size()) sums_.assign(names_.size(), 0.0);
+  for (size_t i = 0; i < names_.size(); ++i) {
+    if (results[i].numel() != 1) {
+      throw std::invalid_argument(
+          fmt::format("ScalarStats: output '{}' must be a scalar, but has shape {}", names_[i],
+                      shape_of(results[i])));
+    }
+    sums_[i] += results[i].item<double>();
+  }
+  ++batches_;
+}
+
+Inferencer::Stats ScalarStats::_after_inference() {
+  Stats stats;
+  if (batches_ == 0) return stats;
+  for (size_t i = 0; i < names_.size(); ++i) {
+    stats.emplace_back(prefix_.empty() ? names_[i] : prefix_ + "_" + names_[i],
+                       sums_[i] / static_cast<double>(batches_));
+  }
+  return stats;
+}
+
+// ---- ClassificationError ----
+
+ClassificationError::ClassificationError(std::string wrong_tensor_name, std::string summary_name)
+    : wrong_name_(std::move(wrong_tensor_name)), summary_name_(std::move(summary_name)) {
+  if (wrong_name_.empty() || summary_name_.empty()) {
+    throw std::invalid_argument(
+        "ClassificationError: wrong_tensor_name and summary_name must not be empty");
+  }
+}
+
+void ClassificationError::_before_inference() {
+  wrong_ = 0;
+  total_ = 0;
+}
+
+void ClassificationError::_on_fetches(const std::vector<at::Tensor>& results) {
+  const at::Tensor& v = results[0];
+  if (v.dim() != 1) {
+    throw std::invalid_argument(fmt::format(
+        "ClassificationError: output '{}' is not a vector (one entry per sample, 1 = wrong): "
+        "its shape is {}",
+        wrong_name_, shape_of(v)));
+  }
+  wrong_ += v.sum().item<double>();
+  total_ += v.size(0);
+}
+
+Inferencer::Stats ClassificationError::_after_inference() {
+  return {{summary_name_, total_ == 0 ? 0.0 : wrong_ / static_cast<double>(total_)}};
+}
+
+// ---- BinaryClassificationStats ----
+
+BinaryClassificationStats::BinaryClassificationStats(std::string pred_tensor_name,
+                                                     std::string label_tensor_name,
+                                                     std::string prefix)
+    : pred_name_(std::move(pred_tensor_name)),
+      label_name_(std::move(label_tensor_name)),
+      prefix_(std::move(prefix)) {
+  if (pred_name_.empty() || label_name_.empty()) {
+    throw std::invalid_argument(
+        "BinaryClassificationStats: pred_tensor_name and label_tensor_name must not be empty");
+  }
+}
+
+void BinaryClassificationStats::_before_inference() { nr_pos_ = nr_pred_pos_ = corr_pos_ = 0; }
+
+void BinaryClassificationStats::_on_fetches(const std::vector<at::Tensor>& results) {
+  const at::Tensor& pred = results[0];
+  const at::Tensor& label = results[1];
+  if (pred.sizes() != label.sizes()) {
+    throw std::invalid_argument(fmt::format(
+        "BinaryClassificationStats: prediction '{}' {} and label '{}' {} have different shapes",
+        pred_name_, shape_of(pred), label_name_, shape_of(label)));
+  }
+  const at::Tensor pred_pos = pred.eq(1);
+  const at::Tensor label_pos = label.eq(1);
+  nr_pos_ += label_pos.sum().item<int64_t>();
+  nr_pred_pos_ += pred_pos.sum().item<int64_t>();
+  corr_pos_ += pred_pos.logical_and(label_pos).sum().item<int64_t>();
+}
+
+Inferencer::Stats BinaryClassificationStats::_after_inference() {
+  const double precision =
+      nr_pred_pos_ == 0 ? 0.0 : static_cast<double>(corr_pos_) / static_cast<double>(nr_pred_pos_);
+  const double recall =
+      nr_pos_ == 0 ? 0.0 : static_cast<double>(corr_pos_) / static_cast<double>(nr_pos_);
+  return {{prefix_ + "_precision", precision}, {prefix_ + "_recall", recall}};
+}
+
+}  // namespace trainpack

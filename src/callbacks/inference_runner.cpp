@@ -1,0 +1,382 @@
+#include "trainpack/callbacks/inference_runner.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <stdexcept>
+#include <thread>
+
+#include "trainpack/callbacks/monitor_base.h"
+#include "trainpack/callbacks/progress_bar.h"
+#include "trainpack/train/single_cost.h"
+#include "trainpack/utils/logger.h"
+
+namespace trainpack {
+namespace detail {
+
+// One inference tower: the training module itself (on the training device) or a replica of it,
+// run in eval mode under NoGradGuard.
+class InferenceTower {
+ public:
+  InferenceTower(std::string name, TowerTrainer& trainer, c10::Device device, bool replicate)
+      : name_(std::move(name)),
+        tower_(trainer.tower_func()),
+        signature_(trainer.input_signature()),
+        device_(device),
+        source_(trainer.module()) {
+    if (replicate) {
+      try {
+        module_ = source_->clone(device);
+      } catch (const std::exception& e) {
+        throw std::invalid_argument(fmt::format(
+            "{}: the module cannot be replicated on {} ({}); derive it from "
+            "torch::nn::Cloneable (TORCH_MODULE with a Cloneable<Impl>), or evaluate on the "
+            "training device",
+            name_, device.str(), e.what()));
+      }
+    } else {
+      module_ = source_;
+    }
+  }
+
+  const std::string& name() const { return name_; }
+
+  // Copies the training weights into a replica; puts the module in eval mode.
+  void begin_round() {
+    was_training_ = module_->is_training();
+    if (module_ != source_) {
+      torch::NoGradGuard no_grad;
+      auto src_params = source_->named_parameters(true);
+      for (auto& p : module_->named_parameters(true)) p.value().copy_(src_params[p.key()]);
+      auto src_buffers = source_->named_buffers(true);
+      for (auto& b : module_->named_buffers(true)) b.value().copy_(src_buffers[b.key()]);
+      was_training_ = source_->is_training();
+    }
+    module_->eval();
+  }
+  void end_round() { module_->train(was_training_); }
+
+  // Runs the tower on `batch` (already checked) and returns the outputs named `names`.
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& batch,
+                              const std::vector<std::string>& names) {
+    torch::NoGradGuard no_grad;  // thread-local: every thread that runs a tower needs its own
+    std::vector<at::Tensor> inputs;
+    inputs.reserve(batch.size());
+    for (const auto& t : batch) inputs.push_back(t.to(device_, /*non_blocking=*/true));
+    std::vector<at::Tensor> outputs;
+    TowerContext ctx(name_, /*is_training=*/false);
+    ctx.set_module(module_.get());
+    ctx.collect_outputs(&names, &outputs);
+    tower_(ctx, inputs);
+    if (module_ != source_ && !ctx.module_used()) {
+      throw std::invalid_argument(fmt::format(
+          "{}: the tower function does not take its module from the TowerContext, so it would "
+          "run the training module instead of this tower's replica on {}; use "
+          "`auto& net = ctx.module_as<NetImpl>()` in the tower function",
+          name_, device_.str()));
+    }
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (!outputs[i].defined()) {
+        throw std::invalid_argument(fmt::format(
+            "{}: the tower did not output '{}', which an inferencer needs; it outputs: {}", name_,
+            names[i],
+            ctx.output_names().empty() ? std::string("(nothing)")
+                                       : fmt::format("{}", fmt::join(ctx.output_names(), ", "))));
+      }
+    }
+    return outputs;
+  }
+
+ private:
+  std::string name_;
+  TowerFunc tower_;
+  InputSignature signature_;
+  c10::Device device_;
+  std::shared_ptr<torch::nn::Module> source_;
+  std::shared_ptr<torch::nn::Module> module_;
+  bool was_training_ = true;
+};
+
+}  // namespace detail
+
+namespace {
+
+// Puts every tower back in its mode when the round ends, also by an exception.
+class RoundGuard {
+ public:
+  explicit RoundGuard(std::vector<std::unique_ptr<detail::InferenceTower>>& towers)
+      : towers_(towers) {
+    for (auto& t : towers_) t->begin_round();
+  }
+  ~RoundGuard() {
+    for (auto& t : towers_) t->end_round();
+  }
+  RoundGuard(const RoundGuard&) = delete;
+  RoundGuard& operator=(const RoundGuard&) = delete;
+
+ private:
+  std::vector<std::unique_ptr<detail::InferenceTower>>& towers_;
+};
+
+// tqdm's line for a round on stderr: redrawn in place on a terminal (at most every 0.5 s), one
+// final line elsewhere.
+class RoundBar {
+ public:
+  RoundBar(bool enabled, int64_t total)
+      : enabled_(enabled), terminal_(isatty(fileno(stderr)) != 0), total_(total) {
+    start_ = std::chrono::steady_clock::now();
+    interval_ = default_progress_refresh_interval(terminal_);
+  }
+  void update(int64_t n) {
+    n_ += n;
+    if (!enabled_ || !terminal_) return;
+    const double t = elapsed();
+    if (t - last_draw_ >= interval_) draw(t, false);
+  }
+  void close() {
+    if (enabled_) draw(elapsed(), true);
+  }
+
+ private:
+  double elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  void draw(double t, bool final) {
+    last_draw_ = t;
+    const double rate = t > 0 ? static_cast<double>(n_) / t : std::nan("");
+    const std::string line =
+        tqdm::format_meter(n_, total_ < 0 ? 0 : total_, t, rate, "", /*ascii=*/true);
+    std::fprintf(stderr, "%s%s%s", terminal_ ? "\r" : "", line.c_str(), final ? "\n" : "");
+    std::fflush(stderr);
+  }
+
+  bool enabled_;
+  bool terminal_;
+  int64_t total_;
+  int64_t n_ = 0;
+  double interval_ = 0.5;
+  double last_draw_ = -1e9;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace
+
+// ---- InferenceRunner ----
+
+InferenceRunner::InferenceRunner(DataFlowPtr input, std::vector<InferencerPtr> inferencers,
+                                 InferenceRunnerOptions options)
+    : input_(std::move(input)), inferencers_(std::move(inferencers)), options_(std::move(options)) {
+  if (!input_) throw std::invalid_argument("InferenceRunner: the input dataflow is null");
+  if (inferencers_.empty()) {
+    throw std::invalid_argument(
+        "InferenceRunner: no inferencers; give at least one (e.g. ScalarStats, "
+        "ClassificationError)");
+  }
+  for (const auto& inf : inferencers_) {
+    if (!inf) throw std::invalid_argument("InferenceRunner: an inferencer is null");
+  }
+}
+
+InferenceRunner::InferenceRunner(DataFlowPtr input, InferencerPtr inferencer,
+                                 InferenceRunnerOptions options)
+    : InferenceRunner(std::move(input), std::vector<InferencerPtr>{std::move(inferencer)},
+                      std::move(options)) {}
+
+InferenceRunner::~InferenceRunner() = default;
+
+void InferenceRunner::setup_towers(const std::vector<c10::Device>& devices,
+                                   const std::string& who) {
+  auto* tower_trainer = dynamic_cast<TowerTrainer*>(&trainer());
+  if (tower_trainer == nullptr) {
+    throw std::invalid_argument(fmt::format(
+        "{} needs a trainer with a tower function (a TowerTrainer such as SimpleTrainer); this "
+        "trainer has none",
+        who));
+  }
+  for (size_t k = 0; k < devices.size(); ++k) {
+    const c10::Device& device = devices[k];
+    if (device.is_cuda() && !torch::cuda::is_available()) {
+      throw std::runtime_error(fmt::format(
+          "{}: device {} was requested, but no CUDA GPU is available; evaluate on the CPU", who,
+          device.str()));
+    }
+    const std::string name =
+        devices.size() == 1 ? options_.tower_name() : fmt::format("{}{}", options_.tower_name(), k);
+    // The first tower on the training device shares the training module; every other is a
+    // replica (a tower per thread must not share a module whose mode another thread switches).
+    const bool replicate = k > 0 || device != tower_trainer->device();
+    TP_LOG_INFO("[{}] Building tower '{}' on device {} ...", who, name, device.str());
+    towers_.push_back(
+        std::make_unique<detail::InferenceTower>(name, *tower_trainer, device, replicate));
+  }
+
+  fetches_.clear();
+  positions_.clear();
+  for (const auto& inf : inferencers_) {
+    inf->setup_graph(trainer());
+    std::vector<size_t> pos;
+    for (const auto& name : inf->get_fetches()) {
+      size_t i = 0;
+      while (i < fetches_.size() && fetches_[i] != name) ++i;
+      if (i == fetches_.size()) fetches_.push_back(name);
+      pos.push_back(i);
+    }
+    positions_.push_back(std::move(pos));
+  }
+}
+
+void InferenceRunner::_setup_graph() {
+  auto* tower_trainer = dynamic_cast<TowerTrainer*>(&trainer());
+  setup_towers({options_.device().value_or(tower_trainer ? tower_trainer->device()
+                                                         : c10::Device(c10::kCPU))},
+               "InferenceRunner");
+}
+
+void InferenceRunner::_before_train() {
+  input_->reset_state();
+  const auto size = input_->size();
+  size_ = size ? *size : -1;
+  if (size) {
+    TP_LOG_INFO("[InferenceRunner] Will eval {} iterations", *size);
+  } else {
+    TP_LOG_WARN(
+        "[InferenceRunner] Got an input with unknown size! Will iterate until the end of each "
+        "pass of {}.",
+        input_->name());
+  }
+}
+
+void InferenceRunner::deliver(const std::vector<at::Tensor>& outputs) {
+  std::vector<at::Tensor> results;
+  for (size_t i = 0; i < inferencers_.size(); ++i) {
+    results.clear();
+    for (size_t p : positions_[i]) results.push_back(outputs[p]);
+    inferencers_[i]->on_fetches(results);
+  }
+}
+
+void InferenceRunner::run_round(bool parallel, const std::string& who) {
+  torch::NoGradGuard no_grad;
+  RoundGuard guard(towers_);
+  for (auto& inf : inferencers_) inf->before_inference();
+  input_->begin_pass();
+  RoundBar bar(options_.progress_bar(), size_);
+  const InputSignature& signature = dynamic_cast<TowerTrainer&>(trainer()).input_signature();
+
+  auto next = [&]() -> std::optional<Datapoint> {
+    auto batch = input_->next();
+    if (batch) check_inputs(signature, *batch, who);
+    return batch;
+  };
+  auto stopped_early = [&](int64_t done) {
+    TP_LOG_ERROR(
+        "[{}] input stopped before reaching its size()! You might need to check your input "
+        "implementation.",
+        who);
+    throw std::runtime_error(
+        fmt::format("{}: the dataflow {} ended after {} batches, but its size() is {}", who,
+                    input_->name(), done, size_));
+  };
+
+  int64_t done = 0;
+  const int64_t n_towers = static_cast<int64_t>(towers_.size());
+  if (parallel && n_towers > 1) {
+    std::vector<Datapoint> group(static_cast<size_t>(n_towers));
+    std::vector<std::vector<at::Tensor>> outputs(static_cast<size_t>(n_towers));
+    std::vector<std::exception_ptr> errors(static_cast<size_t>(n_towers));
+    while (size_ - done >= n_towers) {
+      for (int64_t k = 0; k < n_towers; ++k) {
+        auto batch = next();
+        if (!batch) stopped_early(done + k);
+        group[static_cast<size_t>(k)] = std::move(*batch);
+      }
+      std::vector<std::thread> threads;
+      for (int64_t k = 1; k < n_towers; ++k) {
+        threads.emplace_back([&, k] {
+          const auto i = static_cast<size_t>(k);
+          try {
+            outputs[i] = towers_[i]->run(group[i], fetches_);
+          } catch (...) {
+            errors[i] = std::current_exception();
+          }
+        });
+      }
+      try {
+        outputs[0] = towers_[0]->run(group[0], fetches_);
+      } catch (...) {
+        errors[0] = std::current_exception();
+      }
+      for (auto& t : threads) t.join();
+      for (auto& e : errors) {
+        if (e) std::rethrow_exception(e);
+      }
+      for (auto& out : outputs) deliver(out);
+      done += n_towers;
+      bar.update(n_towers);
+    }
+  }
+  while (size_ < 0 || done < size_) {
+    auto batch = next();
+    if (!batch) {
+      if (size_ >= 0) stopped_early(done);
+      break;
+    }
+    deliver(towers_[0]->run(*batch, fetches_));
+    ++done;
+    bar.update(1);
+  }
+  bar.close();
+  batches_last_round_ = done;
+
+  for (auto& inf : inferencers_) {
+    for (const auto& [name, value] : inf->after_inference()) {
+      trainer().monitors().put_scalar(name, value);
+    }
+  }
+}
+
+void InferenceRunner::_trigger() { run_round(/*parallel=*/false, "InferenceRunner"); }
+
+// ---- DataParallelInferenceRunner ----
+
+DataParallelInferenceRunner::DataParallelInferenceRunner(DataFlowPtr input,
+                                                         std::vector<InferencerPtr> inferencers,
+                                                         std::vector<c10::Device> devices,
+                                                         InferenceRunnerOptions options)
+    : InferenceRunner(std::move(input), std::move(inferencers), std::move(options)),
+      devices_(std::move(devices)) {
+  if (devices_.empty()) {
+    throw std::invalid_argument(
+        "DataParallelInferenceRunner: devices is empty; give one device per tower (e.g. "
+        "{c10::kCPU, c10::kCPU} for two CPU replicas)");
+  }
+}
+
+void DataParallelInferenceRunner::_setup_graph() {
+  setup_towers(devices_, "DataParallelInferenceRunner");
+}
+
+void DataParallelInferenceRunner::_before_train() {
+  input_->reset_state();
+  const auto size = input_->size();
+  if (!size || *size <= 0) {
+    throw std::invalid_argument(fmt::format(
+        "DataParallelInferenceRunner: the input {} must have a known size > 0 (its size is {})",
+        input_->name(), size ? std::to_string(*size) : std::string("unknown")));
+  }
+  size_ = *size;
+  TP_LOG_INFO("[DataParallelInferenceRunner] Will eval {} iterations on {} towers", size_,
+              towers_.size());
+}
+
+void DataParallelInferenceRunner::_trigger() {
+  run_round(/*parallel=*/true, "DataParallelInferenceRunner");
+}
+
+}  // namespace trainpack

@@ -1,0 +1,394 @@
+// Inferencers (ScalarStats, ClassificationError, BinaryClassificationStats) and the inference
+// runners: exact statistics, exact batch counts per round, modes, and the errors.
+#include "trainpack/callbacks/inference_runner.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "support/errors.h"
+#include "support/trace.h"
+#include "trainpack/callbacks/monitor_base.h"
+#include "trainpack/input/dataflow.h"
+#include "trainpack/input/input_source.h"
+#include "trainpack/train/single_cost.h"
+
+namespace trainpack {
+namespace {
+
+using testing::message_of;
+
+// ---- the inferencers alone ----
+
+Inferencer::Stats run_inferencer(Inferencer& inf, const std::vector<std::vector<at::Tensor>>& b) {
+  inf.before_inference();
+  for (const auto& r : b) inf.on_fetches(r);
+  return inf.after_inference();
+}
+
+TEST(ClassificationErrorTest, IsTheErrorOverAllSamplesNotTheMeanOfBatchErrors) {
+  ClassificationError err("wrong-top1", "val-error-top1");
+  EXPECT_EQ(err.get_fetches(), std::vector<std::string>{"wrong-top1"});
+  // Batches of 4 and 2 samples with 1 and 2 errors: 3 / 6 = 0.5 (the mean of batch errors
+  // would be (0.25 + 1) / 2 = 0.625).
+  auto stats =
+      run_inferencer(err, {{torch::tensor({0.f, 1.f, 0.f, 0.f})}, {torch::tensor({1.f, 1.f})}});
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_EQ(stats[0].first, "val-error-top1");
+  EXPECT_DOUBLE_EQ(stats[0].second, 0.5);
+  // A new round starts from zero; no samples gives 0.
+  stats = run_inferencer(err, {});
+  EXPECT_DOUBLE_EQ(stats[0].second, 0.0);
+  EXPECT_EQ(message_of([&] {
+              run_inferencer(err, {{torch::zeros({2, 2})}});
+            }),
+            "ClassificationError: output 'wrong-top1' is not a vector (one entry per sample, 1 = "
+            "wrong): its shape is [2, 2]");
+}
+
+TEST(BinaryClassificationStatsTest, KnownConfusionMatrix) {
+  BinaryClassificationStats stats_inf("pred", "label");
+  EXPECT_EQ(stats_inf.get_fetches(), (std::vector<std::string>{"pred", "label"}));
+  // Over two batches: TP = 3, FP = 1, FN = 2, TN = 2.
+  auto stats =
+      run_inferencer(stats_inf, {{torch::tensor({1, 1, 0, 0}), torch::tensor({1, 0, 1, 0})},
+                                 {torch::tensor({1, 1, 0, 0}), torch::tensor({1, 1, 1, 0})}});
+  ASSERT_EQ(stats.size(), 2u);
+  EXPECT_EQ(stats[0].first, "val_precision");
+  EXPECT_DOUBLE_EQ(stats[0].second, 3.0 / 4.0);
+  EXPECT_EQ(stats[1].first, "val_recall");
+  EXPECT_DOUBLE_EQ(stats[1].second, 3.0 / 5.0);
+}
+
+TEST(BinaryClassificationStatsTest, NoPositivePredictionsAndNoPositiveLabels) {
+  BinaryClassificationStats stats_inf("pred", "label", "test");
+  auto stats = run_inferencer(stats_inf, {{torch::tensor({0, 0, 0}), torch::tensor({1, 0, 1})}});
+  EXPECT_EQ(stats[0].first, "test_precision");
+  EXPECT_DOUBLE_EQ(stats[0].second, 0.0);
+  EXPECT_DOUBLE_EQ(stats[1].second, 0.0);  // 0 of 2 positives found
+  stats = run_inferencer(stats_inf, {{torch::tensor({1, 0}), torch::tensor({0, 0})}});
+  EXPECT_DOUBLE_EQ(stats[0].second, 0.0);
+  EXPECT_DOUBLE_EQ(stats[1].second, 0.0);  // no positive labels
+  EXPECT_EQ(message_of([&] {
+              run_inferencer(stats_inf, {{torch::tensor({1, 0}), torch::tensor({0, 0, 1})}});
+            }),
+            "BinaryClassificationStats: prediction 'pred' [2] and label 'label' [3] have different "
+            "shapes");
+}
+
+TEST(ScalarStatsTest, UnweightedMeanOverBatchesWithPrefix) {
+  ScalarStats s({"cost", "acc"});
+  auto stats = run_inferencer(
+      s, {{torch::tensor(1.0), torch::tensor(0.5)}, {torch::tensor(3.0), torch::tensor(1.0)}});
+  ASSERT_EQ(stats.size(), 2u);
+  EXPECT_EQ(stats[0].first, "validation_cost");
+  EXPECT_DOUBLE_EQ(stats[0].second, 2.0);
+  EXPECT_EQ(stats[1].first, "validation_acc");
+  EXPECT_DOUBLE_EQ(stats[1].second, 0.75);
+  ScalarStats bare({"cost"}, "");
+  EXPECT_EQ(run_inferencer(bare, {{torch::tensor(2.0)}})[0].first, "cost");
+  EXPECT_TRUE(run_inferencer(bare, {}).empty());
+  EXPECT_EQ(message_of([&] { run_inferencer(bare, {{torch::zeros({2})}}); }),
+            "ScalarStats: output 'cost' must be a scalar, but has shape [2]");
+  EXPECT_NE(message_of([] { ScalarStats({}); }).find("names is empty"), std::string::npos);
+}
+
+// ---- the runners ----
+
+struct TinyNetImpl : torch::nn::Cloneable<TinyNetImpl> {
+  TinyNetImpl() { reset(); }
+  void reset() override { fc = register_module("fc", torch::nn::Linear(2, 3)); }
+  at::Tensor forward(const at::Tensor& x) { return fc(x); }
+  torch::nn::Linear fc{nullptr};
+};
+TORCH_MODULE(TinyNet);
+
+std::vector<Datapoint> points(int64_t n, uint64_t seed) {
+  torch::manual_seed(seed);
+  auto x = torch::randn({n, 2});
+  auto y = torch::randint(0, 3, {n}, torch::kLong);
+  std::vector<Datapoint> out;
+  for (int64_t i = 0; i < n; ++i) out.push_back({x[i].clone(), y[i].clone()});
+  return out;
+}
+
+// Records every scalar put to the monitors with the global step.
+class ScalarLog : public MonitorBase {
+ public:
+  std::vector<std::tuple<int64_t, std::string, double>> puts;
+  void process_scalar(const std::string& name, double value) override {
+    puts.emplace_back(trainer().global_step(), name, value);
+  }
+};
+
+struct RunnerSetup {
+  TinyNet net;
+  SimpleTrainer trainer;
+  std::vector<bool> training_mode_seen;  // is_training() of the module in every tower call
+  std::vector<bool> ctx_training_seen;
+  bool capture_module = false;  // the tower uses the captured module instead of ctx.module()
+
+  RunnerSetup() {
+    torch::manual_seed(1);
+    net = TinyNet();
+    trainer.set_handle_signals(false);
+    auto params = net->parameters();
+    auto captured = net;
+    trainer.setup_graph(
+        {InputDesc("x", {-1, 2}), InputDesc("label", {-1}, at::kLong)},
+        std::make_shared<FeedInput>(
+            std::make_shared<BatchData>(std::make_shared<DataFromList>(points(32, 3)), 8)),
+        net.ptr(),
+        [this, captured](TowerContext& ctx, const std::vector<at::Tensor>& in) mutable {
+          TinyNetImpl& m = capture_module ? *captured : ctx.module_as<TinyNetImpl>();
+          if (!ctx.is_training()) {
+            std::lock_guard<std::mutex> lock(mu);
+            training_mode_seen.push_back(m.is_training());
+            ctx_training_seen.push_back(ctx.is_training());
+          }
+          auto logits = m.forward(in[0]);
+          ctx.output("logits", logits);
+          ctx.output("wrong", logits.argmax(1).ne(in[1]).to(at::kFloat));
+          auto cost = torch::nn::functional::cross_entropy(logits, in[1]);
+          ctx.output("val-cost", cost);
+          return cost;
+        },
+        [params] { return std::make_unique<torch::optim::SGD>(params, 0.1); });
+  }
+  std::mutex mu;
+};
+
+// A dataflow of validation batches that counts the datapoints read.
+DataFlowPtr counted_batches(std::shared_ptr<int64_t> reads, int64_t n = 20, int64_t batch = 6,
+                            bool remainder = true) {
+  auto mapped = std::make_shared<MapData>(std::make_shared<DataFromList>(points(n, 9)),
+                                          [reads](Datapoint dp) -> std::optional<Datapoint> {
+                                            ++*reads;
+                                            return dp;
+                                          });
+  return std::make_shared<BatchData>(mapped, batch, remainder);
+}
+
+// The error of `net` on the validation points, computed directly.
+double expected_error(TinyNet& net, int64_t n = 20) {
+  torch::NoGradGuard no_grad;
+  auto pts = points(n, 9);
+  int64_t wrong = 0;
+  for (auto& p : pts) {
+    wrong += net->forward(p[0].unsqueeze(0)).argmax(1).item<int64_t>() != p[1].item<int64_t>();
+  }
+  return static_cast<double>(wrong) / static_cast<double>(n);
+}
+
+TEST(InferenceRunnerTest, RunsSizeBatchesPerEpochInEvalModeAndPutsTheStats) {
+  RunnerSetup s;
+  auto reads = std::make_shared<int64_t>(0);
+  auto runner = std::make_shared<InferenceRunner>(
+      counted_batches(reads),
+      std::vector<InferencerPtr>{
+          std::make_shared<ClassificationError>("wrong", "val-error"),
+          std::make_shared<ScalarStats>(std::vector<std::string>{"val-cost"})},
+      InferenceRunnerOptions().progress_bar(false));
+  auto log = std::make_shared<ScalarLog>();
+  std::vector<double> errors_expected;
+  auto check = std::make_shared<testing::ActionCallback>();
+  check->trigger_epoch_fn = [&](testing::ActionCallback&) {};
+  // Registered before the runner: sees the weights the runner will see at this epoch's end.
+  check->after_epoch_fn = [&](testing::ActionCallback&) {
+    errors_expected.push_back(expected_error(s.net));
+  };
+  testing::LogCapture capture;
+  s.trainer.train({check, runner}, {log}, /*steps_per_epoch=*/4, 1, /*max_epoch=*/3);
+
+  EXPECT_TRUE(capture.contains("[InferenceRunner] Will eval 4 iterations"));
+  EXPECT_TRUE(capture.contains("[InferenceRunner] Building tower 'InferenceTower' on device cpu"));
+  EXPECT_EQ(runner->batches_last_round(), 4);  // 20 points in batches of 6, the last of 2
+  EXPECT_EQ(*reads, 3 * 20);                   // one whole pass per epoch, nothing more
+  EXPECT_TRUE(s.net->is_training());
+  ASSERT_EQ(s.training_mode_seen.size(), 12u);
+  for (size_t i = 0; i < 12; ++i) {
+    EXPECT_FALSE(s.training_mode_seen[i]) << i;
+    EXPECT_FALSE(s.ctx_training_seen[i]) << i;
+  }
+  ASSERT_EQ(log->puts.size(), 6u);
+  for (int e = 0; e < 3; ++e) {
+    const auto& err = log->puts[static_cast<size_t>(2 * e)];
+    EXPECT_EQ(std::get<0>(err), 4 * (e + 1));  // at the end of epoch e+1: the step counter
+    EXPECT_EQ(std::get<1>(err), "val-error");
+    EXPECT_DOUBLE_EQ(std::get<2>(err), errors_expected[static_cast<size_t>(e)])
+        << "epoch " << e + 1;
+    EXPECT_EQ(std::get<1>(log->puts[static_cast<size_t>(2 * e + 1)]), "validation_val-cost");
+  }
+  EXPECT_EQ(s.trainer.global_step(), 12);
+}
+
+TEST(InferenceRunnerTest, UnknownSizeRunsOneWholePassWithAWarning) {
+  RunnerSetup s;
+  int64_t produced = 0;
+  auto gen = std::make_shared<DataFromGenerator>([&]() -> std::optional<Datapoint> {
+    if (produced % 3 == 2) {
+      ++produced;
+      return std::nullopt;  // every pass has 2 batches
+    }
+    ++produced;
+    return Datapoint{torch::zeros({5, 2}), torch::zeros({5}, torch::kLong)};
+  });
+  auto runner =
+      std::make_shared<InferenceRunner>(gen, std::make_shared<ClassificationError>("wrong", "err"),
+                                        InferenceRunnerOptions().progress_bar(false));
+  testing::LogCapture capture;
+  s.trainer.train({runner}, {}, 1, 1, 2);
+  EXPECT_TRUE(
+      capture.contains("WRN [InferenceRunner] Got an input with unknown size! Will iterate "
+                       "until the end of each pass of DataFromGenerator."));
+  EXPECT_EQ(runner->batches_last_round(), 2);
+}
+
+TEST(InferenceRunnerTest, ErrorsNameTheFix) {
+  {
+    RunnerSetup s;
+    auto reads = std::make_shared<int64_t>(0);
+    auto runner = std::make_shared<InferenceRunner>(
+        counted_batches(reads), std::make_shared<ClassificationError>("wrong-top5", "e"),
+        InferenceRunnerOptions().progress_bar(false));
+    const std::string msg = message_of([&] { s.trainer.train({runner}, {}, 1, 1, 1); });
+    EXPECT_NE(msg.find("InferenceTower: the tower did not output 'wrong-top5', which an inferencer "
+                       "needs; it outputs: logits, val-cost, wrong"),
+              std::string::npos)
+        << msg;
+  }
+  {
+    // A dataflow whose pass ends before its size() batches.
+    class Liar : public DataFlow {
+     public:
+      std::string name() const override { return "Liar"; }
+      std::optional<int64_t> size() const override { return 5; }
+
+     protected:
+      void _begin_pass(int64_t) override { n_ = 0; }
+      std::optional<Datapoint> _next() override {
+        if (n_++ == 3) return std::nullopt;
+        return Datapoint{torch::zeros({2, 2}), torch::zeros({2}, torch::kLong)};
+      }
+      int n_ = 0;
+    };
+    RunnerSetup s;
+    auto runner = std::make_shared<InferenceRunner>(
+        std::make_shared<Liar>(), std::make_shared<ClassificationError>("wrong", "e"),
+        InferenceRunnerOptions().progress_bar(false));
+    testing::LogCapture capture;
+    const std::string msg = message_of([&] { s.trainer.train({runner}, {}, 1, 1, 1); });
+    EXPECT_NE(msg.find("InferenceRunner: the dataflow Liar ended after 3 batches, but its size() "
+                       "is 5"),
+              std::string::npos)
+        << msg;
+    EXPECT_TRUE(
+        capture.contains("ERR [InferenceRunner] input stopped before reaching its size()!"));
+    EXPECT_TRUE(s.net->is_training());  // the mode is restored after the error
+  }
+  {
+    RunnerSetup s;
+    std::vector<Datapoint> bad = {{torch::zeros({2, 3}), torch::zeros({2}, torch::kLong)}};
+    auto runner = std::make_shared<InferenceRunner>(
+        std::make_shared<DataFromList>(bad), std::make_shared<ClassificationError>("wrong", "e"),
+        InferenceRunnerOptions().progress_bar(false));
+    const std::string msg = message_of([&] { s.trainer.train({runner}, {}, 1, 1, 1); });
+    EXPECT_NE(msg.find("InferenceRunner: input 'x' (component 0) should be [-1, 2] float, but the "
+                       "batch has [2, 3] float"),
+              std::string::npos)
+        << msg;
+  }
+  {
+    auto runner =
+        std::make_shared<InferenceRunner>(std::make_shared<DataFromList>(std::vector<Datapoint>{}),
+                                          std::make_shared<ClassificationError>());
+    const std::string msg = message_of([&] { testing::run_noop({runner}, 1, 1, 1); });
+    EXPECT_NE(msg.find("InferenceRunner needs a trainer with a tower function (a TowerTrainer such "
+                       "as SimpleTrainer)"),
+              std::string::npos)
+        << msg;
+  }
+  EXPECT_EQ(message_of([] { InferenceRunner(nullptr, std::make_shared<ClassificationError>()); }),
+            "InferenceRunner: the input dataflow is null");
+  EXPECT_NE(message_of([] {
+              InferenceRunner(std::make_shared<DataFromList>(std::vector<Datapoint>{}),
+                              std::vector<InferencerPtr>{});
+            }).find("no inferencers"),
+            std::string::npos);
+}
+
+TEST(DataParallelInferenceRunnerTest, EqualsInferenceRunnerOnTheSameData) {
+  for (int64_t n : {20, 24, 2}) {  // remainders of 1 and 0 batches, and a single batch
+    SCOPED_TRACE(n);
+    RunnerSetup s;
+    auto reads1 = std::make_shared<int64_t>(0);
+    auto reads2 = std::make_shared<int64_t>(0);
+    auto single = std::make_shared<InferenceRunner>(
+        counted_batches(reads1, n, 4),
+        std::vector<InferencerPtr>{
+            std::make_shared<ClassificationError>("wrong", "single-err"),
+            std::make_shared<ScalarStats>(std::vector<std::string>{"val-cost"}, "single")},
+        InferenceRunnerOptions().progress_bar(false));
+    auto parallel = std::make_shared<DataParallelInferenceRunner>(
+        counted_batches(reads2, n, 4),
+        std::vector<InferencerPtr>{
+            std::make_shared<ClassificationError>("wrong", "dp-err"),
+            std::make_shared<ScalarStats>(std::vector<std::string>{"val-cost"}, "dp")},
+        std::vector<c10::Device>{c10::kCPU, c10::kCPU},
+        InferenceRunnerOptions().progress_bar(false));
+    auto log = std::make_shared<ScalarLog>();
+    s.trainer.train({single, parallel}, {log}, 4, 1, 2);
+    EXPECT_EQ(*reads1, *reads2);
+    EXPECT_EQ(single->batches_last_round(), parallel->batches_last_round());
+    ASSERT_EQ(log->puts.size(), 8u);
+    for (size_t k = 0; k < 8; k += 4) {
+      EXPECT_EQ(std::get<1>(log->puts[k]), "single-err");
+      EXPECT_EQ(std::get<1>(log->puts[k + 2]), "dp-err");
+      EXPECT_EQ(std::get<2>(log->puts[k]), std::get<2>(log->puts[k + 2]));
+      EXPECT_EQ(std::get<1>(log->puts[k + 3]), "dp_val-cost");
+      EXPECT_DOUBLE_EQ(std::get<2>(log->puts[k + 1]), std::get<2>(log->puts[k + 3]));
+    }
+    EXPECT_TRUE(s.net->is_training());
+  }
+}
+
+TEST(DataParallelInferenceRunnerTest, Errors) {
+  EXPECT_NE(message_of([] {
+              DataParallelInferenceRunner(std::make_shared<DataFromList>(std::vector<Datapoint>{}),
+                                          {std::make_shared<ClassificationError>()}, {});
+            }).find("devices is empty"),
+            std::string::npos);
+  {
+    RunnerSetup s;
+    s.capture_module = true;
+    auto reads = std::make_shared<int64_t>(0);
+    auto runner = std::make_shared<DataParallelInferenceRunner>(
+        counted_batches(reads, 16, 4),
+        std::vector<InferencerPtr>{std::make_shared<ClassificationError>("wrong", "e")},
+        std::vector<c10::Device>{c10::kCPU, c10::kCPU},
+        InferenceRunnerOptions().progress_bar(false));
+    const std::string msg = message_of([&] { s.trainer.train({runner}, {}, 1, 1, 1); });
+    EXPECT_NE(msg.find("InferenceTower1: the tower function does not take its module from the "
+                       "TowerContext"),
+              std::string::npos)
+        << msg;
+  }
+  {
+    RunnerSetup s;
+    auto gen = std::make_shared<DataFromGenerator>(
+        []() -> std::optional<Datapoint> { return std::nullopt; });
+    auto runner = std::make_shared<DataParallelInferenceRunner>(
+        gen, std::vector<InferencerPtr>{std::make_shared<ClassificationError>("wrong", "e")},
+        std::vector<c10::Device>{c10::kCPU, c10::kCPU});
+    const std::string msg = message_of([&] { s.trainer.train({runner}, {}, 1, 1, 1); });
+    EXPECT_NE(msg.find("DataParallelInferenceRunner: the input DataFromGenerator must have a known "
+                       "size > 0 (its size is unknown)"),
+              std::string::npos)
+        << msg;
+  }
+}
+
+}  // namespace
+}  // namespace trainpack
