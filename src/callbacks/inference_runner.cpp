@@ -74,22 +74,8 @@ class InferenceTower {
     ctx.set_module(module_.get());
     ctx.collect_outputs(&names, &outputs);
     tower_(ctx, inputs);
-    if (module_ != source_ && !ctx.module_used()) {
-      throw std::invalid_argument(fmt::format(
-          "{}: the tower function does not take its module from the TowerContext, so it would "
-          "run the training module instead of this tower's replica on {}; use "
-          "`auto& net = ctx.module_as<NetImpl>()` in the tower function",
-          name_, device_.str()));
-    }
-    for (size_t i = 0; i < names.size(); ++i) {
-      if (!outputs[i].defined()) {
-        throw std::invalid_argument(fmt::format(
-            "{}: the tower did not output '{}', which an inferencer needs; it outputs: {}", name_,
-            names[i],
-            ctx.output_names().empty() ? std::string("(nothing)")
-                                       : fmt::format("{}", fmt::join(ctx.output_names(), ", "))));
-      }
-    }
+    if (module_ != source_) ctx.check_module_used(name_, device_.str());
+    ctx.check_collected_outputs(name_, ", which an inferencer needs");
     return outputs;
   }
 

@@ -101,22 +101,8 @@ std::vector<at::Tensor> Predictor::operator()(const std::vector<at::Tensor>& inp
     throw;
   }
   module_->train(was_training);
-  if (source_ && !ctx.module_used()) {
-    throw std::invalid_argument(fmt::format(
-        "Predictor '{}': the tower function does not take its module from the TowerContext, so "
-        "it would run the training module instead of the replica on {}; use "
-        "`auto& net = ctx.module_as<NetImpl>()` in the tower function",
-        tower_name_, device_.str()));
-  }
-  for (size_t i = 0; i < output_names_.size(); ++i) {
-    if (!outputs[i].defined()) {
-      throw std::invalid_argument(fmt::format(
-          "Predictor '{}': the tower did not output '{}'; it outputs: {}", tower_name_,
-          output_names_[i],
-          ctx.output_names().empty() ? std::string("(nothing)")
-                                     : fmt::format("{}", fmt::join(ctx.output_names(), ", "))));
-    }
-  }
+  if (source_) ctx.check_module_used(fmt::format("Predictor '{}'", tower_name_), device_.str());
+  ctx.check_collected_outputs(fmt::format("Predictor '{}'", tower_name_));
   return outputs;
 }
 

@@ -247,8 +247,8 @@ void TowerContext::add_update_op(std::string_view name, std::function<void()> op
 
 torch::nn::Module& TowerContext::module() const {
   if (module_ == nullptr) {
-    throw std::logic_error(fmt::format(
-        "TowerContext '{}': no module was given to this context (set_module)", name_));
+    throw std::logic_error(
+        fmt::format("TowerContext '{}': no module was given to this context (set_module)", name_));
   }
   module_used_ = true;
   return *module_;
@@ -259,6 +259,26 @@ void TowerContext::throw_module_type_mismatch() const {
       "TowerContext '{}': module_as<T>(): the module is not of the requested type; use the Impl "
       "class of the module given to the trainer (e.g. module_as<NetImpl>())",
       name_));
+}
+
+void TowerContext::check_collected_outputs(const std::string& who, const std::string& why) const {
+  if (collect_names_ == nullptr || collected_ == nullptr) return;
+  for (size_t i = 0; i < collect_names_->size(); ++i) {
+    if ((*collected_)[i].defined()) continue;
+    throw std::invalid_argument(fmt::format(
+        "{}: the tower did not output '{}'{}; it outputs: {}", who, (*collect_names_)[i], why,
+        output_names_.empty() ? std::string("(nothing)")
+                              : fmt::format("{}", fmt::join(output_names_, ", "))));
+  }
+}
+
+void TowerContext::check_module_used(const std::string& who, const std::string& device) const {
+  if (module_used_) return;
+  throw std::invalid_argument(fmt::format(
+      "{}: the tower function does not take its module from the TowerContext, so it would run "
+      "the training module instead of the replica on {}; use `auto& net = "
+      "ctx.module_as<NetImpl>()` in the tower function",
+      who, device));
 }
 
 void TowerContext::collect_outputs(const std::vector<std::string>* names,

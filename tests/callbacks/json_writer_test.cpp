@@ -15,6 +15,7 @@
 #include <limits>
 #include <sstream>
 
+#include "support/temp_dir.h"
 #include "support/trace.h"
 #include "trainpack/callbacks/monitor.h"
 
@@ -65,11 +66,7 @@ std::vector<fs::path> backups(const fs::path& dir, const std::string& prefix = "
 class JSONWriterTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* base = std::getenv("TRAINPACK_TEST_TMP");
-    const fs::path root = base != nullptr && *base != '\0' ? fs::path(base) : fs::path("/tmp");
-    fs::create_directories(root);
-    std::string tmpl = (root / "json_writer_test.XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    const std::string tmpl = testing::make_temp_dir("json_writer_test").string();
     dir_ = fs::path(tmpl) / "log";  // a fresh directory: set_logger_dir needs no action
     logger::set_logger_dir(dir_.string());
   }

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "support/temp_dir.h"
 #include "support/errors.h"
 #include "support/event_reader.h"
 #include "support/trace.h"
@@ -600,11 +601,7 @@ TEST(SummaryDefaults, TrainWithDefaultsPutsTheCostAtEveryEpochEnd) {
 class SummaryFilesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* base = std::getenv("TRAINPACK_TEST_TMP");
-    const fs::path root = base != nullptr && *base != '\0' ? fs::path(base) : fs::path("/tmp");
-    fs::create_directories(root);
-    std::string tmpl = (root / "summary_test.XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    const std::string tmpl = testing::make_temp_dir("summary_test").string();
     dir_ = fs::path(tmpl) / "log";
     logger::set_logger_dir(dir_.string());
   }

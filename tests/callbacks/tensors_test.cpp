@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/temp_dir.h"
 #include "support/errors.h"
 #include "support/trace.h"
 #include "trainpack/callbacks/graph.h"
@@ -83,11 +84,7 @@ bool python_has(const std::string& module) {
 class TensorsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* base = std::getenv("TRAINPACK_TEST_TMP");
-    const fs::path root = base != nullptr && *base != '\0' ? fs::path(base) : fs::path("/tmp");
-    fs::create_directories(root);
-    std::string tmpl = (root / "tensors_test.XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    const std::string tmpl = testing::make_temp_dir("tensors_test").string();
     root_ = tmpl;
     dir_ = root_ / "log";
     logger::set_logger_dir(dir_.string());

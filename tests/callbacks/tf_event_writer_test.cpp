@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/temp_dir.h"
 #include "support/event_reader.h"
 #include "support/trace.h"
 #include "trainpack/callbacks/monitor.h"
@@ -82,11 +83,7 @@ std::string python_with(const std::string& module) {
 class TFEventWriterTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* base = std::getenv("TRAINPACK_TEST_TMP");
-    const fs::path root = base != nullptr && *base != '\0' ? fs::path(base) : fs::path("/tmp");
-    fs::create_directories(root);
-    std::string tmpl = (root / "tf_event_writer_test.XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    const std::string tmpl = testing::make_temp_dir("tf_event_writer_test").string();
     dir_ = tmpl;
     logger::unset_logger_dir();
   }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "support/temp_dir.h"
 #include "support/errors.h"
 
 namespace trainpack {
@@ -23,12 +24,7 @@ using testing::message_of;
 class TempDir {
  public:
   TempDir() {
-    const char* env = std::getenv("TRAINPACK_TEST_TMP");
-    fs::path base = env && *env ? fs::path(env) : fs::temp_directory_path();
-    fs::create_directories(base);
-    std::string tmpl = (base / "fashion_mnist_XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed for " + tmpl);
-    path_ = tmpl;
+    path_ = testing::make_temp_dir("fashion_mnist_test");
   }
   ~TempDir() {
     std::error_code ec;

@@ -1,3 +1,4 @@
+#include "support/temp_dir.h"
 #include "trainpack/utils/npz.h"
 
 #include <gtest/gtest.h>
@@ -80,11 +81,7 @@ std::string python_with_numpy() {
 class NpzTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* base = std::getenv("TRAINPACK_TEST_TMP");
-    const fs::path root = base != nullptr && *base != '\0' ? fs::path(base) : fs::path("/tmp");
-    fs::create_directories(root);
-    std::string tmpl = (root / "npz_test.XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    const std::string tmpl = trainpack::testing::make_temp_dir("npz_test").string();
     dir_ = tmpl;
   }
   void TearDown() override {

@@ -192,6 +192,14 @@ class TowerContext {
   // For predictors and inference runners: outputs whose name is in `names` are stored in
   // `(*out)[i]` (resized to names.size()). Both must outlive the tower call.
   void collect_outputs(const std::vector<std::string>* names, std::vector<at::Tensor>* out);
+  // After the tower function ran in collect mode: throws std::invalid_argument
+  // "<who>: the tower did not output '<name>'<why>; it outputs: a, b" for the first collected
+  // name it did not output.
+  void check_collected_outputs(const std::string& who, const std::string& why = "") const;
+  // After the tower function ran on a replica: throws std::invalid_argument naming `who` and
+  // `device` when the tower did not take its module from module()/module_as().
+  void check_module_used(const std::string& who, const std::string& device) const;
+
   // Every name given to output() during this call, for error messages (tracked only when the
   // context has no StepContext; a training step's StepContext tracks its own).
   const std::set<std::string, std::less<>>& output_names() const { return output_names_; }
