@@ -1,0 +1,38 @@
+# Runs the gan example with tiny settings and checks what it wrote: exit status 0, one PNG per
+# epoch (with the PNG signature), stats.json with the losses' moving averages, log.log.
+# Called by ctest as `cmake -DGAN=<exe> -DLOGDIR=<dir> -P smoke_test.cmake`.
+if(NOT GAN OR NOT LOGDIR)
+  message(FATAL_ERROR "smoke_test.cmake: pass -DGAN=<path of the gan program> -DLOGDIR=<dir>")
+endif()
+file(REMOVE_RECURSE ${LOGDIR})
+execute_process(
+  COMMAND ${GAN} --max-epoch 2 --steps-per-epoch 5 --batch-size 32 --threads 1 --no-check
+          --logdir ${LOGDIR}
+  RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}${err}")
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "gan exited with status ${status}")
+endif()
+foreach(epoch 001 002)
+  set(png ${LOGDIR}/samples-ep${epoch}-0.png)
+  if(NOT EXISTS ${png})
+    message(FATAL_ERROR "gan did not write ${png}")
+  endif()
+  file(READ ${png} signature LIMIT 8 HEX)
+  if(NOT signature STREQUAL "89504e470d0a1a0a")
+    message(FATAL_ERROR "${png} is not a PNG file (it starts with ${signature})")
+  endif()
+endforeach()
+if(EXISTS ${LOGDIR}/samples-ep003-0.png)
+  message(FATAL_ERROR "gan wrote an image for an epoch it did not run (samples-ep003-0.png)")
+endif()
+file(READ ${LOGDIR}/stats.json stats)
+foreach(key "\"d_loss\"" "\"g_loss\"" "\"epoch_num\": 2" "\"global_step\": 10")
+  string(FIND "${stats}" "${key}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "stats.json lacks ${key}:\n${stats}")
+  endif()
+endforeach()
+if(NOT EXISTS ${LOGDIR}/log.log)
+  message(FATAL_ERROR "gan did not write ${LOGDIR}/log.log")
+endif()
