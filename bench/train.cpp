@@ -155,8 +155,8 @@ std::vector<Datapoint> make_batches(int64_t count, int64_t batch_size) {
   torch::manual_seed(0);
   std::vector<Datapoint> batches;
   for (int64_t i = 0; i < count; ++i) {
-    batches.push_back({torch::rand({batch_size, 1, 28, 28}),
-                       torch::randint(10, {batch_size}, torch::kLong)});
+    batches.push_back(
+        {torch::rand({batch_size, 1, 28, 28}), torch::randint(10, {batch_size}, torch::kLong)});
   }
   return batches;
 }
@@ -373,11 +373,12 @@ int main(int argc, char** argv) {
 
   // ---- case 1 ----
   torch::set_num_threads(static_cast<int>(threads));
-  std::printf("train benchmark: CNN on [%lld, 1, 28, 28] batches, %lld intra-op threads, %lld "
-              "steps (%lld epochs x %lld) per run, %lld reps\n",
-              static_cast<long long>(batch_size), static_cast<long long>(torch::get_num_threads()),
-              static_cast<long long>(steps), static_cast<long long>(epochs),
-              static_cast<long long>(steps_per_epoch), static_cast<long long>(reps));
+  std::printf(
+      "train benchmark: CNN on [%lld, 1, 28, 28] batches, %lld intra-op threads, %lld "
+      "steps (%lld epochs x %lld) per run, %lld reps\n",
+      static_cast<long long>(batch_size), static_cast<long long>(torch::get_num_threads()),
+      static_cast<long long>(steps), static_cast<long long>(epochs),
+      static_cast<long long>(steps_per_epoch), static_cast<long long>(reps));
   std::fflush(stdout);
   run_bare(batches, steps_per_epoch);  // warm-up
   run_trainer(list, Input::kFeed, steps_per_epoch, 1);
@@ -401,10 +402,11 @@ int main(int argc, char** argv) {
   // ---- case 2 ----
   if (!skip_queue) {
     torch::set_num_threads(1);
-    std::printf("\nqueue case: 1 intra-op thread (the prefetch thread gets the other core), %lld "
-                "steps (%lld epochs x %lld) per run\n",
-                static_cast<long long>(queue_steps), static_cast<long long>(queue_epochs),
-                static_cast<long long>(steps_per_epoch));
+    std::printf(
+        "\nqueue case: 1 intra-op thread (the prefetch thread gets the other core), %lld "
+        "steps (%lld epochs x %lld) per run\n",
+        static_cast<long long>(queue_steps), static_cast<long long>(queue_epochs),
+        static_cast<long long>(steps_per_epoch));
     // Calibrate the data function to about one step time.
     run_bare(batches, steps_per_epoch);  // warm-up at 1 thread
     const double step_seconds = 1.0 / run_bare(batches, steps_per_epoch).rate();

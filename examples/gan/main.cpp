@@ -213,8 +213,7 @@ class GanTrainer : public trainpack::TowerTrainer {
     g_opt_ = std::make_unique<torch::optim::Adam>(g_vars_, options);
     d_opt_ = std::make_unique<torch::optim::Adam>(d_vars_, options);
     graph().add_variable(
-        "learning_rate",
-        [this] { return g_opt_->param_groups().front().options().get_lr(); },
+        "learning_rate", [this] { return g_opt_->param_groups().front().options().get_lr(); },
         [this](double v) {
           for (auto* opt : {g_opt_.get(), d_opt_.get()}) {
             for (auto& group : opt->param_groups()) group.options().set_lr(v);
@@ -305,8 +304,9 @@ int main(int argc, char** argv) {
   app.add_option("--batch-size", batch_size, "Real samples (and z vectors) per batch")
       ->capture_default_str()
       ->check(kPositive);
-  app.add_option("--lr", lr, "Learning rate of both Adam optimizers (divided by 10 for the "
-                             "last quarter of the epochs)")
+  app.add_option("--lr", lr,
+                 "Learning rate of both Adam optimizers (divided by 10 for the "
+                 "last quarter of the epochs)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--r1-gamma", r1_gamma,
@@ -387,10 +387,11 @@ int main(int argc, char** argv) {
   }
 
   const Quality after = score((*predict)({eval_z})[0]);
-  std::printf("after training: %.1f%% high-quality samples (within 3 std of a mode), %lld of "
-              "%lld modes covered\n",
-              100 * after.high_quality, static_cast<long long>(after.modes),
-              static_cast<long long>(kModes));
+  std::printf(
+      "after training: %.1f%% high-quality samples (within 3 std of a mode), %lld of "
+      "%lld modes covered\n",
+      100 * after.high_quality, static_cast<long long>(after.modes),
+      static_cast<long long>(kModes));
   std::printf("images: %s/samples-ep*.png\n", logdir.c_str());
   if (check && (after.modes < 6 || after.high_quality < 0.5)) {
     std::fprintf(stderr,

@@ -1,0 +1,453 @@
+// fashion_mnist: trainpack's main job. A small CNN (model.h) learns Fashion-MNIST (Debian's
+// dataset-fashion-mnist) with SimpleTrainer, launched by launch_train_with_config, and the
+// callback list of tensorpack's ResNet example as far as trainpack has it:
+//   - InferenceRunner on the test set every epoch: ScalarStats("cost") -> validation_cost,
+//     ClassificationError("wrong-top1", "val-error-top1"), ("wrong-top5", "val-error-top5");
+//   - ScheduledHyperParamSetter("learning_rate", ...): --lr, then /10 twice (see lr_schedule);
+//   - HumanHyperParamSetter("learning_rate"): `learning_rate: 0.01` in <logdir>/hyper.txt sets
+//     the learning rate at the next epoch end;
+//   - EstimatedTimeLeft, ThroughputTracker (samples/sec);
+//   - EpochSummary (this file): seconds of training and of validation per epoch, minor page
+//     faults per step, and the table printed at the end;
+// plus the default callbacks (MovingAverageSummary, ProgressBar, MergeAllSummaries,
+// RunUpdateOps) and monitors (TFEventWriter, JSONWriter, ScalarPrinter).
+//
+// At start it says which threads, BLAS and malloc settings it uses. At the end it prints the
+// per-epoch table and the final val-error-top1; it exits with status 1 when that is above
+// --max-val-error, 2 on a bad flag or missing data, 130/143 when stopped by SIGINT/SIGTERM.
+//
+//   fashion_mnist [--max-epoch N] [--batch-size 128] [--lr 0.1] [--data DIR] [--threads 2] ...
+//   fashion_mnist --help
+#include <dlfcn.h>
+#include <malloc.h>
+#include <sys/resource.h>
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <ATen/Parallel.h>
+
+#include "model.h"
+#include "trainpack/callbacks/base.h"
+#include "trainpack/callbacks/inference.h"
+#include "trainpack/callbacks/inference_runner.h"
+#include "trainpack/callbacks/misc.h"
+#include "trainpack/callbacks/param.h"
+#include "trainpack/callbacks/prof.h"
+#include "trainpack/input/dataflow.h"
+#include "trainpack/input/fashion_mnist.h"
+#include "trainpack/train/config.h"
+#include "trainpack/train/single_cost.h"
+#include "trainpack/utils/logger.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+int64_t minor_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+// ---- start-up settings: malloc, threads, BLAS ----
+
+// DESIGN.md, "Memory allocator": with glibc's default (dynamic) thresholds, the activation
+// buffers of every step (hundreds of KB to a few MB) are mmap'ed and unmapped, or trimmed from
+// the heap top, and fault back in at the next step. Fixed thresholds keep them in the heap.
+// BENCHMARKS.md ("Main job") has the measurements behind the values.
+// Allocations below the mmap threshold come from the heap; the largest threshold glibc accepts is
+// 32 MiB on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX). Free memory at the heap top is returned to the
+// OS only beyond the trim threshold.
+constexpr int kMmapThreshold = 32 * 1024 * 1024;
+constexpr int kTrimThreshold = 512 * 1024 * 1024;
+
+std::string apply_malloc_setting(const std::string& mode) {
+  if (mode == "default") return "glibc malloc, default thresholds (dynamic mmap threshold)";
+  // Fixing either threshold also turns off glibc's dynamic adjustment of both.
+  const bool mmap_ok = mallopt(M_MMAP_THRESHOLD, kMmapThreshold) == 1;
+  const bool trim_ok = mallopt(M_TRIM_THRESHOLD, kTrimThreshold) == 1;
+  if (!mmap_ok || !trim_ok) {
+    TP_LOG_WARN(
+        "mallopt refused M_MMAP_THRESHOLD={} or M_TRIM_THRESHOLD={}; malloc keeps its "
+        "defaults",
+        kMmapThreshold, kTrimThreshold);
+    return "glibc malloc, default thresholds (mallopt refused the fixed ones)";
+  }
+  return fmt::format("glibc malloc, mallopt M_MMAP_THRESHOLD={} MiB, M_TRIM_THRESHOLD={} MiB",
+                     kMmapThreshold >> 20, kTrimThreshold >> 20);
+}
+
+// The BLAS and LAPACK libraries mapped into the process (LibTorch links libblas.so.3, which
+// Debian's alternatives resolve to OpenBLAS or the reference BLAS).
+std::vector<std::string> loaded_blas_libraries() {
+  std::ifstream maps("/proc/self/maps");
+  std::set<std::string> found;
+  std::string line;
+  while (std::getline(maps, line)) {
+    const auto slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string path = line.substr(slash);
+    const std::string base = path.substr(path.rfind('/') + 1);
+    if (base.find("blas") != std::string::npos || base.find("lapack") != std::string::npos) {
+      found.insert(path);
+    }
+  }
+  return {found.begin(), found.end()};
+}
+
+// OpenBLAS's own thread pool, when OpenBLAS is the BLAS: its functions, looked up at run time
+// (they are not part of the BLAS interface that LibTorch links against).
+struct OpenBlas {
+  int (*get_num_threads)() = nullptr;
+  void (*set_num_threads)(int) = nullptr;
+  char* (*get_config)() = nullptr;
+};
+
+OpenBlas find_openblas() {
+  OpenBlas ob;
+  ob.get_num_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  ob.set_num_threads =
+      reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  ob.get_config = reinterpret_cast<char* (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_config"));
+  return ob;
+}
+
+void log_settings(const std::string& malloc_setting, int blas_threads_requested) {
+  TP_LOG_INFO("Threads: {} intra-op (torch::get_num_threads), {} inter-op, {} hardware",
+              torch::get_num_threads(), torch::get_num_interop_threads(),
+              std::thread::hardware_concurrency());
+  const OpenBlas ob = find_openblas();
+  const auto libs = loaded_blas_libraries();
+  if (libs.empty()) {
+    TP_LOG_INFO("BLAS: no libblas/liblapack mapped (LibTorch uses its own kernels or MKL)");
+  }
+  bool openblas = false;
+  for (const auto& lib : libs) {
+    TP_LOG_INFO("BLAS library loaded: {}", lib);
+    if (lib.find("openblas") != std::string::npos) openblas = true;
+  }
+  if (ob.get_num_threads != nullptr) {
+    TP_LOG_INFO("OpenBLAS: {} thread(s){}; {}", ob.get_num_threads(),
+                blas_threads_requested > 0
+                    ? fmt::format(" (--blas-threads {})", blas_threads_requested)
+                    : std::string(" (its own default; --blas-threads 0)"),
+                ob.get_config != nullptr ? ob.get_config() : "");
+  } else if (!openblas && !libs.empty()) {
+    TP_LOG_WARN(
+        "BLAS: this is not OpenBLAS; training is several times slower. Install it: "
+        "apt-get install libopenblas0-pthread");
+  }
+  TP_LOG_INFO("Malloc: {}", malloc_setting);
+  std::string info = at::get_parallel_info();
+  while (!info.empty() && info.back() == '\n') info.pop_back();
+  TP_LOG_INFO("at::get_parallel_info():\n{}", info);
+}
+
+// ---- data ----
+
+// The split as a dataflow of {image [28, 28] float, label} datapoints, the first `limit` images
+// only when limit > 0.
+std::shared_ptr<trainpack::DataFromList> load_split(const std::string& split,
+                                                    const std::string& dir, int64_t limit,
+                                                    trainpack::DataFromListOptions options) {
+  auto [images, labels] = trainpack::FashionMnist::read(split, dir);
+  const int64_t n = limit > 0 ? std::min(limit, images.size(0)) : images.size(0);
+  std::vector<trainpack::Datapoint> points;
+  points.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) points.push_back({images[i], labels[i]});
+  return std::make_shared<trainpack::DataFromList>(std::move(points), options);
+}
+
+// ---- the learning-rate schedule ----
+
+// (0, lr), then lr/10 after 60% of the epochs and lr/100 after 85% (tensorpack's ResNet
+// schedule, [(30, 1e-2), (60, 1e-3), (85, 1e-4), (95, 1e-5)] over 100 epochs, shortened). Points
+// must increase strictly, so a short run keeps those that fit.
+trainpack::ScheduledHyperParamSetter::Schedule lr_schedule(double lr, int64_t max_epoch) {
+  trainpack::ScheduledHyperParamSetter::Schedule schedule{{0, lr}};
+  for (auto [epoch, value] : {std::pair<int64_t, double>{max_epoch * 6 / 10, lr / 10},
+                              std::pair<int64_t, double>{max_epoch * 85 / 100, lr / 100}}) {
+    if (epoch > schedule.back().first && epoch < max_epoch) schedule.emplace_back(epoch, value);
+  }
+  return schedule;
+}
+
+// ---- EpochSummary ----
+
+// Times every epoch's training (before_epoch to after_epoch) and its epoch-end callbacks before
+// this one (validation), counts minor page faults per training step, puts the learning rate of
+// the epoch to the monitors, logs one line per epoch; main() prints its rows at the end. Place it
+// after the InferenceRunner: it reads the round's val-error-top1 from the monitors at
+// trigger_epoch.
+class EpochSummary : public trainpack::Callback {
+ public:
+  struct Row {
+    int64_t epoch;
+    double train_seconds;
+    double epoch_end_seconds;
+    double faults_per_step;
+    double val_error_top1;
+    double val_error_top5;
+  };
+
+  const std::vector<Row>& rows() const { return rows_; }
+
+ protected:
+  void _before_epoch() override {
+    start_ = Clock::now();
+    start_step_ = global_step();
+    start_faults_ = minor_faults();
+  }
+  void _after_epoch() override {
+    train_seconds_ = seconds_since(start_);
+    const int64_t steps = global_step() - start_step_;
+    faults_per_step_ =
+        steps > 0 ? static_cast<double>(minor_faults() - start_faults_) / static_cast<double>(steps)
+                  : 0.0;
+    end_of_training_ = Clock::now();
+  }
+  void _trigger_epoch() override {
+    // The learning rate this epoch used (the setters after this callback may change it now), as
+    // tensorpack's ResNet example summarises it.
+    trainer().monitors().put_scalar("learning_rate", graph().variable("learning_rate").get());
+    Row row{epoch_num(),      train_seconds_,           seconds_since(end_of_training_),
+            faults_per_step_, latest("val-error-top1"), latest("val-error-top5")};
+    rows_.push_back(row);
+    TP_LOG_INFO(
+        "[EpochSummary] epoch {}: {:.1f} s training, {:.1f} s validation, "
+        "{:.1f} minor page faults per step",
+        row.epoch, row.train_seconds, row.epoch_end_seconds, row.faults_per_step);
+  }
+
+ private:
+  double latest(const std::string& name) const {
+    try {
+      return trainer().monitors().get_latest(name);
+    } catch (const std::out_of_range&) {
+      return -1;
+    }
+  }
+
+  Clock::time_point start_, end_of_training_;
+  int64_t start_step_ = 0;
+  int64_t start_faults_ = 0;
+  double train_seconds_ = 0;
+  double faults_per_step_ = 0;
+  std::vector<Row> rows_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string logdir = "train_log/fashion_mnist";
+  std::string data_dir = trainpack::kFashionMnistDir;
+  int64_t max_epoch = 10;
+  int64_t steps_per_epoch = 0;
+  int64_t batch_size = 128;
+  int64_t val_batch_size = 250;
+  double lr = 0.1;
+  double weight_decay = 1e-4;
+  uint64_t seed = 42;
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int blas_threads = 1;
+  int64_t train_limit = 0;
+  int64_t val_limit = 0;
+  double max_val_error = 0.10;
+  std::string malloc_mode = "tuned";
+
+  const CLI::Range kPositive(int64_t{1}, int64_t{1000000000});
+  const CLI::Range kNonNegative(int64_t{0}, int64_t{1000000000});
+  CLI::App app{
+      "fashion_mnist: trainpack's main job. Trains a small CNN on Fashion-MNIST with "
+      "SimpleTrainer, validates on the test set every epoch, and writes log.log, stats.json and a "
+      "TensorBoard event file into --logdir"};
+  app.add_option("--logdir", logdir,
+                 "Log directory (log.log, stats.json, TensorBoard events; put hyper.txt there to "
+                 "change the learning rate during training). An existing one is moved aside to "
+                 "<logdir>.<MMDD-HHMMSS>")
+      ->capture_default_str();
+  app.add_option("--data", data_dir,
+                 "Directory of the gzipped IDX files (Debian package dataset-fashion-mnist)")
+      ->capture_default_str();
+  app.add_option("--max-epoch", max_epoch, "Number of epochs")
+      ->capture_default_str()
+      ->check(kPositive);
+  app.add_option("--steps-per-epoch", steps_per_epoch,
+                 "Training steps per epoch; 0: one pass over the training set "
+                 "(training images / batch size)")
+      ->capture_default_str()
+      ->check(kNonNegative);
+  app.add_option("--batch-size", batch_size, "Training batch size")
+      ->capture_default_str()
+      ->check(kPositive);
+  app.add_option("--val-batch-size", val_batch_size, "Validation batch size")
+      ->capture_default_str()
+      ->check(kPositive);
+  app.add_option("--lr", lr,
+                 "Initial learning rate (SGD, Nesterov momentum 0.9); divided by 10 after 60% "
+                 "of the epochs and by 100 after 85%")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--weight-decay", weight_decay, "L2 weight decay of SGD")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", seed, "Seed of the initialisation (torch::manual_seed) and shuffling")
+      ->capture_default_str();
+  app.add_option("--threads", threads,
+                 "Intra-op threads (torch::set_num_threads); default: the number of CPUs")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  app.add_option(
+         "--blas-threads", blas_threads,
+         "OpenBLAS threads (openblas_set_num_threads). 1: ATen parallelises around its BLAS "
+         "calls already, and OpenBLAS's own threads would compete with those (about 25% "
+         "slower here); 0: leave OpenBLAS's setting")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
+  app.add_option("--train-limit", train_limit,
+                 "Use only the first N training images; 0: all 60,000")
+      ->capture_default_str()
+      ->check(kNonNegative);
+  app.add_option("--val-limit", val_limit, "Use only the first N test images; 0: all 10,000")
+      ->capture_default_str()
+      ->check(kNonNegative);
+  app.add_option("--max-val-error", max_val_error,
+                 "Exit with status 1 when the final val-error-top1 is above this")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--malloc", malloc_mode,
+                 "tuned: fixed mmap/trim thresholds (mallopt), no page faults per step; default: "
+                 "glibc's defaults")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tuned", "default"}));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  // Before anything large is allocated.
+  const std::string malloc_setting = apply_malloc_setting(malloc_mode);
+
+  // The data first: a missing dataset fails before the log directory is touched.
+  std::shared_ptr<trainpack::DataFromList> train_points, test_points;
+  try {
+    train_points = load_split("train", data_dir, train_limit,
+                              trainpack::DataFromListOptions().shuffle(true).seed(seed));
+    test_points = load_split("test", data_dir, val_limit, {});
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fashion_mnist: error: %s\n", e.what());
+    return 2;
+  }
+  const int64_t train_size = *train_points->size();
+  if (train_size < batch_size) {
+    std::fprintf(stderr,
+                 "fashion_mnist: error: --batch-size %lld is larger than the %lld training images; "
+                 "lower --batch-size or raise --train-limit\n",
+                 static_cast<long long>(batch_size), static_cast<long long>(train_size));
+    return 2;
+  }
+
+  // 'b': a previous run's directory is moved aside, never deleted.
+  trainpack::logger::set_logger_dir(logdir, 'b');
+
+  // Debian's LibTorch starts with one intra-op thread; set the count explicitly.
+  torch::set_num_threads(threads);
+  if (blas_threads > 0) {
+    const OpenBlas ob = find_openblas();
+    if (ob.set_num_threads != nullptr) {
+      ob.set_num_threads(blas_threads);
+    } else {
+      TP_LOG_WARN("--blas-threads {}: the BLAS is not OpenBLAS; ignored", blas_threads);
+    }
+  }
+  torch::manual_seed(seed);
+  log_settings(malloc_setting, blas_threads);
+
+  auto train = std::make_shared<trainpack::BatchData>(train_points, batch_size);
+  auto val =
+      std::make_shared<trainpack::BatchData>(test_points, val_batch_size, /*remainder=*/true);
+  TP_LOG_INFO(
+      "fashion_mnist: {} training images ({} batches of {} per epoch), {} validation "
+      "images; {} epochs, lr {}, weight decay {}, seed {}",
+      train_size, steps_per_epoch > 0 ? steps_per_epoch : *train->size(), batch_size,
+      *test_points->size(), max_epoch, lr, weight_decay, seed);
+
+  auto model = std::make_shared<fashion_mnist::Model>(lr, weight_decay);
+  auto summary = std::make_shared<EpochSummary>();
+  std::vector<trainpack::CallbackPtr> callbacks{
+      std::make_shared<trainpack::InferenceRunner>(
+          val,
+          std::vector<trainpack::InferencerPtr>{
+              std::make_shared<trainpack::ScalarStats>(std::vector<std::string>{"cost"}),
+              std::make_shared<trainpack::ClassificationError>("wrong-top1", "val-error-top1"),
+              std::make_shared<trainpack::ClassificationError>("wrong-top5", "val-error-top5")}),
+      summary,
+      std::make_shared<trainpack::ScheduledHyperParamSetter>("learning_rate",
+                                                             lr_schedule(lr, max_epoch)),
+      std::make_shared<trainpack::HumanHyperParamSetter>("learning_rate"),
+      std::make_shared<trainpack::EstimatedTimeLeft>(),
+      std::make_shared<trainpack::ThroughputTracker>(static_cast<double>(batch_size)),
+  };
+  trainpack::TrainConfig config =
+      trainpack::TrainConfig().model(model).dataflow(train).callbacks(callbacks).max_epoch(
+          max_epoch);
+  if (steps_per_epoch > 0) config.steps_per_epoch(steps_per_epoch);
+
+  const auto start = Clock::now();
+  trainpack::SimpleTrainer trainer;
+  try {
+    trainpack::launch_train_with_config(config, trainer);
+  } catch (const std::exception& e) {
+    TP_LOG_ERROR("fashion_mnist: training failed: {}", e.what());
+    return 1;
+  }
+  const double total_seconds = seconds_since(start);
+  if (trainer.received_signal() != 0) {
+    return trainpack::exit_code_for_signal(trainer.received_signal());
+  }
+
+  if (summary->rows().empty()) {
+    TP_LOG_ERROR("fashion_mnist: FAILED: no epoch finished, so there is no validation error");
+    return 1;
+  }
+  // The table and the verdict go to log.log too.
+  std::string table = "epoch  train s  valid s  faults/step  val-error-top1  val-error-top5";
+  for (const auto& row : summary->rows()) {
+    table += fmt::format("\n{:5}  {:7.1f}  {:7.1f}  {:11.1f}  {:14.4f}  {:14.4f}", row.epoch,
+                         row.train_seconds, row.epoch_end_seconds, row.faults_per_step,
+                         row.val_error_top1, row.val_error_top5);
+  }
+  TP_LOG_INFO("fashion_mnist: per epoch:\n{}", table);
+  const double final_error = summary->rows().back().val_error_top1;
+  TP_LOG_INFO(
+      "fashion_mnist: training took {:.1f} s; final val-error-top1 {:.4f} on {} test "
+      "images (limit {:.4f})",
+      total_seconds, final_error, *test_points->size(), max_val_error);
+  if (!(final_error <= max_val_error)) {
+    TP_LOG_ERROR(
+        "fashion_mnist: FAILED: the final val-error-top1 {:.4f} is above --max-val-error "
+        "{:.4f}",
+        final_error, max_val_error);
+    return 1;
+  }
+  TP_LOG_INFO("fashion_mnist: OK");
+  return 0;
+}

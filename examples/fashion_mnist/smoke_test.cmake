@@ -1,0 +1,129 @@
+# Tests of the fashion_mnist program, run by ctest as
+#   cmake -DFASHION_MNIST=<exe> -DLOGDIR=<dir> -DMODE=<smoke|missing_data|help> -P smoke_test.cmake
+#
+# smoke: two short epochs on a few hundred images end to end (no quality check), then what it
+#   wrote: exit status 0, stats.json with one entry per epoch holding the validation stats and
+#   the learning rate of the schedule, log.log with the final verdict, one event file.
+# missing_data: --data /nonexistent fails (non-zero status) with the message that names the
+#   Debian package, before touching the log directory.
+# help: --help lists the flags the README documents.
+if(NOT FASHION_MNIST OR NOT LOGDIR OR NOT MODE)
+  message(FATAL_ERROR
+    "smoke_test.cmake: pass -DFASHION_MNIST=<program> -DLOGDIR=<dir> -DMODE=<smoke|missing_data|help>")
+endif()
+
+function(expect_in haystack needle what)
+  string(FIND "${haystack}" "${needle}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "${what} lacks '${needle}':\n${haystack}")
+  endif()
+endfunction()
+
+# Reads key `key` of entry `index` of the stats.json text `json` into `out`; fails if absent.
+function(stat out json index key)
+  string(JSON value ERROR_VARIABLE err GET "${json}" ${index} "${key}")
+  if(err)
+    message(FATAL_ERROR "stats.json entry ${index} has no '${key}' (${err}):\n${json}")
+  endif()
+  set(${out} "${value}" PARENT_SCOPE)
+endfunction()
+
+if(CMAKE_VERSION VERSION_LESS 3.19)
+  message(FATAL_ERROR "smoke_test.cmake needs CMake 3.19 or newer (string(JSON)); this is "
+                      "${CMAKE_VERSION}")
+endif()
+file(REMOVE_RECURSE ${LOGDIR})
+
+if(MODE STREQUAL "help")
+  execute_process(COMMAND ${FASHION_MNIST} --help
+    RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT status EQUAL 0)
+    message(FATAL_ERROR "fashion_mnist --help exited with status ${status}:\n${out}${err}")
+  endif()
+  foreach(flag --logdir --max-epoch --steps-per-epoch --batch-size --lr --seed --data --threads
+               --train-limit --val-limit --max-val-error --malloc --blas-threads)
+    expect_in("${out}" "${flag}" "the output of --help")
+  endforeach()
+  return()
+endif()
+
+if(MODE STREQUAL "missing_data")
+  execute_process(COMMAND ${FASHION_MNIST} --data /nonexistent --logdir ${LOGDIR}
+    RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message("${out}${err}")
+  if(status EQUAL 0)
+    message(FATAL_ERROR "fashion_mnist --data /nonexistent exited with status 0")
+  endif()
+  expect_in("${err}" "Fashion-MNIST file /nonexistent/train-images-idx3-ubyte.gz is missing"
+            "stderr")
+  expect_in("${err}" "Debian package dataset-fashion-mnist" "stderr")
+  expect_in("${err}" "apt-get install dataset-fashion-mnist" "stderr")
+  if(EXISTS ${LOGDIR})
+    message(FATAL_ERROR "fashion_mnist created ${LOGDIR} although it had no data")
+  endif()
+  return()
+endif()
+
+if(NOT MODE STREQUAL "smoke")
+  message(FATAL_ERROR "smoke_test.cmake: unknown MODE '${MODE}'")
+endif()
+
+# 300 training images in batches of 64: 4 steps per epoch; 200 test images in batches of 64:
+# 4 validation batches (the last one of 8). With 2 epochs the schedule is lr until epoch 1 ends,
+# then lr/10.
+execute_process(
+  COMMAND ${FASHION_MNIST} --train-limit 300 --val-limit 200 --batch-size 64 --val-batch-size 64
+          --max-epoch 2 --steps-per-epoch 4 --lr 0.05 --threads 1 --max-val-error 1
+          --logdir ${LOGDIR}
+  RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}${err}")
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "fashion_mnist exited with status ${status}")
+endif()
+
+if(NOT EXISTS ${LOGDIR}/stats.json)
+  message(FATAL_ERROR "fashion_mnist did not write ${LOGDIR}/stats.json")
+endif()
+file(READ ${LOGDIR}/stats.json stats)
+string(JSON entries LENGTH "${stats}")
+if(NOT entries EQUAL 2)
+  message(FATAL_ERROR "stats.json should have 2 entries (one per epoch), has ${entries}:\n${stats}")
+endif()
+foreach(index 0 1)
+  math(EXPR epoch "${index} + 1")
+  math(EXPR step "4 * ${epoch}")
+  stat(epoch_num "${stats}" ${index} epoch_num)
+  stat(global_step "${stats}" ${index} global_step)
+  if(NOT epoch_num EQUAL epoch OR NOT global_step EQUAL step)
+    message(FATAL_ERROR "stats.json entry ${index}: epoch_num ${epoch_num}, global_step "
+                        "${global_step}; expected ${epoch} and ${step}")
+  endif()
+  foreach(key val-error-top1 val-error-top5)
+    stat(value "${stats}" ${index} ${key})
+    if(value LESS 0 OR value GREATER 1)
+      message(FATAL_ERROR "stats.json entry ${index}: ${key} = ${value} is not a rate")
+    endif()
+  endforeach()
+  foreach(key validation_cost cost train-error-top1 train-error-top5
+              "Throughput (samples/sec)")
+    stat(value "${stats}" ${index} "${key}")
+  endforeach()
+endforeach()
+stat(lr1 "${stats}" 0 learning_rate)
+stat(lr2 "${stats}" 1 learning_rate)
+if(NOT lr1 EQUAL 0.05 OR NOT lr2 EQUAL 0.005)
+  message(FATAL_ERROR "learning_rate per epoch: ${lr1}, ${lr2}; expected 0.05, 0.005")
+endif()
+
+file(READ ${LOGDIR}/log.log log)
+expect_in("${log}" "BLAS library loaded: " "log.log")
+expect_in("${log}" "Malloc: glibc malloc, mallopt M_MMAP_THRESHOLD" "log.log")
+expect_in("${log}" "[InferenceRunner] Will eval 4 iterations" "log.log")
+expect_in("${log}" "final val-error-top1" "log.log")
+expect_in("${log}" "on 200 test images" "log.log")
+expect_in("${log}" "fashion_mnist: OK" "log.log")
+file(GLOB events ${LOGDIR}/events.out.tfevents.*)
+list(LENGTH events n_events)
+if(NOT n_events EQUAL 1)
+  message(FATAL_ERROR "expected one event file in ${LOGDIR}, found ${n_events}: ${events}")
+endif()
