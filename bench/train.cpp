@@ -26,10 +26,20 @@
 // warm-up run of every form, the forms run interleaved in every rep ((a), (b), (a), (b), ...) so
 // that drift in the machine's speed hits them alike; the median rate over the reps is reported.
 // Also printed (medians over the reps): operator new calls and minor page faults per step, which
-// show what the framework allocates per step on top of LibTorch's own work, and `cores`, the
-// process's CPU time over the wall time (process-wide counters). In case 2, (e) can reach the
-// slower rate only with `cores` near 2: on a machine whose other core is busy with other work,
+// show what the framework allocates per step on top of LibTorch's own work, `cores`, the
+// process's CPU time over the wall time (process-wide counters), and for the trainer forms the
+// epoch-end work per epoch (from the end of the epoch's last step to the end of its
+// trigger_epoch: summaries, stats.json, the event file's flush and fsync). In case 2, (e) can reach
+// the slower rate only with `cores` near 2: on a machine whose other core is busy with other work,
 // the prefetch thread has nowhere to run and (e) falls back to the sum of the two costs.
+//
+// The allocator (`--malloc`, default `tuned`): with glibc's default settings, whether a step's
+// activation buffers are returned to the OS and faulted back in at the next step depends on the
+// heap's layout, which differs from one form to the other and from run to run (measured here:
+// 30 or 1,000 minor faults per step for the same form, and up to 20% of the step time), so it
+// would be measured instead of the framework. `tuned` fixes the thresholds before anything is
+// allocated, mallopt(M_MMAP_THRESHOLD, 32 MiB) and mallopt(M_TRIM_THRESHOLD, 256 MiB): buffers
+// stay in the heap and no form faults per step. `default` leaves glibc alone.
 //
 // Last lines: `queue_over_slower=<rate (e) / min(rate (s), rate (t))>` (target >= 0.9: with
 // QueueInput the step rate stays within 10% of the slower of step and data, not their sum) and,
@@ -37,8 +47,10 @@
 //
 //   trainpack_bench_train [--steps N] [--steps-per-epoch M] [--reps R] [--threads T]
 //                         [--batch-size B] [--queue-steps Q] [--skip-queue]
+//                         [--malloc tuned|default]
 #include <torch/torch.h>
 
+#include <malloc.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 
@@ -134,7 +146,8 @@ struct Run {
   int64_t steps = 0;
   double news_per_step = 0;
   double faults_per_step = 0;
-  double cores = 0;  // CPU time / wall time: the cores the process actually got
+  double cores = 0;         // CPU time / wall time: the cores the process actually got
+  double epoch_end_ms = 0;  // trainer forms: the epoch-end work, per epoch
   double rate() const { return static_cast<double>(steps) / seconds; }
 };
 
@@ -202,10 +215,13 @@ Run run_data_alone(int64_t steps, int64_t busy_iterations) {
 
 // Registered as the last monitor, so after every callback: its before_epoch of the first epoch
 // comes right before the first step, its trigger_epoch after all of an epoch's end work.
+// It also adds up the time from the end of each epoch's last step (its trigger_step, after every
+// callback's) to the end of the epoch's work (its trigger_epoch): the epoch-end cost.
 class LoopTimer : public trainpack::MonitorBase {
  public:
   Clock::time_point start, end;
   Counters c_start, c_end;
+  double epoch_end_seconds = 0;
 
  protected:
   void _before_epoch() override {
@@ -214,10 +230,17 @@ class LoopTimer : public trainpack::MonitorBase {
       start = Clock::now();
     }
   }
+  void _trigger_step() override {
+    if (local_step() == trainer().steps_per_epoch() - 1) last_step_end_ = Clock::now();
+  }
   void _trigger_epoch() override {
     end = Clock::now();
     c_end = Counters::now();
+    epoch_end_seconds += std::chrono::duration<double>(end - last_step_end_).count();
   }
+
+ private:
+  Clock::time_point last_step_end_;
 };
 
 enum class Input { kFeed, kQueue };
@@ -265,6 +288,7 @@ Run run_trainer(const trainpack::DataFlowPtr& data, Input input, int64_t steps_p
       std::exit(trainpack::exit_code_for_signal(trainer.received_signal()));
     }
     run = make_run(timer->start, timer->end, timer->c_start, timer->c_end, trainer.global_step());
+    run.epoch_end_ms = 1e3 * timer->epoch_end_seconds / static_cast<double>(epochs);
   }
   trainpack::logger::unset_logger_dir();
   std::filesystem::remove_all(dir);
@@ -294,6 +318,7 @@ struct Series {
   double news() const { return median_of(&Run::news_per_step); }
   double faults() const { return median_of(&Run::faults_per_step); }
   double cores() const { return median_of(&Run::cores); }
+  double epoch_end_ms() const { return median_of(&Run::epoch_end_ms); }
   double median_of(double Run::*field) const {
     std::vector<double> v;
     for (const auto& r : runs) v.push_back(r.*field);
@@ -302,13 +327,13 @@ struct Series {
 };
 
 void print_row(const char* label, const Series& s) {
-  std::printf("%-42s %9.2f %9.2f %9.1f %11.1f %6.2f\n", label, s.median_rate(), s.max_rate(),
-              s.news(), s.faults(), s.cores());
+  std::printf("%-42s %9.2f %9.2f %9.1f %11.1f %6.2f %9.2f\n", label, s.median_rate(), s.max_rate(),
+              s.news(), s.faults(), s.cores(), s.epoch_end_ms());
 }
 
 void print_header() {
-  std::printf("%-42s %9s %9s %9s %11s %6s\n", "form", "steps/s", "max", "new/step", "faults/step",
-              "cores");
+  std::printf("%-42s %9s %9s %9s %11s %6s %9s\n", "form", "steps/s", "max", "new/step",
+              "faults/step", "cores", "end ms/ep");
 }
 
 int64_t parse_positive(const char* flag, const char* text) {
@@ -325,7 +350,8 @@ void usage(std::FILE* out, const char* argv0) {
   std::fprintf(out,
                "usage: %s [--steps N (default 1200)] [--steps-per-epoch M (default 300)] "
                "[--reps R (default 5)] [--threads T (default 2)] [--batch-size B (default 64)] "
-               "[--queue-steps Q (default 400)] [--skip-queue]\n",
+               "[--queue-steps Q (default 400)] [--skip-queue] [--malloc tuned|default (default "
+               "tuned)]\n",
                argv0);
 }
 
@@ -339,10 +365,18 @@ int main(int argc, char** argv) {
   int64_t batch_size = 64;
   int64_t queue_steps = 400;
   bool skip_queue = false;
+  std::string malloc_mode = "tuned";
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--skip-queue") {
       skip_queue = true;
+    } else if (arg == "--malloc" && i + 1 < argc) {
+      malloc_mode = argv[++i];
+      if (malloc_mode != "tuned" && malloc_mode != "default") {
+        std::fprintf(stderr, "--malloc: expected 'tuned' or 'default', got '%s'\n",
+                     malloc_mode.c_str());
+        return 2;
+      }
     } else if ((arg == "--steps" || arg == "--steps-per-epoch" || arg == "--reps" ||
                 arg == "--threads" || arg == "--batch-size" || arg == "--queue-steps") &&
                i + 1 < argc) {
@@ -361,6 +395,13 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (malloc_mode == "tuned") {
+    // Both calls also turn off glibc's dynamic threshold adjustment.
+    if (mallopt(M_MMAP_THRESHOLD, 32 << 20) != 1 || mallopt(M_TRIM_THRESHOLD, 256 << 20) != 1) {
+      std::fprintf(stderr, "mallopt failed; run with --malloc default\n");
+      return 1;
+    }
+  }
   // Whole epochs: round the step counts up to a multiple of the epoch.
   const int64_t epochs = (steps + steps_per_epoch - 1) / steps_per_epoch;
   steps = epochs * steps_per_epoch;
@@ -375,10 +416,10 @@ int main(int argc, char** argv) {
   torch::set_num_threads(static_cast<int>(threads));
   std::printf(
       "train benchmark: CNN on [%lld, 1, 28, 28] batches, %lld intra-op threads, %lld "
-      "steps (%lld epochs x %lld) per run, %lld reps\n",
+      "steps (%lld epochs x %lld) per run, %lld reps, malloc %s\n",
       static_cast<long long>(batch_size), static_cast<long long>(torch::get_num_threads()),
       static_cast<long long>(steps), static_cast<long long>(epochs),
-      static_cast<long long>(steps_per_epoch), static_cast<long long>(reps));
+      static_cast<long long>(steps_per_epoch), static_cast<long long>(reps), malloc_mode.c_str());
   std::fflush(stdout);
   run_bare(batches, steps_per_epoch);  // warm-up
   run_trainer(list, Input::kFeed, steps_per_epoch, 1);
@@ -398,6 +439,16 @@ int main(int argc, char** argv) {
   print_row("(b) SimpleTrainer + defaults + FeedInput", trainer);
   const double trainer_over_bare = trainer.median_rate() / bare.median_rate();
   std::printf("median of the per-rep ratios (b)/(a): %.4f\n", median(ratios));
+  {
+    // The same ratio with (b)'s epoch-end work taken out: what the per-step path costs.
+    std::vector<double> step_rates;
+    for (const auto& r : trainer.runs) {
+      const double seconds = r.seconds - 1e-3 * r.epoch_end_ms * static_cast<double>(epochs);
+      step_rates.push_back(static_cast<double>(r.steps) / seconds);
+    }
+    std::printf("(b) without its epoch-end work: %.2f steps/s, %.4f of (a)\n", median(step_rates),
+                median(step_rates) / bare.median_rate());
+  }
 
   // ---- case 2 ----
   if (!skip_queue) {

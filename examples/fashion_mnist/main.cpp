@@ -12,8 +12,9 @@
 // plus the default callbacks (MovingAverageSummary, ProgressBar, MergeAllSummaries,
 // RunUpdateOps) and monitors (TFEventWriter, JSONWriter, ScalarPrinter).
 //
-// At start it says which threads, BLAS and malloc settings it uses. At the end it prints the
-// per-epoch table and the final val-error-top1; it exits with status 1 when that is above
+// At start it says which threads, BLAS, malloc and OpenMP settings it uses (OMP_WAIT_POLICY is
+// set to PASSIVE by re-executing itself once, unless the environment sets it). At the end it prints
+// the per-epoch table and the final val-error-top1; it exits with status 1 when that is above
 // --max-val-error, 2 on a bad flag or missing data, 130/143 when stopped by SIGINT/SIGTERM.
 //
 //   fashion_mnist [--max-epoch N] [--batch-size 128] [--lr 0.1] [--data DIR] [--threads 2] ...
@@ -28,6 +29,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <memory>
@@ -66,7 +68,28 @@ int64_t minor_faults() {
   return usage.ru_minflt;
 }
 
-// ---- start-up settings: malloc, threads, BLAS ----
+// ---- start-up settings: OpenMP waiting, malloc, threads, BLAS ----
+
+// OpenMP's threads spin while they wait for work (libgomp's default): on an idle machine that is
+// what makes 2 threads fastest, but when another process takes one of the 2 cores a step takes
+// about 5 times as long (BENCHMARKS.md, "Main job"); with OMP_WAIT_POLICY=PASSIVE they sleep
+// instead, for about 10% on an idle machine. libgomp reads the variable only when it is loaded,
+// before main(), so when it is unset the program sets it and executes itself again, once. A value
+// in the environment (ACTIVE to spin) is respected.
+constexpr const char* kWaitPolicySetHere = "FASHION_MNIST_SET_OMP_WAIT_POLICY";
+
+void set_passive_wait_policy_and_reexec(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  setenv(kWaitPolicySetHere, "1", 1);
+  execv("/proc/self/exe", argv);
+  // Not reached unless execv failed: go on with libgomp's default, and say so.
+  std::fprintf(stderr,
+               "fashion_mnist: warning: could not re-execute with OMP_WAIT_POLICY=PASSIVE "
+               "(execv /proc/self/exe failed); OpenMP threads spin\n");
+  unsetenv("OMP_WAIT_POLICY");
+  unsetenv(kWaitPolicySetHere);
+}
 
 // DESIGN.md, "Memory allocator": with glibc's default (dynamic) thresholds, the activation
 // buffers of every step (hundreds of KB to a few MB) are mmap'ed and unmapped, or trimmed from
@@ -155,6 +178,12 @@ void log_settings(const std::string& malloc_setting, int blas_threads_requested)
         "apt-get install libopenblas0-pthread");
   }
   TP_LOG_INFO("Malloc: {}", malloc_setting);
+  const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
+  TP_LOG_INFO("OMP_WAIT_POLICY: {}{}", wait_policy != nullptr ? wait_policy : "[not set]",
+              std::getenv(kWaitPolicySetHere) != nullptr
+                  ? " (set by fashion_mnist: OpenMP threads sleep while they wait instead of "
+                    "spinning; OMP_WAIT_POLICY=ACTIVE makes them spin)"
+                  : "");
   std::string info = at::get_parallel_info();
   while (!info.empty() && info.back() == '\n') info.pop_back();
   TP_LOG_INFO("at::get_parallel_info():\n{}", info);
@@ -256,6 +285,7 @@ class EpochSummary : public trainpack::Callback {
 }  // namespace
 
 int main(int argc, char** argv) {
+  set_passive_wait_policy_and_reexec(argv);
   std::string logdir = "train_log/fashion_mnist";
   std::string data_dir = trainpack::kFashionMnistDir;
   int64_t max_epoch = 10;
@@ -311,13 +341,15 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "Seed of the initialisation (torch::manual_seed) and shuffling")
       ->capture_default_str();
   app.add_option("--threads", threads,
-                 "Intra-op threads (torch::set_num_threads); default: the number of CPUs")
+                 "Intra-op threads (torch::set_num_threads); default: the number of CPUs. They "
+                 "wait with OMP_WAIT_POLICY=PASSIVE unless the environment sets it (ACTIVE: "
+                 "spin; about 10% faster on an idle machine, about 5 times slower on a busy one)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
   app.add_option(
          "--blas-threads", blas_threads,
          "OpenBLAS threads (openblas_set_num_threads). 1: ATen parallelises around its BLAS "
-         "calls already, and OpenBLAS's own threads would compete with those (about 25% "
+         "calls already, and OpenBLAS's own threads would compete with those (15 to 40% "
          "slower here); 0: leave OpenBLAS's setting")
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));

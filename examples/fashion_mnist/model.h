@@ -3,10 +3,12 @@
 //   input [N, 28, 28] float in [0, 1]  -> [N, 1, 28, 28]
 //   conv 3x3, 32  -> BN -> ReLU -> max-pool 2          [N, 32, 14, 14]
 //   conv 3x3, 64  -> BN -> ReLU -> max-pool 2          [N, 64, 7, 7]
-//   conv 3x3, 128 -> BN -> ReLU -> global average pool [N, 128]
-//   linear 128 -> 10                                   logits
+//   conv 3x3, 128 -> BN -> ReLU -> max-pool 2          [N, 128, 3, 3]
+//   linear 1152 -> 10                                  logits
 //
-// The tower function (Model::build_graph) outputs, for callbacks and inferencers:
+// The tower function (Model::build_graph) outputs, for callbacks, inferencers and predictors:
+//   "logits"      float [N, 10] (the only output when no labels are fed, e.g. a predictor
+//                 asked for {"input"} -> {"logits"})
 //   "cost"        mean cross-entropy of the batch (also its return value)
 //   "wrong-top1"  float [N], 1 where the arg-max is not the label
 //   "wrong-top5"  float [N], 1 where the label is not among the 5 highest logits
@@ -77,6 +79,7 @@ class Model : public trainpack::ModelDesc {
     auto& net = ctx.module_as<NetImpl>();
     const at::Tensor logits = net.forward(inputs[0]);
     const at::Tensor& label = inputs[1];
+    ctx.output("logits", logits);
     if (!label.defined()) return at::Tensor();  // a predictor fed images only
 
     at::Tensor cost = torch::nn::functional::cross_entropy(logits, label);
@@ -90,9 +93,11 @@ class Model : public trainpack::ModelDesc {
     ctx.output("cost", cost);
     ctx.output("wrong-top1", wrong1);
     ctx.output("wrong-top5", wrong5);
-    ctx.add_moving_summary("cost", cost);
-    ctx.add_moving_summary("train-error-top1", wrong1.mean());
-    ctx.add_moving_summary("train-error-top5", wrong5.mean());
+    if (ctx.is_main_training_tower()) {  // elsewhere moving summaries are ignored
+      ctx.add_moving_summary("cost", cost);
+      ctx.add_moving_summary("train-error-top1", wrong1.mean());
+      ctx.add_moving_summary("train-error-top5", wrong5.mean());
+    }
     return cost;
   }
 
