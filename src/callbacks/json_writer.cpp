@@ -18,6 +18,7 @@
 #include <system_error>
 
 #include "trainpack/train/trainer.h"
+#include "trainpack/utils/atomic_file.h"
 #include "trainpack/utils/float_repr.h"
 #include "trainpack/utils/logger.h"
 
@@ -74,34 +75,6 @@ void write_all_at(int fd, std::string_view data, int64_t offset, const std::stri
   }
 }
 
-void fsync_dir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw_errno("cannot open directory", dir, errno);
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) throw_errno("cannot fsync directory", dir, err);
-}
-
-// Writes `data` to `path` as a new file: `<path>.tmp`, fsync, rename, directory fsync.
-void write_file_atomically(const std::string& path, const std::string& dir, std::string_view data) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw_errno("cannot create", tmp, errno);
-  try {
-    write_all_at(fd, data, 0, tmp);
-    if (::fsync(fd) != 0) throw_errno("cannot fsync", tmp, errno);
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  if (::close(fd) != 0) throw_errno("cannot close", tmp, errno);
-  if (::rename(tmp.c_str(), path.c_str()) != 0)
-    throw_errno("cannot rename " + tmp + " to", path, errno);
-  fsync_dir(dir);
-}
-
 std::string timestamp() {
   const std::time_t now = std::time(nullptr);
   std::tm tm{};
@@ -134,13 +107,13 @@ void copy_file_synced(const std::string& from, const std::string& to, const std:
     throw;
   }
   ::close(fd);
-  fsync_dir(dir);
+  fsync_directory(dir);
 }
 
 void move_file(const std::string& from, const std::string& to, const std::string& dir) {
   if (::rename(from.c_str(), to.c_str()) != 0)
     throw_errno("cannot rename " + from + " to", to, errno);
-  fsync_dir(dir);
+  fsync_directory(dir);
 }
 
 std::string join(const std::string& dir, const char* name) {
@@ -377,7 +350,7 @@ void JSONWriter::write_stat() {
 void JSONWriter::rewrite_all() {
   close_file();
   const std::string text = format_stats_file(stats_);
-  write_file_atomically(path_, dir_, text);
+  write_file_atomically(path_, text);
   fd_ = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
   if (fd_ < 0) throw_errno("cannot open", path_, errno);
   close_offset_ = static_cast<int64_t>(text.size()) - 1;

@@ -1,17 +1,14 @@
 #include "trainpack/utils/npz.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
-#include <cstring>
-#include <filesystem>
 #include <set>
 #include <stdexcept>
 #include <string>
+
+#include "trainpack/utils/atomic_file.h"
 
 namespace trainpack {
 namespace {
@@ -184,55 +181,17 @@ std::string central_header(const Entry& e) {
   return s;
 }
 
-[[noreturn]] void fail(const std::string& what, const std::string& path, int err) {
-  throw std::runtime_error("write_npz: cannot " + what + " " + path + ": " + std::strerror(err));
-}
-
-class Fd {
- public:
-  Fd(const std::string& path, int flags, mode_t mode = 0)
-      : fd_(::open(path.c_str(), flags, mode)) {}
-  ~Fd() { close(); }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  int close() {
-    const int rc = fd_ >= 0 ? ::close(fd_) : 0;
-    fd_ = -1;
-    return rc;
-  }
-
- private:
-  int fd_;
-};
-
-void write_all(int fd, const void* data, size_t n, const std::string& path) {
-  const auto* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, std::min<size_t>(n, 1u << 30));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      fail("write", path, errno);
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
-void write_file(const std::string& tmp, const std::vector<Entry>& entries,
+// Writes the zip through an AtomicFileWriter (`<path>.tmp`, fsync, rename).
+void write_file(AtomicFileWriter& file, const std::vector<Entry>& entries,
                 const std::string& central, const std::string& end) {
-  Fd fd(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd.get() < 0) fail("create", tmp, errno);
   for (const Entry& e : entries) {
-    const std::string lh = local_header(e);
-    write_all(fd.get(), lh.data(), lh.size(), tmp);
-    write_all(fd.get(), e.header.data(), e.header.size(), tmp);
-    write_all(fd.get(), e.data.data_ptr(), nbytes_of(e.data), tmp);
+    file.write(local_header(e));
+    file.write(e.header);
+    file.write(e.data.data_ptr(), nbytes_of(e.data));
   }
-  write_all(fd.get(), central.data(), central.size(), tmp);
-  write_all(fd.get(), end.data(), end.size(), tmp);
-  if (::fsync(fd.get()) != 0) fail("fsync", tmp, errno);
-  if (fd.close() != 0) fail("close", tmp, errno);
+  file.write(central);
+  file.write(end);
+  file.commit();
 }
 
 }  // namespace
@@ -299,24 +258,13 @@ void write_npz(const std::string& path,
   put32(end, offset);
   put16(end, 0);  // comment length
 
-  const std::string tmp = path + ".tmp";
   try {
-    write_file(tmp, entries, central, end);
-  } catch (...) {
-    ::unlink(tmp.c_str());
-    throw;
+    AtomicFileWriter file(path);
+    write_file(file, entries, central, end);
+    fsync_directory(parent_directory(path));
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("write_npz: ") + e.what());
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw std::runtime_error("write_npz: cannot rename " + tmp + " to " + path + ": " +
-                             std::strerror(err));
-  }
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  Fd dfd(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd.get() < 0) fail("open the directory of", path, errno);
-  if (::fsync(dfd.get()) != 0) fail("fsync the directory of", path, errno);
 }
 
 }  // namespace trainpack

@@ -1,0 +1,78 @@
+// Durable file replacement: write to a temporary name in the same directory, fsync, rename over
+// the final name, fsync the directory (DESIGN.md section 3, "Files"). A crash at any moment
+// leaves either the old content or the new one under the final name, never a mix.
+//
+//   trainpack::write_file_atomically("/logs/checkpoint", text);
+//
+// Several files that belong together (a checkpoint's data and index) are written with one
+// AtomicFileWriter each: every temporary file is written completely first, and only then are
+// they renamed in turn, so that a failed write (disk full, a file-size limit) replaces nothing.
+//
+//   AtomicFileWriter data(prefix + ".data"), index(prefix + ".index");
+//   data.write(bytes); data.finish();
+//   index.write(text); index.finish();
+//   data.commit(); index.commit();
+//   fsync_directory(parent_directory(prefix));
+//
+// Errors are std::runtime_error naming the file and the system's reason
+// ("cannot write /logs/model-6.data.tmp: File too large").
+//
+// Differences from tensorpack: tensorpack writes stats.json with a plain write and a move, and
+// relies on TensorFlow's saver for checkpoints; neither fsyncs.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace trainpack {
+
+// Replaces `path` with `data`: `<path>.tmp` in the same directory, written completely, fsynced
+// (when `durable`), renamed to `path`, then the directory fsynced (when `durable`). Throws
+// std::runtime_error naming the file and the system's reason ("No space left on device", "File
+// too large", "Permission denied"); the temporary file is removed and `path` is left as it was.
+void write_file_atomically(const std::string& path, std::string_view data, bool durable = true);
+
+// fsyncs a directory, so that renames and unlinks in it survive a crash. Throws
+// std::runtime_error naming the directory.
+void fsync_directory(const std::string& dir);
+
+// The directory part of `path` ("." when it has none).
+std::string parent_directory(const std::string& path);
+
+// One file being replaced, in steps: the constructor creates `<path>.tmp` (truncating a stale
+// one), write() appends to it, finish() fsyncs (when `durable`) and closes it, commit() renames
+// it over `path`. The directory is not fsynced here (the caller does it once for all files, with
+// fsync_directory). Destroying a writer that was not committed removes the temporary file, so an
+// exception anywhere leaves `path` as it was and no temporary file behind. Every step throws
+// std::runtime_error naming the file and the system's reason; after an error the writer can
+// only be destroyed.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(std::string path, bool durable = true);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  void write(std::string_view data);
+  void write(const void* data, size_t size) {
+    write(std::string_view(static_cast<const char*>(data), size));
+  }
+  // fsync (when durable) and close; call after the last write().
+  void finish();
+  // Renames the temporary file to `path` (finish() first if it was not called).
+  void commit();
+
+  const std::string& path() const { return path_; }
+  const std::string& temporary_path() const { return tmp_; }
+
+ private:
+  void discard() noexcept;
+
+  std::string path_;
+  std::string tmp_;
+  bool durable_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+}  // namespace trainpack

@@ -1,0 +1,96 @@
+// Durable file replacement (trainpack/utils/atomic_file.h) with POSIX calls: open, write, fsync,
+// rename. Written by hand: neither the C++ library nor the Debian packages the project uses
+// offer an fsyncing atomic replace.
+#include "trainpack/utils/atomic_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+namespace trainpack {
+namespace {
+
+[[noreturn]] void fail(const std::string& what, const std::string& path, int err) {
+  throw std::runtime_error("cannot " + what + " " + path + ": " + std::strerror(err));
+}
+
+}  // namespace
+
+std::string parent_directory(const std::string& path) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  return dir.empty() ? "." : dir;
+}
+
+void fsync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail("open directory", dir, errno);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) fail("fsync directory", dir, err);
+}
+
+AtomicFileWriter::AtomicFileWriter(std::string path, bool durable)
+    : path_(std::move(path)), tmp_(path_ + ".tmp"), durable_(durable) {
+  if (path_.empty()) throw std::invalid_argument("AtomicFileWriter: the path is empty");
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail("create", tmp_, errno);
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (!committed_) discard();
+}
+
+void AtomicFileWriter::discard() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  ::unlink(tmp_.c_str());
+}
+
+void AtomicFileWriter::write(std::string_view data) {
+  if (fd_ < 0) throw std::logic_error("AtomicFileWriter::write after finish: " + tmp_);
+  const char* p = data.data();
+  size_t left = data.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd_, p, std::min<size_t>(left, size_t{1} << 30));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("write", tmp_, errno);
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+void AtomicFileWriter::finish() {
+  if (fd_ < 0) return;
+  if (durable_ && ::fsync(fd_) != 0) fail("fsync", tmp_, errno);
+  const int rc = ::close(fd_);
+  fd_ = -1;
+  // close() can report a deferred write error (e.g. on NFS); the descriptor is gone either way.
+  if (rc != 0 && errno != EINTR) fail("close", tmp_, errno);
+}
+
+void AtomicFileWriter::commit() {
+  if (committed_) return;
+  finish();
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    throw std::runtime_error("cannot rename " + tmp_ + " to " + path_ + ": " + std::strerror(err));
+  }
+  committed_ = true;
+}
+
+void write_file_atomically(const std::string& path, std::string_view data, bool durable) {
+  AtomicFileWriter file(path, durable);
+  file.write(data);
+  file.commit();
+  if (durable) fsync_directory(parent_directory(path));
+}
+
+}  // namespace trainpack

@@ -1,0 +1,152 @@
+// Durable file replacement (utils/atomic_file.h): the content, the temporary file, and what a
+// failure leaves behind.
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "support/errors.h"
+#include "support/temp_dir.h"
+#include "trainpack/utils/atomic_file.h"
+
+namespace trainpack {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::message_of;
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Sets the soft RLIMIT_FSIZE (with SIGXFSZ ignored, so that a write past it fails with EFBIG
+// instead of killing the process) while it lives.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &saved_);
+    old_handler_ = signal(SIGXFSZ, SIG_IGN);
+    rlimit limit = saved_;
+    limit.rlim_cur = bytes;
+    setrlimit(RLIMIT_FSIZE, &limit);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &saved_);
+    signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  rlimit saved_{};
+  sighandler_t old_handler_;
+};
+
+class AtomicFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = testing::make_temp_dir("atomic_file_test"); }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  fs::path dir_;
+};
+
+TEST_F(AtomicFileTest, WritesAndReplacesTheContentLeavingNoTemporaryFile) {
+  const fs::path p = dir_ / "f.txt";
+  write_file_atomically(p.string(), "first");
+  EXPECT_EQ(read_text(p), "first");
+  write_file_atomically(p.string(), "second, longer", /*durable=*/false);
+  EXPECT_EQ(read_text(p), "second, longer");
+  write_file_atomically(p.string(), "");
+  EXPECT_EQ(read_text(p), "");
+  EXPECT_FALSE(fs::exists(p.string() + ".tmp"));
+}
+
+TEST_F(AtomicFileTest, AMissingDirectoryIsAnErrorNamingTheFileAndTheReason) {
+  const std::string p = (dir_ / "no" / "f.txt").string();
+  const std::string msg = message_of<std::runtime_error>([&] { write_file_atomically(p, "x"); });
+  EXPECT_NE(msg.find(p + ".tmp"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("No such file or directory"), std::string::npos) << msg;
+}
+
+TEST_F(AtomicFileTest, AFailedRenameKeepsTheOldFileAndRemovesTheTemporary) {
+  // A non-empty directory in the way of the rename.
+  const fs::path p = dir_ / "blocked";
+  fs::create_directories(p / "inside");
+  const std::string msg =
+      message_of<std::runtime_error>([&] { write_file_atomically(p.string(), "x"); });
+  EXPECT_NE(msg.find("cannot rename " + p.string() + ".tmp to " + p.string()), std::string::npos)
+      << msg;
+  EXPECT_TRUE(fs::is_directory(p / "inside"));
+  EXPECT_FALSE(fs::exists(p.string() + ".tmp"));
+}
+
+TEST_F(AtomicFileTest, AWriteBeyondTheFileSizeLimitFailsAndChangesNothing) {
+  const fs::path p = dir_ / "f.bin";
+  write_file_atomically(p.string(), "old content");
+  std::string msg;
+  {
+    FileSizeLimit limit(1000);
+    msg = message_of<std::runtime_error>(
+        [&] { write_file_atomically(p.string(), std::string(5000, 'x')); });
+  }
+  EXPECT_EQ(msg, "cannot write " + p.string() + ".tmp: File too large");
+  EXPECT_EQ(read_text(p), "old content");
+  EXPECT_FALSE(fs::exists(p.string() + ".tmp"));
+}
+
+TEST_F(AtomicFileTest, AnUncommittedWriterRemovesItsTemporaryFile) {
+  const fs::path p = dir_ / "f.txt";
+  write_file_atomically(p.string(), "old");
+  {
+    AtomicFileWriter w(p.string());
+    w.write("new");
+    w.finish();
+    EXPECT_TRUE(fs::exists(w.temporary_path()));
+    EXPECT_EQ(w.temporary_path(), p.string() + ".tmp");
+  }
+  EXPECT_EQ(read_text(p), "old");
+  EXPECT_FALSE(fs::exists(p.string() + ".tmp"));
+}
+
+TEST_F(AtomicFileTest, TwoWritersCommitAfterBothAreWritten) {
+  const fs::path a = dir_ / "a", b = dir_ / "b";
+  AtomicFileWriter wa(a.string()), wb(b.string());
+  wa.write("A1");
+  wa.write(std::string_view("A2"));
+  wb.write("B", 1);
+  wa.finish();
+  wb.finish();
+  EXPECT_FALSE(fs::exists(a));
+  wa.commit();
+  wb.commit();
+  fsync_directory(dir_.string());
+  EXPECT_EQ(read_text(a), "A1A2");
+  EXPECT_EQ(read_text(b), "B");
+  EXPECT_FALSE(fs::exists(a.string() + ".tmp"));
+}
+
+TEST_F(AtomicFileTest, FsyncDirectoryNamesAMissingDirectory) {
+  const std::string d = (dir_ / "missing").string();
+  EXPECT_EQ(message_of<std::runtime_error>([&] { fsync_directory(d); }),
+            "cannot open directory " + d + ": No such file or directory");
+}
+
+TEST(ParentDirectory, IsTheDirectoryPartOrDot) {
+  EXPECT_EQ(parent_directory("a/b/c"), "a/b");
+  EXPECT_EQ(parent_directory("c"), ".");
+  EXPECT_EQ(parent_directory("/c"), "/");
+  EXPECT_EQ(parent_directory("./c"), ".");
+}
+
+}  // namespace
+}  // namespace trainpack

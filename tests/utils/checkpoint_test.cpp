@@ -1,0 +1,443 @@
+// Checkpoint files (utils/checkpoint.h): the data and index files, the checks on load, the
+// directory's `checkpoint` index in TensorFlow's text form, and resolve_checkpoint_path.
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "support/errors.h"
+#include "support/temp_dir.h"
+#include "support/trace.h"
+#include "trainpack/utils/checkpoint.h"
+#include "trainpack/utils/crc32c.h"
+
+namespace trainpack {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::LogCapture;
+using testing::message_of;
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_text(const fs::path& p, const std::string& text) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << text;
+}
+
+// As in atomic_file_test: the soft RLIMIT_FSIZE with SIGXFSZ ignored, while it lives.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &saved_);
+    old_handler_ = signal(SIGXFSZ, SIG_IGN);
+    rlimit limit = saved_;
+    limit.rlim_cur = bytes;
+    setrlimit(RLIMIT_FSIZE, &limit);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &saved_);
+    signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  rlimit saved_{};
+  sighandler_t old_handler_;
+};
+
+TensorMap sample_map() {
+  TensorMap m;
+  m["conv1.weight"] = at::arange(24, at::kFloat).reshape({2, 3, 4});
+  m["bn/num_batches_tracked"] = at::scalar_tensor(7, at::kLong);
+  m["variable/learning_rate"] = at::scalar_tensor(0.1, at::kDouble);
+  m["optimizer"] = at::arange(200, at::kInt).to(at::kByte);
+  m["empty"] = at::empty({0, 3}, at::kFloat);
+  m["transposed"] = at::arange(6, at::kDouble).reshape({2, 3}).t();  // not contiguous
+  m["mask"] = torch::tensor({true, false, true});
+  return m;
+}
+
+void expect_same(const TensorMap& a, const TensorMap& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, t] : a) {
+    ASSERT_EQ(b.count(name), 1u) << name;
+    const at::Tensor& u = b.at(name);
+    EXPECT_EQ(t.scalar_type(), u.scalar_type()) << name;
+    EXPECT_EQ(t.sizes(), u.sizes()) << name;
+    EXPECT_TRUE(at::equal(t, u)) << name;
+  }
+}
+
+// The files in `dir`, by name, sorted.
+std::vector<std::string> files_in(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = testing::make_temp_dir("checkpoint_test"); }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string prefix(const std::string& name = "model-600") const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+// ---- data and index files ----
+
+TEST_F(CheckpointTest, RoundTripsAMapOfTensors) {
+  const TensorMap m = sample_map();
+  write_checkpoint(prefix(), m);
+  EXPECT_EQ(files_in(dir_), (std::vector<std::string>{"model-600.data", "model-600.index"}));
+  expect_same(m, read_checkpoint(prefix()));
+  EXPECT_EQ(verify_checkpoint(prefix()), "");
+  EXPECT_TRUE(checkpoint_exists(prefix()));
+  EXPECT_FALSE(checkpoint_exists(prefix("model-601")));
+}
+
+TEST_F(CheckpointTest, RoundTripsAnEmptyMapWithoutFsync) {
+  write_checkpoint(prefix(), {}, CheckpointWriteOptions().fsync(false));
+  EXPECT_TRUE(read_checkpoint(prefix()).empty());
+}
+
+TEST_F(CheckpointTest, TheIndexHoldsTheFormatSizeChecksumAndEntryCount) {
+  write_checkpoint(prefix(), sample_map());
+  const std::string data = read_text(prefix() + ".data");
+  const std::string expected = fmt::format(
+      "format: trainpack-checkpoint 1\ndata_bytes: {}\ndata_crc32c: 0x{:08x}\nentries: 7\n",
+      data.size(), crc32c::value(data));
+  EXPECT_EQ(read_text(prefix() + ".index"), expected);
+  // The data file is a zip (PyTorch's format), as torch.save writes it.
+  EXPECT_EQ(data.substr(0, 4), std::string("PK\x03\x04", 4));
+}
+
+TEST_F(CheckpointTest, AnUndefinedTensorIsRejectedBeforeAnythingIsWritten) {
+  TensorMap m = sample_map();
+  m["bad"] = at::Tensor();
+  EXPECT_EQ(message_of<std::invalid_argument>([&] { write_checkpoint(prefix(), m); }),
+            "write_checkpoint(" + prefix() + "): the tensor 'bad' is undefined");
+  EXPECT_TRUE(files_in(dir_).empty());
+}
+
+TEST_F(CheckpointTest, PythonsTorchLoadReadsTheDataFile) {
+  // The first of these interpreters that has torch (a pyenv or venv python3 may come first in
+  // PATH; Debian's python3-torch is for /usr/bin/python3).
+  std::string python;
+  for (const char* candidate : {"python3", "/usr/bin/python3"}) {
+    const std::string probe = std::string(candidate) + " -c 'import torch' >/dev/null 2>&1";
+    if (std::system(probe.c_str()) == 0) {
+      python = candidate;
+      break;
+    }
+  }
+  if (python.empty()) {
+    GTEST_SKIP() << "python3 with torch is not installed (Debian: apt-get install python3-torch)";
+  }
+  write_checkpoint(prefix(), sample_map());
+  const fs::path out = dir_ / "py.txt";
+  const std::string cmd = python +
+                          " -c \"import torch, sys\n"
+                          "d = torch.load(sys.argv[1])\n"
+                          "lines = [type(d).__name__]\n"
+                          "for k in sorted(d):\n"
+                          "    v = d[k]\n"
+                          "    lines.append('%s %s %s %r' % (k, str(v.dtype), list(v.shape), "
+                          "v.double().sum().item()))\n"
+                          "open(sys.argv[2], 'w').write(chr(10).join(lines))\n\" " +
+                          prefix() + ".data " + out.string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  EXPECT_EQ(read_text(out),
+            "dict\n"
+            "bn/num_batches_tracked torch.int64 [] 7.0\n"
+            "conv1.weight torch.float32 [2, 3, 4] 276.0\n"
+            "empty torch.float32 [0, 3] 0.0\n"
+            "mask torch.bool [3] 2.0\n"
+            "optimizer torch.uint8 [200] 19900.0\n"
+            "transposed torch.float64 [3, 2] 15.0\n"
+            "variable/learning_rate torch.float64 [] 0.1");
+}
+
+TEST_F(CheckpointTest, ATruncatedDataFileIsRefusedNamingTheFile) {
+  write_checkpoint(prefix(), sample_map());
+  const std::string data_path = prefix() + ".data";
+  const auto size = fs::file_size(data_path);
+  fs::resize_file(data_path, size - 10);
+  const std::string msg = message_of<CheckpointError>([&] { read_checkpoint(prefix()); });
+  EXPECT_EQ(msg, fmt::format("{}: truncated ({} bytes, but its index says {})", data_path,
+                             size - 10, size));
+  EXPECT_EQ(verify_checkpoint(prefix()), msg);
+  try {
+    read_checkpoint(prefix());
+  } catch (const CheckpointError& e) {
+    EXPECT_EQ(e.path(), data_path);
+  }
+}
+
+TEST_F(CheckpointTest, AFlippedByteIsRefusedNamingTheFile) {
+  write_checkpoint(prefix(), sample_map());
+  const std::string data_path = prefix() + ".data";
+  std::string data = read_text(data_path);
+  data[data.size() / 2] = static_cast<char>(data[data.size() / 2] ^ 0x01);
+  write_text(data_path, data);
+  const std::string msg = message_of<CheckpointError>([&] { read_checkpoint(prefix()); });
+  EXPECT_EQ(msg.rfind(data_path + ": checksum mismatch (CRC-32C 0x", 0), 0u) << msg;
+  EXPECT_NE(msg.find("the file is corrupt"), std::string::npos) << msg;
+  EXPECT_EQ(verify_checkpoint(prefix()), msg);
+}
+
+TEST_F(CheckpointTest, MissingFilesAreRefusedNamingTheFile) {
+  EXPECT_EQ(message_of<CheckpointError>([&] { read_checkpoint(prefix()); }),
+            prefix() + ".index: the checkpoint's index file does not exist");
+  write_checkpoint(prefix(), sample_map());
+  fs::remove(prefix() + ".data");
+  EXPECT_EQ(message_of<CheckpointError>([&] { read_checkpoint(prefix()); }),
+            prefix() + ".data: the checkpoint's data file does not exist");
+}
+
+TEST_F(CheckpointTest, MalformedIndexFilesAreRefusedNamingTheFile) {
+  write_checkpoint(prefix(), sample_map());
+  const std::string index_path = prefix() + ".index";
+  const std::string good = read_text(index_path);
+  const std::string crc_line = good.substr(good.find("data_crc32c"));
+  struct Case {
+    std::string text;
+    std::string reason;
+  };
+  const std::vector<Case> cases = {
+      {"", "the index file is empty"},
+      {"format: trainpack-checkpoint 1\ndata_bytes: 5",
+       "the index file is truncated (no final "
+       "newline)"},
+      {"hello\n", "line 1: expected 'key: value', got 'hello'"},
+      {"data_bytes: 5\n", "not a trainpack checkpoint index (the first line is not 'format: ...')"},
+      {"format: trainpack-checkpoint 2\n",
+       "unsupported format 'trainpack-checkpoint 2' (this trainpack reads 'trainpack-checkpoint "
+       "1')"},
+      {"format: trainpack-checkpoint 1\ndata_bytes: 5\n", "the index file lacks 'data_crc32c'"},
+      {"format: trainpack-checkpoint 1\ndata_bytes: 5\ndata_bytes: 5\n",
+       "line 3: 'data_bytes' appears twice"},
+      {"format: trainpack-checkpoint 1\ndata_bytes: -5\n", "line 2: bad data_bytes '-5'"},
+      {"format: trainpack-checkpoint 1\ndata_crc32c: 1234\n", "line 2: bad data_crc32c '1234'"},
+      {"format: trainpack-checkpoint 1\ncolour: blue\n", "line 2: unknown field 'colour'"},
+  };
+  for (const Case& c : cases) {
+    write_text(index_path, c.text);
+    EXPECT_EQ(message_of<CheckpointError>([&] { read_checkpoint(prefix()); }),
+              index_path + ": " + c.reason)
+        << c.text;
+  }
+  // A valid index with the wrong entry count: decoded, then refused.
+  std::string wrong = good;
+  wrong.replace(wrong.find("entries: 7"), 10, "entries: 8");
+  write_text(index_path, wrong);
+  EXPECT_EQ(message_of<CheckpointError>([&] { read_checkpoint(prefix()); }),
+            prefix() + ".data: holds 7 entries, but its index says 8");
+}
+
+TEST_F(CheckpointTest, AFailedWriteLeavesTheExistingCheckpointAsItWas) {
+  const TensorMap small = {{"a", at::ones({4})}};
+  write_checkpoint(prefix(), small);
+  const std::string before_index = read_text(prefix() + ".index");
+  std::string msg;
+  {
+    FileSizeLimit limit(2000);
+    msg = message_of<std::runtime_error>([&] {
+      write_checkpoint(prefix(), {{"a", at::ones({10000})}});
+    });
+  }
+  EXPECT_EQ(msg, "cannot write " + prefix() + ".data.tmp: File too large");
+  EXPECT_EQ(read_text(prefix() + ".index"), before_index);
+  expect_same(small, read_checkpoint(prefix()));
+  EXPECT_EQ(files_in(dir_), (std::vector<std::string>{"model-600.data", "model-600.index"}));
+}
+
+TEST_F(CheckpointTest, AnUnwritableDirectoryIsAnErrorNamingTheFile) {
+  const std::string p = (dir_ / "gone" / "model-1").string();
+  EXPECT_EQ(message_of<std::runtime_error>([&] { write_checkpoint(p, sample_map()); }),
+            "cannot create " + p + ".data.tmp: No such file or directory");
+}
+
+TEST_F(CheckpointTest, CopyAndRemove) {
+  const TensorMap m = sample_map();
+  write_checkpoint(prefix(), m);
+  copy_checkpoint(prefix(), prefix("min-val-error"));
+  expect_same(m, read_checkpoint(prefix("min-val-error")));
+  EXPECT_EQ(read_text(prefix() + ".data"), read_text(prefix("min-val-error") + ".data"));
+  remove_checkpoint(prefix());
+  remove_checkpoint(prefix());  // nothing left: not an error
+  EXPECT_EQ(files_in(dir_),
+            (std::vector<std::string>{"min-val-error.data", "min-val-error.index"}));
+}
+
+TEST_F(CheckpointTest, ACorruptCheckpointIsNotCopied) {
+  write_checkpoint(prefix(), sample_map());
+  fs::resize_file(prefix() + ".data", 100);
+  EXPECT_EQ(message_of<CheckpointError>([&] {
+              copy_checkpoint(prefix(), prefix("best"));
+            }).rfind(prefix() + ".data: truncated", 0),
+            0u);
+  EXPECT_FALSE(fs::exists(prefix("best") + ".data"));
+  EXPECT_FALSE(fs::exists(prefix("best") + ".index"));
+}
+
+// ---- the `checkpoint` index file ----
+
+CheckpointIndex sample_index() {
+  CheckpointIndex index;
+  index.model_checkpoint_path = "model-600";
+  index.all_model_checkpoint_paths = {"model-500", "model-600"};
+  index.all_model_checkpoint_timestamps = {1763850000.5, 1763850060.25};
+  index.last_preserved_timestamp = 1763849940;
+  return index;
+}
+
+TEST_F(CheckpointTest, TheCheckpointIndexIsTensorFlowsTextForm) {
+  write_checkpoint_index(dir_.string(), sample_index());
+  EXPECT_EQ(read_text(dir_ / "checkpoint"),
+            "model_checkpoint_path: \"model-600\"\n"
+            "all_model_checkpoint_paths: \"model-500\"\n"
+            "all_model_checkpoint_paths: \"model-600\"\n"
+            "all_model_checkpoint_timestamps: 1763850000.5\n"
+            "all_model_checkpoint_timestamps: 1763850060.25\n"
+            "last_preserved_timestamp: 1763849940\n");
+  const auto back = read_checkpoint_index(dir_.string());
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->model_checkpoint_path, "model-600");
+  EXPECT_EQ(back->all_model_checkpoint_paths, sample_index().all_model_checkpoint_paths);
+  EXPECT_EQ(back->all_model_checkpoint_timestamps, sample_index().all_model_checkpoint_timestamps);
+  EXPECT_EQ(back->last_preserved_timestamp, 1763849940);
+  EXPECT_FALSE(fs::exists(dir_ / "checkpoint.tmp"));
+}
+
+TEST_F(CheckpointTest, TheCheckpointIndexOmitsEmptyFieldsAndEscapesNames) {
+  CheckpointIndex index;
+  index.model_checkpoint_path = "a \"b\"\\c\n\xc3\xa9";
+  index.all_model_checkpoint_paths = {index.model_checkpoint_path};
+  write_checkpoint_index(dir_.string(), index);
+  EXPECT_EQ(read_text(dir_ / "checkpoint"),
+            "model_checkpoint_path: \"a \\\"b\\\"\\\\c\\n\\303\\251\"\n"
+            "all_model_checkpoint_paths: \"a \\\"b\\\"\\\\c\\n\\303\\251\"\n");
+  EXPECT_EQ(read_checkpoint_index(dir_.string())->model_checkpoint_path,
+            index.model_checkpoint_path);
+}
+
+TEST_F(CheckpointTest, ReadsTheIndexThatTensorFlowWrites) {
+  write_text(dir_ / "checkpoint",
+             "model_checkpoint_path: \"model-600\"\n"
+             "all_model_checkpoint_paths: \"model-500\"\n"
+             "all_model_checkpoint_paths: 'model-600'\n"
+             "\n"
+             "  last_preserved_timestamp:1.7e9  \n");
+  const auto index = read_checkpoint_index(dir_.string());
+  ASSERT_TRUE(index.has_value());
+  EXPECT_EQ(index->model_checkpoint_path, "model-600");
+  EXPECT_EQ(index->all_model_checkpoint_paths,
+            (std::vector<std::string>{"model-500", "model-600"}));
+  EXPECT_TRUE(index->all_model_checkpoint_timestamps.empty());
+  EXPECT_EQ(index->last_preserved_timestamp, 1.7e9);
+}
+
+TEST_F(CheckpointTest, NoCheckpointIndexIsNullopt) {
+  EXPECT_FALSE(read_checkpoint_index(dir_.string()).has_value());
+}
+
+TEST_F(CheckpointTest, MalformedCheckpointIndexFilesAreRefusedNamingTheFile) {
+  const std::string path = (dir_ / "checkpoint").string();
+  struct Case {
+    std::string text;
+    std::string reason;
+  };
+  const std::vector<Case> cases = {
+      {"", "names no checkpoint (no model_checkpoint_path)"},
+      {"model_checkpoint_path: \"\"\n", "names no checkpoint (no model_checkpoint_path)"},
+      {"model_checkpoint_path: model-6\n",
+       "line 1: not a quoted string for 'model_checkpoint_path': model-6"},
+      {"model_checkpoint_path: \"model-6\n",
+       "line 1: not a quoted string for 'model_checkpoint_path': \"model-6"},
+      {"model_checkpoint_path: \"a\"b\"\n",
+       "line 1: not a quoted string for 'model_checkpoint_path': \"a\"b\""},
+      {"model_checkpoint_path: \"a\\q\"\n",
+       "line 1: not a quoted string for 'model_checkpoint_path': \"a\\q\""},
+      {"model_checkpoint_path: \"a\"\nmodel_checkpoint_path: \"b\"\n",
+       "line 2: 'model_checkpoint_path' appears twice"},
+      {"model_checkpoint_path: \"a\"\nlatest: \"b\"\n", "line 2: unknown field 'latest'"},
+      {"model_checkpoint_path: \"a\"\nsomething\n",
+       "line 2: expected 'field: value', got 'something'"},
+      {"model_checkpoint_path: \"a\"\nall_model_checkpoint_timestamps: soon\n",
+       "line 2: not a number for 'all_model_checkpoint_timestamps': soon"},
+      {"model_checkpoint_path: \"a\"\nall_model_checkpoint_paths: \"a\"\n"
+       "all_model_checkpoint_timestamps: 1\nall_model_checkpoint_timestamps: 2\n",
+       "has 2 all_model_checkpoint_timestamps for 1 all_model_checkpoint_paths"},
+  };
+  for (const Case& c : cases) {
+    write_text(path, c.text);
+    EXPECT_EQ(message_of<CheckpointError>([&] { read_checkpoint_index(dir_.string()); }),
+              path + ": " + c.reason)
+        << c.text;
+  }
+}
+
+// ---- resolve_checkpoint_path ----
+
+TEST_F(CheckpointTest, ResolvesDirectoriesIndexFilesAndSuffixes) {
+  write_checkpoint(prefix("model-500"), sample_map());
+  write_checkpoint(prefix(), sample_map());
+  write_checkpoint_index(dir_.string(), sample_index());
+  EXPECT_EQ(resolve_checkpoint_path(dir_.string()), prefix());
+  EXPECT_EQ(resolve_checkpoint_path((dir_ / "checkpoint").string()), prefix());
+  EXPECT_EQ(resolve_checkpoint_path(prefix("model-500")), prefix("model-500"));
+  LogCapture log;
+  EXPECT_EQ(resolve_checkpoint_path(prefix("model-500") + ".data"), prefix("model-500"));
+  EXPECT_EQ(resolve_checkpoint_path(prefix("model-500") + ".index"), prefix("model-500"));
+  EXPECT_EQ(log.lines(), (std::vector<std::string>{
+                             "Checkpoint path " + prefix("model-500") +
+                                 ".data is auto-corrected to " + prefix("model-500") + ".",
+                             "Checkpoint path " + prefix("model-500") +
+                                 ".index is auto-corrected to " + prefix("model-500") + "."}));
+}
+
+TEST_F(CheckpointTest, ResolvesABareNameInTheCurrentDirectory) {
+  write_checkpoint(prefix(), sample_map());
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir_);
+  std::string resolved, missing;
+  try {
+    resolved = resolve_checkpoint_path("model-600");
+    missing = message_of<CheckpointError>([&] { resolve_checkpoint_path("model-7"); });
+  } catch (...) {
+  }
+  fs::current_path(cwd);
+  EXPECT_EQ(resolved, "./model-600");
+  EXPECT_EQ(missing, "./model-7: no such checkpoint (./model-7.index does not exist)");
+}
+
+TEST_F(CheckpointTest, ResolveRefusesWhatNamesNoCheckpoint) {
+  EXPECT_EQ(message_of<CheckpointError>([&] { resolve_checkpoint_path(dir_.string()); }),
+            dir_.string() + ": no checkpoint index file 'checkpoint' in " + dir_.string());
+  write_checkpoint_index(dir_.string(), sample_index());  // names model-600, which is not there
+  EXPECT_EQ(message_of<CheckpointError>([&] { resolve_checkpoint_path(dir_.string()); }),
+            prefix() + ": no such checkpoint (" + prefix() + ".index does not exist)");
+  EXPECT_EQ(message_of<CheckpointError>([&] { resolve_checkpoint_path(""); }),
+            ": the checkpoint path is empty");
+}
+
+}  // namespace
+}  // namespace trainpack
