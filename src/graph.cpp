@@ -66,6 +66,35 @@ void Graph::add_variable(const std::string& name, at::Tensor tensor) {
                            [tensor](double v) mutable { tensor.fill_(v); }, tensor, floating});
 }
 
+void Graph::add_module(const std::string& name, std::shared_ptr<torch::nn::Module> module) {
+  check_mutable("add_module", name);
+  if (module == nullptr) {
+    throw std::invalid_argument(fmt::format("Graph::add_module('{}'): the module is null", name));
+  }
+  for (const auto& entry : modules_) {
+    if (entry.first == name) {
+      throw std::invalid_argument(
+          fmt::format("Graph::add_module: a module named '{}' already exists", name));
+    }
+  }
+  modules_.emplace_back(name, std::move(module));
+}
+
+void Graph::add_optimizer(const std::string& name, torch::optim::Optimizer* optimizer) {
+  check_mutable("add_optimizer", name);
+  if (optimizer == nullptr) {
+    throw std::invalid_argument(
+        fmt::format("Graph::add_optimizer('{}'): the optimizer is null", name));
+  }
+  for (const auto& entry : optimizers_) {
+    if (entry.first == name) {
+      throw std::invalid_argument(
+          fmt::format("Graph::add_optimizer: an optimizer named '{}' already exists", name));
+    }
+  }
+  optimizers_.emplace_back(name, optimizer);
+}
+
 bool Graph::has_variable(const std::string& name) const { return variables_.count(name) != 0; }
 
 const Graph::Variable& Graph::variable(const std::string& name) const {

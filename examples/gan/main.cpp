@@ -222,6 +222,11 @@ class GanTrainer : public trainpack::TowerTrainer {
     for (const auto& p : net->named_parameters()) {
       graph().add_trainable_variable(p.key(), p.value());
     }
+    // For ModelSaver / SaverRestore: one module (its names start with gen. and discrim.) and
+    // the two optimizers.
+    graph().add_module("", net.ptr());
+    graph().add_optimizer("gen", g_opt_.get());
+    graph().add_optimizer("discrim", d_opt_.get());
 
     // What the image shows: fixed real samples and a fixed batch of z.
     at::Generator gen = at::detail::createCPUGenerator(seed + 1);

@@ -22,9 +22,19 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace torch {
+namespace nn {
+class Module;
+}  // namespace nn
+namespace optim {
+class Optimizer;
+}  // namespace optim
+}  // namespace torch
 
 namespace trainpack {
 
@@ -70,6 +80,23 @@ class Graph {
     return trainable_;
   }
 
+  // The global state that ModelSaver saves and the SessionInit family restores (tensorpack's
+  // GLOBAL_VARIABLES): modules (their parameters and buffers) and optimizers (their state and
+  // parameter groups), registered by the trainer at setup under a name that prefixes their
+  // entries in a checkpoint ("" for the single module of a SingleCostTrainer: its entries are
+  // the module's own names, e.g. "conv1.weight"; a GAN trainer registers "gen" and "discrim").
+  // The graph keeps the pointers: the objects must outlive the trainer's use of them. Throws
+  // std::invalid_argument if the name is taken or the pointer is null, std::logic_error after
+  // finalize().
+  void add_module(const std::string& name, std::shared_ptr<torch::nn::Module> module);
+  void add_optimizer(const std::string& name, torch::optim::Optimizer* optimizer);
+  const std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>>& modules() const {
+    return modules_;
+  }
+  const std::vector<std::pair<std::string, torch::optim::Optimizer*>>& optimizers() const {
+    return optimizers_;
+  }
+
   void add_to_collection(const std::string& key, Op op);
   // The closures registered under `key`, in registration order (empty if none).
   const std::vector<Op>& collection(const std::string& key) const;
@@ -105,6 +132,8 @@ class Graph {
   std::map<std::string, Op> ops_;
   std::map<std::string, std::vector<Op>> collections_;
   std::vector<std::pair<std::string, at::Tensor>> trainable_;
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> modules_;
+  std::vector<std::pair<std::string, torch::optim::Optimizer*>> optimizers_;
   std::string scope_;
   bool finalized_ = false;
 };

@@ -2,8 +2,15 @@
 // `tfutils/sessinit.py`). The trainer calls setup_graph(trainer) and then run_init(trainer)
 // in `Trainer::initialize`, after the callbacks' setup_graph and before before_train.
 //
-// This file holds the interface and JustCurrentSession (keep the state as constructed). The
-// restoring initialisers (SaverRestore, DictRestore, ChainInit) build on it.
+// Public names: SessionInit, JustCurrentSession, SaverRestore, DictRestore, ChainInit.
+//
+//   trainer.train_with_defaults(TrainOptions()...
+//       .session_init(std::make_shared<SaverRestore>("train_log/run1/checkpoint")));
+//
+// SaverRestore and DictRestore put a name -> tensor map into the trainer with
+// restore_training_state (train/state.h: the entries, and which are "training-only"): the
+// parameters and buffers of the modules the trainer registered, the optimizer state, the Graph
+// variables, the RNG states, the callbacks' states and the counters (the resume point).
 //
 // Differences from tensorpack: there is no session; `run_init` receives the trainer, whose Graph
 // variables and modules it restores. The variable initialisers that TF runs first are the
@@ -12,6 +19,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
+
+#include <torch/arg.h>
+
+#include "trainpack/train/state.h"
 
 namespace trainpack {
 
@@ -34,6 +46,77 @@ class JustCurrentSession : public SessionInit {
  public:
   void run_init(Trainer& /*trainer*/) override {}
   bool is_noop() const override { return true; }
+};
+
+struct SaverRestoreOptions {
+  // Entries not to restore (exact names, or prefixes ending in '/': "optimizer/" keeps the
+  // optimizer as constructed). tensorpack's `ignore`.
+  TORCH_ARG(std::vector<std::string>, ignore);
+  // Restore the trainer's counters (continue at the checkpoint's epoch and step). Off: load the
+  // weights (and everything else) but start training at the configured starting_epoch.
+  TORCH_ARG(bool, restore_counters) = true;
+};
+
+// Restores a checkpoint written by ModelSaver (tensorpack's SaverRestore).
+//   std::make_shared<SaverRestore>("train_log/run1/model-600")   // one checkpoint
+//   std::make_shared<SaverRestore>("train_log/run1/checkpoint")  // the latest in that index
+//   std::make_shared<SaverRestore>("train_log/run1")             // same
+// The path is resolved at construction (resolve_checkpoint_path: `.data`/`.index` suffixes are
+// auto-corrected with a log line); `path()` is the result. run_init logs `Restoring checkpoint
+// from {path} ...`, reads and verifies the checkpoint (size and checksum) and restores it; a
+// partial restore reports the names it skipped and the ones missing.
+// Errors: a path with no checkpoint is a CheckpointError naming it (at construction); a
+// truncated or corrupt file is a CheckpointError naming the file (at run_init, before anything
+// is changed); a shape mismatch is std::invalid_argument naming the entry.
+// Differences from tensorpack: no `prefix` argument (names are the modules' own); the trainer
+// counters, the RNG and callback states are restored too (spec 22 #7).
+class SaverRestore : public SessionInit {
+ public:
+  explicit SaverRestore(const std::string& path, SaverRestoreOptions options = {});
+  void run_init(Trainer& trainer) override;
+  // The resolved checkpoint prefix.
+  const std::string& path() const { return path_; }
+  // What the last run_init did.
+  const RestoreReport& report() const { return report_; }
+
+ private:
+  std::string path_;
+  SaverRestoreOptions options_;
+  RestoreReport report_;
+};
+
+// Restores from a name -> tensor map (tensorpack's DictRestore), e.g. weights made by another
+// program: `DictRestore({{"fc.weight", w}, {"fc.bias", b}})`. Entries use the names of
+// train/state.h. Logs `Restoring {n} variables from dict ...` and the mismatches both ways.
+// Counters are restored only when the map has trainer/* entries.
+// Errors: a shape mismatch is std::invalid_argument naming the entry (nothing is changed).
+// Differences from tensorpack: no ":0" suffixes; `ignore_mismatch` is not offered (a mismatch
+// is an error).
+class DictRestore : public SessionInit {
+ public:
+  explicit DictRestore(TensorMap tensors, SaverRestoreOptions options = {});
+  void run_init(Trainer& trainer) override;
+  const RestoreReport& report() const { return report_; }
+
+ private:
+  TensorMap tensors_;
+  SaverRestoreOptions options_;
+  RestoreReport report_;
+};
+
+// Runs several initialisers in order (tensorpack's ChainInit): a later one overrides what an
+// earlier one restored. Null entries are std::invalid_argument at construction.
+//   ChainInit({std::make_shared<SaverRestore>(pretrained), std::make_shared<DictRestore>(head)})
+class ChainInit : public SessionInit {
+ public:
+  explicit ChainInit(std::vector<std::shared_ptr<SessionInit>> inits);
+  void setup_graph(Trainer& trainer) override;
+  void run_init(Trainer& trainer) override;
+  bool is_noop() const override;
+  std::string name() const override;
+
+ private:
+  std::vector<std::shared_ptr<SessionInit>> inits_;
 };
 
 }  // namespace trainpack

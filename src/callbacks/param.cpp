@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "trainpack/detail/callback_state.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/humanize.h"
 #include "trainpack/utils/logger.h"
@@ -151,13 +152,55 @@ std::optional<double> HyperParamSetter::get_value_to_set() {
 double HyperParamSetter::get_current_value() const { return param_->get_value(); }
 
 void HyperParamSetter::set_param() {
+  applied_epoch_ = epoch_num();
   if (std::optional<double> v = get_value_to_set()) param_->set_value(*v);
 }
 
 void HyperParamSetter::_setup_graph() { param_->setup_graph(graph()); }
 
+CallbackState HyperParamSetter::setter_state() const {
+  CallbackState s;
+  if (last_value_) s["last_value"] = detail::state_scalar(*last_value_);
+  s["last_epoch_set"] = detail::state_scalar(last_epoch_set_);
+  s["applied_epoch"] = detail::state_scalar(applied_epoch_);
+  s["value"] = detail::state_scalar(get_current_value());
+  return s;
+}
+
+void HyperParamSetter::load_setter_state(const CallbackState& state) {
+  const std::string who = name();
+  const int64_t last_epoch_set = detail::state_int(who, state, "last_epoch_set");
+  const int64_t applied_epoch = detail::state_int(who, state, "applied_epoch");
+  const double value = detail::state_double(who, state, "value");
+  std::optional<double> last_value;
+  if (detail::find_state(state, "last_value") != nullptr) {
+    last_value = detail::state_double(who, state, "last_value");
+  }
+  last_value_ = last_value;
+  last_epoch_set_ = last_epoch_set;
+  applied_epoch_ = applied_epoch;
+  resumed_ = true;
+  // A Graph variable comes back with the checkpoint (or was left out of the restore on purpose);
+  // any other param is in no checkpoint but this one.
+  if (dynamic_cast<const GraphVarParam*>(param_.get()) == nullptr) param_->set_value(value);
+}
+
+CallbackState HyperParamSetter::state() const { return setter_state(); }
+
+void HyperParamSetter::load_state(const CallbackState& state) {
+  detail::check_state_keys(name(), state,
+                           {"last_value", "last_epoch_set", "applied_epoch", "value"});
+  load_setter_state(state);
+}
+
 void HyperParamSetter::_before_train() {
-  if (enable_before_train_) set_param();
+  const bool resumed = resumed_;
+  resumed_ = false;
+  if (!enable_before_train_) return;
+  // Resumed right after this setter ran at the end of epoch epoch_num(): running it again would
+  // apply a function of the current value twice.
+  if (resumed && applied_epoch_ == epoch_num() && !rerun_at_resume_) return;
+  set_param();
 }
 
 void HyperParamSetter::_trigger() { set_param(); }
@@ -181,6 +224,7 @@ HumanHyperParamSetter::HumanHyperParamSetter(HyperParamRef param, std::string fi
     path_ = (std::filesystem::path(*dir) / file).string();
   }
   TP_LOG_INFO("Use {} to set hyperparam: '{}'.", path_, param_->readable_name());
+  rerun_at_resume_ = true;  // an edit made while the run was down applies at once
 }
 
 std::optional<double> HumanHyperParamSetter::_get_value_to_set() {
@@ -377,6 +421,38 @@ StatMonitorParamSetter::StatMonitorParamSetter(HyperParamRef param, std::string 
   }
   last_k_ = static_cast<size_t>(last_k);
   enable_before_train_ = false;
+}
+
+CallbackState StatMonitorParamSetter::state() const {
+  CallbackState s = setter_state();
+  std::vector<int64_t> steps;
+  std::vector<double> values;
+  for (const auto& [step, value] : history_) {
+    steps.push_back(step);
+    values.push_back(value);
+  }
+  s["history_steps"] = detail::state_vector(steps);
+  s["history_values"] = detail::state_vector(values);
+  return s;
+}
+
+void StatMonitorParamSetter::load_state(const CallbackState& state) {
+  const std::string who = name();
+  detail::check_state_keys(who, state,
+                           {"last_value", "last_epoch_set", "applied_epoch", "value",
+                            "history_steps", "history_values"});
+  const std::vector<int64_t> steps = detail::state_ints(who, state, "history_steps");
+  const std::vector<double> values = detail::state_doubles(who, state, "history_values");
+  if (steps.size() != values.size()) {
+    throw std::invalid_argument(fmt::format(
+        "{}: the saved state entries 'history_steps' and 'history_values' should have the same "
+        "length, but have {} and {}",
+        who, steps.size(), values.size()));
+  }
+  load_setter_state(state);
+  history_.clear();
+  const size_t first = steps.size() > last_k_ ? steps.size() - last_k_ : 0;
+  for (size_t i = first; i < steps.size(); ++i) history_.emplace_back(steps[i], values[i]);
 }
 
 std::optional<double> StatMonitorParamSetter::_get_value_to_set() {

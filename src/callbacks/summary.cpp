@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "trainpack/callbacks/monitor_base.h"
+#include "trainpack/detail/callback_state.h"
 #include "trainpack/graph.h"
 #include "trainpack/train/tower.h"
 #include "trainpack/train/trainer.h"
@@ -48,6 +49,67 @@ void MovingAverageSummary::update() {
         "[MovingAverageSummary] {} operations in collection '{}' will be run with session hooks.",
         ops_->size() + n, collection_);
   }
+}
+
+namespace {
+constexpr const char* kBiased = "biased/";
+constexpr const char* kUpdates = "updates/";
+constexpr const char* kDecay = "decay/";
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+}  // namespace
+
+CallbackState MovingAverageSummary::state() const {
+  // Only the default collection updates the tower's averages (the Graph collection's closures
+  // keep their own state, if any).
+  if (!is_set_up() || collection_ != Graph::kMovingSummaryOps) return {};
+  CallbackState s;
+  for (const auto& m : trainer().tower_registry().moving_average_states()) {
+    s[kBiased + m.name] = detail::state_scalar(m.biased);
+    s[kUpdates + m.name] = detail::state_scalar(m.updates);
+    s[kDecay + m.name] = detail::state_scalar(m.decay);
+  }
+  return s;
+}
+
+void MovingAverageSummary::load_state(const CallbackState& state) {
+  const std::string who = name();
+  if (!is_set_up()) {
+    throw std::logic_error(who + "::load_state called before setup_graph");
+  }
+  if (collection_ != Graph::kMovingSummaryOps) {
+    detail::check_state_keys(who, state, {});
+    return;
+  }
+  std::vector<TowerRegistry::MovingAverageState> states;
+  for (const auto& kv : state) {
+    const std::string& key = kv.first;
+    if (starts_with(key, kBiased)) {
+      TowerRegistry::MovingAverageState m;
+      m.name = key.substr(std::char_traits<char>::length(kBiased));
+      m.biased = detail::state_double(who, state, key);
+      m.updates = detail::state_int(who, state, kUpdates + m.name);
+      m.decay = detail::state_double(who, state, kDecay + m.name);
+      if (m.updates < 1 || !(m.decay >= 0.0 && m.decay < 1.0)) {
+        throw std::invalid_argument(fmt::format(
+            "{}: the saved moving average '{}' has updates {} and decay {}; expected updates >= 1 "
+            "and decay in [0, 1)",
+            who, m.name, m.updates, m.decay));
+      }
+      states.push_back(std::move(m));
+      continue;
+    }
+    std::string name;
+    if (starts_with(key, kUpdates)) name = key.substr(std::char_traits<char>::length(kUpdates));
+    if (starts_with(key, kDecay)) name = key.substr(std::char_traits<char>::length(kDecay));
+    if (name.empty() || state.count(kBiased + name) == 0) {
+      throw std::invalid_argument(fmt::format(
+          "{}: the saved state has an entry '{}' that this callback does not save (its entries: "
+          "biased/<name>, updates/<name> and decay/<name> for each moving average)",
+          who, key));
+    }
+  }
+  trainer().tower_registry().restore_moving_averages(std::move(states));
 }
 
 // ---- merging the tower's summaries ----
@@ -255,6 +317,63 @@ void SimpleMovingAverage::_after_run(const StepContext& /*ctx*/, const RunValues
     ring_[row * n + i] = t.item<double>();  // a host sync, inherent to this callback
   }
   ++rows_;
+}
+
+CallbackState SimpleMovingAverage::state() const {
+  const size_t n = tags_.size();
+  const int64_t held = std::min(rows_, window_);
+  const int64_t oldest = rows_ > window_ ? rows_ % window_ : 0;
+  CallbackState s;
+  s["rows"] = detail::state_scalar(rows_);
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<double> column;
+    column.reserve(static_cast<size_t>(held));
+    for (int64_t r = 0; r < held; ++r) {
+      column.push_back(ring_[static_cast<size_t>((oldest + r) % window_) * n + i]);
+    }
+    s["values/" + names()[i]] = detail::state_vector(column);
+  }
+  return s;
+}
+
+void SimpleMovingAverage::load_state(const CallbackState& state) {
+  const std::string who = name();
+  const size_t n = tags_.size();
+  for (const auto& kv : state) {
+    bool known = kv.first == "rows";
+    for (const auto& name : names()) known = known || kv.first == "values/" + name;
+    if (!known) {
+      throw std::invalid_argument(fmt::format(
+          "{}: the saved state has an entry '{}' that this callback does not save (its entries: "
+          "rows, and values/<name> for {})",
+          who, kv.first, fmt::join(names(), ", ")));
+    }
+  }
+  const int64_t rows = detail::state_int(who, state, "rows");
+  std::vector<std::vector<double>> columns;
+  for (const auto& name : names()) {
+    columns.push_back(detail::state_doubles(who, state, "values/" + name));
+  }
+  const int64_t saved = static_cast<int64_t>(columns.front().size());
+  for (size_t i = 0; i < n; ++i) {
+    if (static_cast<int64_t>(columns[i].size()) != saved || rows < saved) {
+      throw std::invalid_argument(
+          fmt::format("{}: the saved state entry 'values/{}' has {} values, but 'rows' is {} and "
+                      "'values/{}' has {}; every column holds min(rows, window) values",
+                      who, names()[i], columns[i].size(), rows, names()[0], saved));
+    }
+  }
+  // The last min(saved, window) rows go where an uninterrupted run holds them. (A window larger
+  // than the saved one holds only the saved rows: they count as all there were.)
+  const int64_t kept = std::min(saved, window_);
+  rows_ = kept < std::min(rows, window_) ? kept : rows;
+  for (int64_t r = 0; r < kept; ++r) {
+    const int64_t appended = rows_ - kept + r;  // the row's 0-based number among all appended
+    const auto slot = static_cast<size_t>(appended % window_);
+    for (size_t i = 0; i < n; ++i) {
+      ring_[slot * n + i] = columns[i][static_cast<size_t>(saved - kept + r)];
+    }
+  }
 }
 
 void SimpleMovingAverage::_trigger_step() {

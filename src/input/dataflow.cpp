@@ -1,5 +1,6 @@
 #include "trainpack/input/dataflow.h"
 
+#include <algorithm>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -192,7 +193,11 @@ std::optional<Datapoint> BatchData::_next() {
 }
 
 void BatchData::_seek(int64_t datapoints_consumed_in_this_pass) {
-  ds_->seek(datapoints_consumed_in_this_pass * batch_size_);
+  int64_t target = datapoints_consumed_in_this_pass * batch_size_;
+  // With remainder the last batch is short: seeking past it (to size()) is the pass's end.
+  const auto n = ds_->size();
+  if (remainder_ && n && datapoints_consumed_in_this_pass == *size()) target = std::min(target, *n);
+  ds_->seek(target);
 }
 
 // ---- MapData ----

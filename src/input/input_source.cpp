@@ -4,10 +4,12 @@
 #include <fmt/format.h>
 #include <torch/cuda.h>
 
+#include <cmath>
 #include <functional>
 #include <stdexcept>
 #include <utility>
 
+#include "trainpack/detail/callback_state.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/logger.h"
 
@@ -15,15 +17,21 @@ namespace trainpack {
 
 namespace {
 
-// The callback of a source's lifecycle: functions run in before_train and after_train.
+// The callback of a source's lifecycle: functions run in before_train and after_train, and its
+// resumable state (see "Exact resume" in input_source.h).
 class SourceCallback : public Callback {
  public:
   SourceCallback(std::string name, std::function<void()> before_train,
-                 std::function<void()> after_train)
+                 std::function<void()> after_train, std::function<CallbackState()> state,
+                 std::function<void(const CallbackState&)> load_state)
       : name_(std::move(name)),
         before_train_(std::move(before_train)),
-        after_train_(std::move(after_train)) {}
+        after_train_(std::move(after_train)),
+        state_(std::move(state)),
+        load_state_(std::move(load_state)) {}
   std::string name() const override { return name_; }
+  CallbackState state() const override { return state_(); }
+  void load_state(const CallbackState& state) override { load_state_(state); }
 
  protected:
   void _before_train() override {
@@ -37,7 +45,20 @@ class SourceCallback : public Callback {
   std::string name_;
   std::function<void()> before_train_;
   std::function<void()> after_train_;
+  std::function<CallbackState()> state_;
+  std::function<void(const CallbackState&)> load_state_;
 };
+
+CallbackState position_entries(InputPosition p) {
+  return {{"pass", detail::state_scalar(p.pass)}, {"position", detail::state_scalar(p.position)}};
+}
+
+InputPosition read_position(const std::string& who, const CallbackState& state) {
+  InputPosition p;
+  p.pass = detail::state_int(who, state, "pass");
+  p.position = detail::state_int(who, state, "position");
+  return p;
+}
 
 constexpr const char* kQueueName = "QueueInput/input_queue";
 constexpr const char* kQueueSizeTag = "QueueInput/queue_size";
@@ -45,18 +66,46 @@ constexpr const char* kQueueSizeTag = "QueueInput/queue_size";
 // Records the zero-debiased EMA (decay 0.5, add_moving_summary's formula) of QueueInput's queue
 // length as the scalar summary QueueInput/queue_size, in before_run of every hooked run. The
 // value lives in one preallocated 0-dim tensor updated in place: nothing is allocated per step.
+// The EMA is saved with QueueInput's own callback (entries `queue_size_biased`, float64, and
+// `queue_size_updates`, int64): a state of this callback, named "QueueInput/queue_size", would
+// be taken for entries of the callback "QueueInput".
 class QueueSizeSummary : public Callback {
  public:
   explicit QueueSizeSummary(const QueueInput& source)
       : source_(source), value_(at::zeros({}, at::kFloat)) {}
   std::string name() const override { return kQueueSizeTag; }
 
+  void add_state(CallbackState* state) const {
+    (*state)["queue_size_biased"] = detail::state_scalar(biased_);
+    (*state)["queue_size_updates"] = detail::state_scalar(updates_);
+  }
+  // Reads the EMA from `state` (nullopt when it has neither entry); std::invalid_argument naming
+  // `who` and the entry on one that does not fit.
+  static std::optional<std::pair<double, int64_t>> read_state(const std::string& who,
+                                                              const CallbackState& state) {
+    if (!state.count("queue_size_biased") && !state.count("queue_size_updates")) {
+      return std::nullopt;
+    }
+    const double biased = detail::state_double(who, state, "queue_size_biased");
+    const int64_t updates = detail::state_int(who, state, "queue_size_updates");
+    if (updates < 0) {
+      throw std::invalid_argument(fmt::format(
+          "{}: the saved state entry 'queue_size_updates' is {}; expected >= 0", who, updates));
+    }
+    return std::make_pair(biased, updates);
+  }
+  void load(std::pair<double, int64_t> ema) {
+    biased_ = ema.first;
+    updates_ = ema.second;
+    decay_power_ = std::pow(kDecay, static_cast<double>(updates_));  // exact for 0.5
+  }
+
  protected:
   RunArgs _before_run(const StepContext& /*ctx*/) override {
-    constexpr double kDecay = 0.5;
     const double size = static_cast<double>(source_.queued());
     biased_ = kDecay * biased_ + (1.0 - kDecay) * size;
     decay_power_ *= kDecay;  // decay^t
+    ++updates_;
     value_.fill_(biased_ / (1.0 - decay_power_));
     trainer().tower_registry().record_summary(kQueueSizeTag, TowerRegistry::SummaryKind::kScalar,
                                               value_);
@@ -64,11 +113,39 @@ class QueueSizeSummary : public Callback {
   }
 
  private:
+  static constexpr double kDecay = 0.5;
   const QueueInput& source_;
   at::Tensor value_;
   double biased_ = 0.0;
   double decay_power_ = 1.0;
+  int64_t updates_ = 0;
 };
+
+// The checks of resume_at, done at restore time (before_train is too late for a clear message).
+void check_resume_point(const std::string& who, const DataFlow& dataflow, InputPosition point) {
+  if (point.pass < 0 || point.position < 0) {
+    throw std::invalid_argument(
+        fmt::format("{}: cannot resume at pass {}, batch {}: both must be >= 0", who, point.pass,
+                    point.position));
+  }
+  if (point.pass == 0 && point.position == 0) return;  // the start: nothing to skip
+  if (const DataFlow* bad = dataflow.first_unseekable()) {
+    throw std::invalid_argument(fmt::format(
+        "{}: cannot resume at batch {} of pass {}: the dataflow {} cannot seek{}. Exact resume "
+        "needs a seekable flow: DataFromList (or FashionMnist), and BatchData or MapData over "
+        "one. To start the data from its beginning instead, restore without the entries "
+        "'callback/{}/'",
+        who, point.position, point.pass, dataflow.name(),
+        bad == &dataflow ? std::string() : fmt::format(" ({} inside it cannot)", bad->name()),
+        who));
+  }
+  if (const std::optional<int64_t> n = dataflow.size(); n && point.position > *n) {
+    throw std::invalid_argument(fmt::format(
+        "{}: cannot resume at batch {} of pass {}: a pass of the dataflow {} has {} batches; the "
+        "checkpoint was saved with another dataflow (batch size or data)",
+        who, point.position, point.pass, dataflow.name(), *n));
+  }
+}
 
 std::string not_driven_message(const std::string& source, const char* what) {
   return fmt::format(
@@ -152,7 +229,21 @@ std::vector<CallbackPtr> FeedInput::_setup() {
         dataflow_->reset_state();
         reset_done_ = true;
       },
-      nullptr)};
+      nullptr, [this] { return position_entries(consumed()); },
+      [this](const CallbackState& state) {
+        detail::check_state_keys(name(), state, {"pass", "position"});
+        resume_at(read_position(name(), state));
+      })};
+}
+
+void FeedInput::resume_at(InputPosition point) {
+  if (started_) {
+    throw std::logic_error(
+        "FeedInput::resume_at called after the first batch; a restore happens before training");
+  }
+  check_resume_point(name(), *dataflow_, point);
+  resume_ = point;
+  consumed_ = point;
 }
 
 std::optional<Datapoint> FeedInput::_next_batch() {
@@ -160,14 +251,21 @@ std::optional<Datapoint> FeedInput::_next_batch() {
     throw std::logic_error(not_driven_message(name(), "the dataflow was not reset"));
   }
   if (!started_) {
-    dataflow_->begin_pass();  // pass 0
     started_ = true;
-    pass_yielded_ = false;
+    if (resume_) {
+      dataflow_->begin_pass(resume_->pass);
+      if (resume_->position > 0) dataflow_->seek(resume_->position);
+      pass_yielded_ = resume_->position > 0;  // a pass seeked to its end continues with the next
+    } else {
+      dataflow_->begin_pass();  // pass 0
+      pass_yielded_ = false;
+    }
   }
   for (;;) {
     std::optional<Datapoint> dp = dataflow_->next();
     if (dp) {
       pass_yielded_ = true;
+      consumed_ = InputPosition{dataflow_->pass(), dataflow_->position()};
       return dp;
     }
     if (!pass_yielded_) return std::nullopt;  // a pass that yields nothing: no more data
@@ -201,9 +299,42 @@ QueueInput::~QueueInput() { stop(); }
 
 std::vector<CallbackPtr> QueueInput::_setup() {
   TP_LOG_INFO("Setting up the queue '{}' for CPU prefetching ...", kQueueName);
+  auto summary = std::make_shared<QueueSizeSummary>(*this);
+  auto state = [this, summary] {
+    CallbackState s = position_entries(consumed());
+    summary->add_state(&s);
+    return s;
+  };
+  auto load_state = [this, summary](const CallbackState& s) {
+    detail::check_state_keys(name(), s,
+                             {"pass", "position", "queue_size_biased", "queue_size_updates"});
+    const InputPosition position = read_position(name(), s);
+    const auto ema = QueueSizeSummary::read_state(name(), s);
+    resume_at(position);
+    if (ema) summary->load(*ema);
+  };
   return {std::make_shared<SourceCallback>(
-              "QueueInput", [this] { start(); }, [this] { stop(); }),
-          std::make_shared<QueueSizeSummary>(*this)};
+              "QueueInput", [this] { start(); }, [this] { stop(); }, state, load_state),
+          summary};
+}
+
+InputPosition QueueInput::consumed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return consumed_;
+}
+
+void QueueInput::resume_at(InputPosition point) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (started_ || stopping_) {
+      throw std::logic_error(
+          "QueueInput::resume_at called after start(); a restore happens before training");
+    }
+  }
+  check_resume_point(name(), *dataflow_, point);
+  std::lock_guard<std::mutex> lock(mutex_);
+  resume_ = point;
+  consumed_ = point;
 }
 
 void QueueInput::start() {
@@ -222,13 +353,22 @@ void QueueInput::start() {
     }
   }
   dataflow_->reset_state();  // on this thread, before the producer exists
+  // The first pass begins here, so that a failing seek fails before_train.
+  bool pass_yielded = false;
+  if (resume_) {
+    dataflow_->begin_pass(resume_->pass);
+    if (resume_->position > 0) dataflow_->seek(resume_->position);
+    pass_yielded = resume_->position > 0;  // a pass seeked to its end continues with the next
+  } else {
+    dataflow_->begin_pass();  // pass 0
+  }
   TP_LOG_INFO("Starting EnqueueThread {} ...", kQueueName);
   std::lock_guard<std::mutex> join_lock(join_mutex_);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     started_ = true;
   }
-  thread_ = std::thread([this] { produce(); });
+  thread_ = std::thread([this, pass_yielded] { produce(pass_yielded); });
 }
 
 void QueueInput::stop() {
@@ -244,7 +384,7 @@ void QueueInput::stop() {
     throw std::logic_error("QueueInput::stop() called from its own prefetch thread (the dataflow)");
   }
   thread_.join();
-  std::deque<Datapoint> dropped;
+  std::deque<Queued> dropped;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     joined_ = true;
@@ -263,12 +403,11 @@ int64_t QueueInput::queued() const {
   return static_cast<int64_t>(queue_.size());
 }
 
-void QueueInput::produce() {
+void QueueInput::produce(bool pass_yielded) {
   const bool pin = device().is_cuda();  // set by setup(), before the thread started
   const auto capacity = static_cast<size_t>(options_.capacity());
   try {
-    dataflow_->begin_pass();  // pass 0
-    bool pass_yielded = false;
+    // start() has begun the first pass.
     for (;;) {
       {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -290,6 +429,7 @@ void QueueInput::produce() {
         continue;
       }
       pass_yielded = true;
+      const InputPosition at{dataflow_->pass(), dataflow_->position()};
       if (pin) {  // pinned here, so that the training thread's copy is asynchronous
         for (auto& t : *dp) {
           if (t.defined() && t.is_cpu() && !t.is_pinned()) t = t.pin_memory();
@@ -299,7 +439,7 @@ void QueueInput::produce() {
         std::unique_lock<std::mutex> lock(mutex_);
         not_full_.wait(lock, [&] { return stopping_ || queue_.size() < capacity; });
         if (stopping_) return;
-        queue_.push_back(std::move(*dp));
+        queue_.push_back(Queued{std::move(*dp), at});
       }
       not_empty_.notify_one();
     }
@@ -322,7 +462,8 @@ std::optional<Datapoint> QueueInput::_next_batch() {
     throw StopTraining("QueueInput: stop() was called; the queue gives no more batches");
   }
   if (!queue_.empty()) {
-    Datapoint dp = std::move(queue_.front());
+    Datapoint dp = std::move(queue_.front().batch);
+    consumed_ = queue_.front().at;
     queue_.pop_front();
     lock.unlock();
     not_full_.notify_one();

@@ -208,6 +208,10 @@ void SingleCostTrainer::setup_graph(InputSignature signature, InputSourcePtr inp
   for (const auto& p : module->named_parameters(/*recurse=*/true)) {
     if (p.value().requires_grad()) graph().add_trainable_variable(p.key(), p.value());
   }
+  // What ModelSaver saves and SaverRestore restores (train/state.h): the module under its own
+  // names, the optimizer as "optimizer".
+  graph().add_module("", module);
+  graph().add_optimizer("", opt);
 
   input_ = std::move(input);
   for (auto& cb : input_->setup(signature, device_)) register_callback(std::move(cb));

@@ -10,6 +10,7 @@
 #include <torch/nn/module.h>
 
 #include "trainpack/train/step_context.h"
+#include "trainpack/utils/logger.h"
 
 namespace trainpack {
 
@@ -134,6 +135,20 @@ void TowerRegistry::record_moving(std::string_view name, const at::Tensor& value
   m.name = std::string(name);
   m.decay = decay;
   m.latest = value;
+  for (auto it = restored_moving_.begin(); it != restored_moving_.end(); ++it) {
+    if (it->name != name) continue;
+    if (it->decay == decay) {  // continue from the checkpoint, on the value's device
+      m.biased = at::full({}, it->biased, value.options().dtype(at::kFloat).requires_grad(false));
+      m.updates = it->updates;
+    } else {
+      TP_LOG_WARN(
+          "MovingAverageSummary: the moving average '{}' was saved with decay {}, but the tower "
+          "now uses decay {}; it starts again",
+          name, it->decay, decay);
+    }
+    restored_moving_.erase(it);
+    break;
+  }
   moving_.push_back(std::move(m));
 }
 
@@ -182,6 +197,41 @@ std::vector<std::string> TowerRegistry::update_op_names() const {
   std::vector<std::string> names;
   for (const auto& u : update_ops_) names.push_back(u.name);
   return names;
+}
+
+std::vector<TowerRegistry::MovingAverageState> TowerRegistry::moving_average_states() const {
+  std::vector<MovingAverageState> out;
+  for (const auto& m : moving_) {
+    if (m.updates == 0 || !m.biased.defined()) continue;
+    out.push_back(MovingAverageState{m.name, m.decay, m.biased.item<double>(), m.updates});
+  }
+  out.insert(out.end(), restored_moving_.begin(), restored_moving_.end());
+  return out;
+}
+
+void TowerRegistry::restore_moving_averages(std::vector<MovingAverageState> states) {
+  restored_moving_.clear();
+  for (auto& s : states) {
+    MovingAverage* existing = nullptr;
+    for (auto& m : moving_) {
+      if (m.name == s.name) existing = &m;
+    }
+    if (existing == nullptr) {
+      restored_moving_.push_back(std::move(s));
+    } else if (existing->decay == s.decay) {
+      const at::Device device = existing->biased.defined()   ? existing->biased.device()
+                                : existing->latest.defined() ? existing->latest.device()
+                                                             : at::Device(at::kCPU);
+      existing->biased =
+          at::full({}, s.biased, at::TensorOptions().dtype(at::kFloat).device(device));
+      existing->updates = s.updates;
+    } else {
+      TP_LOG_WARN(
+          "MovingAverageSummary: the moving average '{}' was saved with decay {}, but the tower "
+          "uses decay {}; it starts again",
+          s.name, s.decay, existing->decay);
+    }
+  }
 }
 
 void TowerRegistry::end_step() {

@@ -122,6 +122,27 @@ void Trainer::initialize(std::shared_ptr<SessionInit> session_init) {
   TP_LOG_INFO("Graph Finalized.");
 }
 
+ResumePoint Trainer::resume_point() const {
+  if (loop_started_) return next_;
+  if (restored_) return *restored_;
+  return ResumePoint{starting_epoch_, 0, global_step_};
+}
+
+void Trainer::set_resume_point(ResumePoint point) {
+  if (loop_started_) {
+    throw std::logic_error(
+        "Trainer::set_resume_point must be called before main_loop (from a SessionInit)");
+  }
+  if (point.epoch < 1 || point.step_in_epoch < 0 || point.global_step < 0) {
+    throw std::invalid_argument(fmt::format(
+        "Trainer::set_resume_point: epoch must be >= 1 and step_in_epoch, global_step >= 0; got "
+        "epoch {}, step_in_epoch {}, global_step {}",
+        point.epoch, point.step_in_epoch, point.global_step));
+  }
+  restored_ = point;
+  global_step_ = point.global_step;
+}
+
 bool Trainer::should_stop() {
   if (int sig = detail::pending_signal()) {  // reported even when a stop was also requested
     received_signal_ = sig;
@@ -150,11 +171,35 @@ void Trainer::main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t
         "Trainer::main_loop must be called after setup_callbacks and initialize");
   }
   call_once(main_loop_done_, "main_loop");
+  int64_t first_step = 0;  // in the first epoch
+  if (restored_) {
+    if (starting_epoch != 1 && starting_epoch != restored_->epoch) {
+      TP_LOG_WARN(
+          "starting_epoch={} was given, but the restored checkpoint continues at epoch {} (step "
+          "{} of it, global_step {}). The checkpoint's counters are used.",
+          starting_epoch, restored_->epoch, restored_->step_in_epoch, restored_->global_step);
+    }
+    if (steps_per_epoch > 0 && restored_->step_in_epoch >= steps_per_epoch) {
+      throw std::invalid_argument(fmt::format(
+          "Trainer::main_loop: the restored checkpoint continues at step {} of epoch {}, but "
+          "steps_per_epoch is {}. Resume with the steps_per_epoch of the run that saved it.",
+          restored_->step_in_epoch, restored_->epoch, steps_per_epoch));
+    }
+    starting_epoch = restored_->epoch;
+    first_step = restored_->step_in_epoch;
+    global_step_ = restored_->global_step;
+    if (first_step > 0 || restored_->global_step > 0) {
+      TP_LOG_INFO("Resuming at epoch {}, step {} of it (global_step {}).", starting_epoch,
+                  first_step, global_step_);
+    }
+  }
+  loop_started_ = true;
   steps_per_epoch_ = steps_per_epoch;
   starting_epoch_ = starting_epoch;
   max_epoch_ = max_epoch;
   epoch_num_ = starting_epoch - 1;
   local_step_ = -1;
+  next_ = ResumePoint{starting_epoch, first_step, global_step_};
 
   detail::SignalHandlerScope signals(handle_signals_);
   try {
@@ -170,13 +215,16 @@ void Trainer::main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t
       TP_LOG_INFO("Start Epoch {} ...", epoch);
       callbacks_->before_epoch();
       const auto start = std::chrono::steady_clock::now();
-      for (int64_t step = 0; step < steps_per_epoch; ++step) {
+      for (int64_t step = epoch == starting_epoch ? first_step : 0; step < steps_per_epoch;
+           ++step) {
         if (should_stop()) {
           stopped = true;
           break;
         }
         local_step_ = step;
         run_step();
+        next_ = step + 1 < steps_per_epoch ? ResumePoint{epoch, step + 1, global_step_}
+                                           : ResumePoint{epoch + 1, 0, global_step_};
         callbacks_->trigger_step();
       }
       if (stopped) break;

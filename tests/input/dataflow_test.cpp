@@ -213,6 +213,44 @@ TEST(BatchData, SeekSkipsWholeBatches) {
   EXPECT_EQ(resumed.position(), 3);
 }
 
+TEST(BatchData, SeekToThePassSizeEndsThePassAlsoWithRemainder) {
+  for (bool remainder : {false, true}) {
+    SCOPED_TRACE(remainder);
+    BatchData ds(std::make_shared<DataFromList>(scalars(7)), 3, remainder);
+    ds.begin_pass(1);
+    ds.seek(*ds.size());  // 2 batches, or 3 with the short one
+    EXPECT_EQ(ds.position(), *ds.size());
+    EXPECT_FALSE(ds.next().has_value());
+    ds.begin_pass();
+    auto b = ds.next();
+    ASSERT_TRUE(b.has_value());
+    EXPECT_TRUE((*b)[0].equal(at::tensor({0, 1, 2}, at::kLong)));
+    EXPECT_EQ(ds.pass(), 2);
+  }
+  // With remainder, seeking to the short last batch still gives it.
+  BatchData ds(std::make_shared<DataFromList>(scalars(7)), 3, /*remainder=*/true);
+  ds.begin_pass(0);
+  ds.seek(2);
+  auto b = ds.next();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_TRUE((*b)[0].equal(at::tensor({6}, at::kLong)));
+}
+
+TEST(DataFlow, SeekableTellsWhichFlowCannotSeek) {
+  auto list = std::make_shared<DataFromList>(scalars(4));
+  auto gen = std::make_shared<DataFromGenerator>([] { return std::optional<Datapoint>(); });
+  auto identity = [](Datapoint dp) -> std::optional<Datapoint> { return dp; };
+  EXPECT_TRUE(list->seekable());
+  EXPECT_EQ(list->first_unseekable(), nullptr);
+  EXPECT_TRUE(BatchData(list, 2).seekable());
+  EXPECT_TRUE(MapData(std::make_shared<BatchData>(list, 2), identity).seekable());
+  EXPECT_FALSE(gen->seekable());
+  EXPECT_EQ(gen->first_unseekable(), gen.get());
+  BatchData over_gen(std::make_shared<MapData>(gen, identity), 2);
+  EXPECT_FALSE(over_gen.seekable());
+  EXPECT_EQ(over_gen.first_unseekable(), gen.get());  // the flow to blame, inside the wrappers
+}
+
 TEST(MapData, AppliesTheFunctionAndDropsOnNullopt) {
   auto list = std::make_shared<DataFromList>(scalars(6));
   MapData ds(list, [](Datapoint dp) -> std::optional<Datapoint> {

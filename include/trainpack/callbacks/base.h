@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,10 @@ namespace trainpack {
 
 class Graph;
 class Trainer;
+
+// A callback's resumable state: named tensors (scalars as 0-d tensors), saved in every checkpoint
+// by ModelSaver and handed back by the restoring SessionInit (docs/save-load.md).
+using CallbackState = std::map<std::string, at::Tensor>;
 
 // The hooks of a callback, for override detection and dispatch lists.
 enum class Hook : uint8_t {
@@ -100,6 +105,16 @@ class Callback {
   // Wrappers override it to answer for the callback they wrap.
   virtual bool overrides(Hook hook) const;
 
+  // ---- resumable state (checkpoints) ----
+  // What this callback needs to continue exactly after a restart: a schedule's last value,
+  // MinSaver's best, EMA values, an input's position. Empty by default (nothing is saved).
+  // Called by ModelSaver when it saves (between hooks, on the training thread).
+  virtual CallbackState state() const { return {}; }
+  // Called by the restoring SessionInit after setup_graph and before before_train, with what
+  // state() returned when the checkpoint was saved. Default: ignores it. A state that does not
+  // fit (a missing key, a wrong shape) is std::invalid_argument naming the callback and the key.
+  virtual void load_state(const CallbackState& /*state*/) {}
+
   // ---- access, valid from setup_graph on ----
   Trainer& trainer() const;
   Graph& graph() const;
@@ -156,6 +171,9 @@ class ProxyCallback : public Callback {
   // A hook is dispatched to the proxy when the inner callback needs it (or a subclass of the
   // proxy overrides it): wrapping an idle callback costs nothing either.
   bool overrides(Hook hook) const override;
+  // The wrapped callback's state: wrapping changes when a callback runs, not what it keeps.
+  CallbackState state() const override { return callback_->state(); }
+  void load_state(const CallbackState& state) override { callback_->load_state(state); }
 
  protected:
   void _setup_graph() override;

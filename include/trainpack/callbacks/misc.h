@@ -23,12 +23,19 @@ namespace trainpack {
 // Logs: `Estimated Time Left: 1 hour 2 minutes 3 seconds` after every epoch but the last.
 // chief_only: true.
 // Errors: std::invalid_argument if last_k_epochs < 1.
+// State (checkpoints): `epoch_seconds` (float64 [n], the durations kept, oldest first, n <=
+// last_k_epochs; a longer saved list keeps its last last_k_epochs), so the first estimate after a
+// resume uses the epochs before it. The time of the interruption itself counts in no epoch: the
+// first epoch after a resume is timed from its before_train.
 //
 // Differences from tensorpack: none (`clock` is for tests: seconds from any fixed point).
 class EstimatedTimeLeft : public Callback {
  public:
   explicit EstimatedTimeLeft(int last_k_epochs = 5, bool median = true,
                              std::function<double()> clock = {});
+
+  CallbackState state() const override;
+  void load_state(const CallbackState& state) override;
 
  protected:
   void _before_train() override;

@@ -128,6 +128,18 @@ class HyperParamRef {
 //   [HyperParamSetter] At global_step=0, learning_rate is set to 0.100000
 //   [HyperParamSetter] At global_step=300, learning_rate changes from 0.100000 to 0.010000
 //
+// State (checkpoints): `last_value` (float64, the last value this setter computed; absent before
+// the first), `last_epoch_set` (int64, the epoch of the last logged change, -1 before),
+// `applied_epoch` (int64, epoch_num when the setter last ran, -1 before) and `value` (float64, the
+// param's value when saved). load_state restores the first three, so a resumed run logs a change
+// only where an uninterrupted run would, and sets the param to `value` unless it is a
+// GraphVarParam (a Graph variable is restored by the checkpoint itself; any other param, an
+// ObjAttrParam, is in no checkpoint but this). The before_train of a resumed run does not run the
+// setter again when it already ran at the end of the epoch the checkpoint follows
+// (`applied_epoch` == epoch_num): a value computed from the current one (HyperParamSetterWithFunc,
+// a subclass's) is not applied twice. HumanHyperParamSetter is the exception: it reads its file
+// again, so an edit made while the run was down applies at once.
+//
 //   class Halve : public HyperParamSetter {
 //     using HyperParamSetter::HyperParamSetter;
 //     std::optional<double> _get_value_to_set() override { return get_current_value() / 2; }
@@ -146,6 +158,11 @@ class HyperParamSetter : public Callback {
   double get_current_value() const;
   const HyperParam& param() const { return *param_; }
 
+  // See "State" above. load_state throws std::invalid_argument naming the callback and the entry
+  // on a state that does not fit.
+  CallbackState state() const override;
+  void load_state(const CallbackState& state) override;
+
  protected:
   // For subclasses: `class_name` is what argument errors name.
   HyperParamSetter(HyperParamRef param, const char* class_name);
@@ -156,8 +173,16 @@ class HyperParamSetter : public Callback {
   // Sets the value (if any) to the param.
   void set_param();
 
+  // The base's state entries (for subclasses that add their own), and restoring them from a
+  // state whose other entries the subclass checks.
+  CallbackState setter_state() const;
+  void load_setter_state(const CallbackState& state);
+
   // Whether before_train sets a value.
   bool enable_before_train_ = true;
+  // Whether a resumed run's before_train sets a value even when the setter already ran at that
+  // epoch before the checkpoint (see "State" above).
+  bool rerun_at_resume_ = false;
 
   void _setup_graph() override;
   void _before_train() override;
@@ -168,6 +193,8 @@ class HyperParamSetter : public Callback {
  private:
   std::optional<double> last_value_;
   int64_t last_epoch_set_ = -1;
+  int64_t applied_epoch_ = -1;  // epoch_num when set_param last ran
+  bool resumed_ = false;        // load_state ran, before_train has not
 };
 
 // Sets the param from `<logger dir>/<file_name>`, a file of `name: value` lines that a person can
@@ -183,6 +210,11 @@ class HyperParamSetter : public Callback {
 //   keeping learning_rate = 0.1
 // and the param keeps its value (after any bad line, even one for another name: a half-written
 // file is never applied); so does a file that has no line for the param (a warning too).
+//
+// State (checkpoints): HyperParamSetter's; `last_value` is the value last read from the file, so
+// a resumed run that reads the same value logs no change (it reads the file in before_train, as
+// a fresh run does: a value edited while the run was down applies at once, and is logged as a
+// change from the value applied before).
 //
 // Differences from tensorpack: a warning per bad line with its number instead of one
 // `Cannot find <name> in <file>`; whitespace around the name is ignored; an absolute `file_name`
@@ -233,6 +265,10 @@ struct ScheduledHyperParamSetterOptions {
 // and then sets it (set_at_beginning, logging `Setting 'learning_rate' to 0.01.`) or warns to
 // check the initialization.
 //
+// State (checkpoints): HyperParamSetter's (the schedule itself is configuration): a run resumed at
+// epoch N neither logs nor sets the value of point N-1 again, and logs the next change as a change
+// ("changes from 0.01 to 0.001").
+//
 // Differences from tensorpack: the schedule must be strictly increasing and its points >= 0
 // (tensorpack sorts it and keeps the first of equal points; here an unsorted schedule is an error,
 // since it is almost always a typo); a scheduled 0.0 counts in the start-up check (tensorpack
@@ -279,6 +315,10 @@ class ScheduledHyperParamSetter : public HyperParamSetter {
 //   std::make_shared<HyperParamSetterWithFunc>(
 //       "learning_rate", [](int64_t e, double x) { return e % 2 == 0 ? x * 0.9 : x; });
 //
+// State (checkpoints): HyperParamSetter's: with `value`, the current value that func is given
+// continues from where it was (also for an ObjAttrParam), and a run resumed after the end of
+// epoch N does not apply func(N, x) again in before_train.
+//
 // Differences from tensorpack: none.
 class HyperParamSetterWithFunc : public HyperParamSetter {
  public:
@@ -314,6 +354,11 @@ struct StatMonitorParamSetterOptions {
 //   std::make_shared<StatMonitorParamSetter>("learning_rate", "val-error",
 //                                            [](double x) { return x * 0.2; }, 0, 5);
 //
+// State (checkpoints): HyperParamSetter's, plus the observations since the last change:
+// `history_steps` (int64 [n], the global step of each) and `history_values` (float64 [n]), n <=
+// last_k (a longer saved history keeps its last last_k). A resumed run changes the param at the
+// same observation as an uninterrupted one.
+//
 // Differences from tensorpack: arguments are checked.
 class StatMonitorParamSetter : public HyperParamSetter {
  public:
@@ -322,6 +367,9 @@ class StatMonitorParamSetter : public HyperParamSetter {
   StatMonitorParamSetter(HyperParamRef param, std::string stat_name,
                          std::function<double(double)> value_func, double threshold, int64_t last_k,
                          StatMonitorParamSetterOptions options = {});
+
+  CallbackState state() const override;
+  void load_state(const CallbackState& state) override;
 
  protected:
   std::optional<double> _get_value_to_set() override;

@@ -57,20 +57,29 @@ class TowerRegistry;
 // 'MOVING_SUMMARY_OPS' will be run with session hooks.` (the Graph collection's closures plus the
 // moving averages updated in that run).
 // Without this callback the moving averages are never updated, and MergeAllSummaries puts none.
-// The averages are not checkpointed (they restart after a resume, as tensorpack's local EMA
-// variables do).
+// State (checkpoints; with the default collection only): for each moving average of the tower,
+// `biased/<name>` (float64, the biased average), `updates/<name>` (int64, t of the zero-debias)
+// and `decay/<name>` (float64). Restored (TowerRegistry::restore_moving_averages), each average
+// continues from its saved value when the tower records it again, so a resumed run puts the
+// same averages as an uninterrupted one.
 //
 // chief_only: true. Errors: std::invalid_argument for an empty `collection`.
 //
 // Differences from tensorpack: the log line comes after the first step instead of at setup (the
 // tower runs, and records its moving summaries, at every step); the `train_op` argument (run the
 // updates as control dependencies of another op) is dropped: the updates always run with the
-// hooked run.
+// hooked run; the averages are checkpointed (tensorpack's EMA variables are local variables,
+// which restart after a resume).
 class MovingAverageSummary : public Callback {
  public:
   explicit MovingAverageSummary(std::string collection = "MOVING_SUMMARY_OPS");
 
   const std::string& collection() const { return collection_; }
+
+  // See "State" above. Both need setup_graph first (std::logic_error); load_state throws
+  // std::invalid_argument naming the callback and the entry on a state that does not fit.
+  CallbackState state() const override;
+  void load_state(const CallbackState& state) override;
 
  protected:
   void _setup_graph() override;
@@ -209,6 +218,11 @@ class MergeAllSummaries_RunAlone : public Callback {  // NOLINT(readability-iden
 // when it has more than one element; a name the step does not publish is the trainer's error
 // listing the names it does publish.
 //
+// State (checkpoints): `rows` (int64, the rows appended so far) and, per name, `values/<name>`
+// (float64 [n], the window's values of that tensor, oldest first, n = min(rows, window_size)); a
+// resumed run puts the same means as an uninterrupted one. A saved window longer than
+// window_size keeps its last window_size rows.
+//
 // Differences from tensorpack: the display name is the published name (tensorpack strips
 // `:0` from a tensor name).
 class SimpleMovingAverage : public Callback {
@@ -217,6 +231,11 @@ class SimpleMovingAverage : public Callback {
 
   const std::vector<std::string>& names() const { return fetch_.fetches(); }
   int64_t window_size() const { return window_; }
+
+  // See "State" above; load_state throws std::invalid_argument naming the callback and the entry
+  // on a state that does not fit (a missing name, columns of different lengths).
+  CallbackState state() const override;
+  void load_state(const CallbackState& state) override;
 
  protected:
   RunArgs _before_run(const StepContext& ctx) override;

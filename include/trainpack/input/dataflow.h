@@ -24,8 +24,10 @@
 //   - pass(), position(), seek(n): where the flow stands, for exact resume (issue 6). position()
 //     is the number of datapoints next() returned in this pass; begin_pass(k) then seek(n) puts
 //     the flow where it was after n datapoints of pass k, without reading those n (flows that
-//     cannot do that throw std::logic_error from seek). Flows are single-consumer: not
-//     thread-safe.
+//     cannot do that throw std::logic_error from seek; seekable() tells beforehand). n may be
+//     the pass's size: next() then ends the pass. Flows are single-consumer: not thread-safe.
+//     FeedInput and QueueInput save (pass, position) in every checkpoint and seek there on
+//     resume; a resumed run over a flow that cannot seek is refused.
 //
 // An exception thrown inside a flow (a generator, a map function, a file read) propagates from
 // next() as it is: nothing is swallowed or wrapped. An input source that runs out of data when
@@ -94,6 +96,13 @@ class DataFlow {
   // current pass, without reading them. Needs a begin_pass() first (std::logic_error otherwise);
   // a negative count is std::invalid_argument; flows that cannot seek throw std::logic_error.
   void seek(int64_t datapoints_consumed_in_this_pass);
+  // Whether seek() works: DataFromList (and FashionMnist), and BatchData or MapData over a flow
+  // that seeks.
+  bool seekable() const { return first_unseekable() == nullptr; }
+  // The flow that keeps this one from seeking: itself, or (for a wrapper) the flow inside it that
+  // cannot; nullptr when seek() works. A subclass that implements _seek overrides this too
+  // (returning nullptr, or the answer of the flow it wraps). Default: this.
+  virtual const DataFlow* first_unseekable() const { return this; }
 
  protected:
   virtual void _begin_pass(int64_t pass) = 0;
@@ -131,6 +140,7 @@ class DataFromList : public DataFlow {
   std::optional<int64_t> size() const override { return static_cast<int64_t>(datapoints_.size()); }
   // The order of pass `pass` as indices into the list (the identity without shuffle).
   std::vector<int64_t> order_of_pass(int64_t pass) const;
+  const DataFlow* first_unseekable() const override { return nullptr; }
 
  protected:
   void _begin_pass(int64_t pass) override;
@@ -174,7 +184,8 @@ class DataFromGenerator : public DataFlow {
 // Every datapoint of a batch must have the same number of components and, per component, the
 // same shape and dtype as the batch's first datapoint: otherwise std::invalid_argument naming
 // BatchData, the component index and both shapes. size() is size(ds) / batch_size, rounded up
-// with remainder. seek(n) seeks `ds` to n * batch_size.
+// with remainder. seek(n) seeks `ds` to n * batch_size (to the end of the pass for n = size()
+// with remainder, whose last batch is short).
 // Differences from tensorpack: no use_list (components are always stacked tensors); tensorpack
 // turns a mismatch into a generic numpy error after the fact, here the message says where.
 class BatchData : public DataFlow {
@@ -184,6 +195,7 @@ class BatchData : public DataFlow {
   std::string name() const override { return "BatchData"; }
   void reset_state() override { ds_->reset_state(); }
   std::optional<int64_t> size() const override;
+  const DataFlow* first_unseekable() const override { return ds_->first_unseekable(); }
 
  protected:
   void _begin_pass(int64_t pass) override { ds_->begin_pass(pass); }
@@ -211,6 +223,7 @@ class MapData : public DataFlow {
   std::string name() const override { return "MapData"; }
   void reset_state() override { ds_->reset_state(); }
   std::optional<int64_t> size() const override { return ds_->size(); }
+  const DataFlow* first_unseekable() const override { return ds_->first_unseekable(); }
 
  protected:
   void _begin_pass(int64_t pass) override { ds_->begin_pass(pass); }

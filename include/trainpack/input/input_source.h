@@ -23,6 +23,15 @@
 // Lifetime: the callbacks that setup() returns refer to the source; keep the source alive while
 // they can run (the trainer holds both).
 //
+// Exact resume (docs/save-load.md): the callback named after the source (FeedInput, QueueInput)
+// has the state `pass` and `position` (int64): the dataflow pass of the last batch next_batch()
+// returned, and how many batches of that pass it has returned (the trainer's consumption, never
+// what was prefetched). Its load_state (after setup, before before_train) makes the source start
+// there: begin_pass(pass), then seek(position), without reading the skipped batches; a position
+// equal to the pass's size continues with the first batch of the next pass. It needs a dataflow
+// that seeks (DataFlow::seekable(): DataFromList, FashionMnist, BatchData and MapData over them);
+// another one is refused at restore time with std::invalid_argument naming the dataflow.
+//
 // Differences from tensorpack: next_batch() is called by the step function (tensorpack feeds a
 // placeholder or dequeues inside the session run); there is no separate StagingInput class:
 // staging is part of every source; the end of data is DataExhausted instead of OutOfRangeError.
@@ -99,12 +108,20 @@ class InputSource {
 
 using InputSourcePtr = std::shared_ptr<InputSource>;
 
+// Where training stands in the data: the dataflow pass of the last batch next_batch() returned
+// and the number of batches of that pass returned so far; (0, 0) before the first batch.
+struct InputPosition {
+  int64_t pass = 0;
+  int64_t position = 0;
+};
+
 // Pulls each batch from the dataflow on the training thread (tensorpack's FeedInput). The
 // simplest source: no thread, no queue; the dataflow's time adds to each step's. Use it when the
 // dataflow is cheap (data in memory) or for debugging (an exception has the training thread's
 // stack).
 //   auto input = std::make_shared<FeedInput>(std::make_shared<BatchData>(ds, 32));
-// Callbacks: one, named FeedInput, that calls the dataflow's reset_state() in before_train.
+// Callbacks: one, named FeedInput, that calls the dataflow's reset_state() in before_train. Its
+// state is consumed() (see "Exact resume" above); its load_state calls resume_at().
 // Errors: a null dataflow is std::invalid_argument; next_batch() before before_train (the
 // callbacks were not registered) is std::logic_error.
 // Differences from tensorpack: those at the top of this file.
@@ -115,6 +132,15 @@ class FeedInput : public InputSource {
   std::optional<int64_t> size() const override { return dataflow_->size(); }
   const DataFlowPtr& dataflow() const { return dataflow_; }
 
+  // The batches next_batch() has returned: (0, 0) before the first one (or the point given to
+  // resume_at, until the next batch).
+  InputPosition consumed() const { return consumed_; }
+  // Makes the first next_batch() begin pass `point.pass` and seek to `point.position` (checked
+  // now, done then, after before_train's reset_state). Throws std::invalid_argument for a
+  // negative pass or position, a position past the pass's size, or a dataflow that cannot seek
+  // (naming it); std::logic_error after the first batch.
+  void resume_at(InputPosition point);
+
  protected:
   std::vector<CallbackPtr> _setup() override;
   std::optional<Datapoint> _next_batch() override;
@@ -123,8 +149,10 @@ class FeedInput : public InputSource {
  private:
   DataFlowPtr dataflow_;
   bool reset_done_ = false;
-  bool started_ = false;       // pass 0 has begun
+  bool started_ = false;       // the first pass has begun
   bool pass_yielded_ = false;  // the current pass produced a datapoint
+  InputPosition consumed_;
+  std::optional<InputPosition> resume_;  // where the first pass begins (resume_at)
 };
 
 struct QueueInputOptions {
@@ -152,7 +180,10 @@ struct QueueInputOptions {
 // `QueueInput/queue_size: 50` when the thread keeps the queue full).
 //
 // Callbacks: `QueueInput` (start in before_train, stop in after_train) and
-// `QueueInput/queue_size` (the summary).
+// `QueueInput/queue_size` (the summary). The state of `QueueInput` is consumed(), see "Exact
+// resume" above (each queued batch carries its pass and position, so batches that were
+// prefetched but not taken are produced again after a resume), plus the queue-size EMA:
+// `queue_size_biased` (float64) and `queue_size_updates` (int64), optional in load_state.
 // Errors: a null dataflow or capacity < 1 is std::invalid_argument; next_batch() before the
 // thread was started (the callbacks were not registered) is std::logic_error.
 // Differences from tensorpack: the queue holds host tensors (a std::deque under a mutex, not a
@@ -179,22 +210,38 @@ class QueueInput : public InputSource {
   // Batches waiting in the queue now.
   int64_t queued() const;
 
+  // The batches next_batch() has returned (not those prefetched): (0, 0) before the first one (or
+  // the point given to resume_at, until the next batch).
+  InputPosition consumed() const;
+  // Makes start() begin pass `point.pass` and seek to `point.position` before the thread starts.
+  // Throws std::invalid_argument for a negative pass or position, a position past the pass's
+  // size, or a dataflow that cannot seek (naming it); std::logic_error once start() was called.
+  void resume_at(InputPosition point);
+
  protected:
   std::vector<CallbackPtr> _setup() override;
   std::optional<Datapoint> _next_batch() override;
   std::string end_of_data_reason() const override;
 
  private:
-  void produce();
+  // The thread's loop; start() has begun the first pass (`pass_yielded`: it has datapoints
+  // before the current position).
+  void produce(bool pass_yielded);
 
   DataFlowPtr dataflow_;
   QueueInputOptions options_;
   mutable std::mutex mutex_;  // guards everything below except thread_
   std::condition_variable not_empty_;
   std::condition_variable not_full_;
-  std::deque<Datapoint> queue_;
-  std::exception_ptr error_;  // set by the thread; rethrown after the queued batches
-  bool exhausted_ = false;    // the thread saw the end of the data
+  struct Queued {
+    Datapoint batch;
+    InputPosition at;  // the dataflow's pass and position after producing it
+  };
+  std::deque<Queued> queue_;
+  InputPosition consumed_;
+  std::optional<InputPosition> resume_;  // where start() begins (resume_at)
+  std::exception_ptr error_;             // set by the thread; rethrown after the queued batches
+  bool exhausted_ = false;               // the thread saw the end of the data
   int64_t exhausted_pass_ = -1;
   bool started_ = false;
   bool stopping_ = false;

@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <torch/arg.h>
@@ -87,5 +88,39 @@ struct TrainConfig {
 };
 
 void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trainer);
+
+// tensorpack's AutoResumeTrainConfig: a TrainConfig that continues the run found in the logger
+// directory (set it first: trainpack::set_logger_dir).
+//
+//   trainpack::set_logger_dir("train_log/run1", "k");
+//   trainpack::launch_train_with_config(
+//       trainpack::AutoResumeTrainConfig(TrainConfig().model(...).dataflow(...)), trainer);
+//
+// When the directory holds checkpoints (and `always_resume`, or no session_init was given), the
+// session_init becomes SaverRestore of the latest VALID one: the one the `checkpoint` index names
+// if it passes its checksum, else (with a warning naming the file and the reason) the newest
+// valid one among those the index lists and the `model-<step>.index` files in the directory.
+// Logs `Will load checkpoint at {path}.` (or `Found checkpoint at {path}. session_init arguments
+// will be overwritten.`). The run then continues from the checkpoint's counters: epoch, step in
+// the epoch and global_step (Trainer::set_resume_point), and JSONWriter appends to stats.json.
+//
+// Errors: no logger directory is std::invalid_argument saying to call set_logger_dir first.
+// Differences from tensorpack (spec 22 #7): the counters come from the checkpoint, not from
+// stats.json (tensorpack takes starting_epoch from the last stats.json entry and asserts that
+// both exist); a checkpoint without stats.json, or stats.json without a checkpoint, is fine; a
+// corrupt latest checkpoint falls back to an older one.
+class AutoResumeTrainConfig : public TrainConfig {
+ public:
+  explicit AutoResumeTrainConfig(TrainConfig config, bool always_resume = true);
+  // The checkpoint prefix that will be restored; empty when the run starts from scratch.
+  const std::string& found_checkpoint() const { return found_checkpoint_; }
+
+  // The newest checkpoint in `dir` that passes verify_checkpoint, as described above; nullopt
+  // when there is none (each unusable one is logged as a warning).
+  static std::optional<std::string> find_latest_valid_checkpoint(const std::string& dir);
+
+ private:
+  std::string found_checkpoint_;
+};
 
 }  // namespace trainpack

@@ -137,6 +137,23 @@ class TowerRegistry {
   // Clears the per-step values (called by the trainer after every hooked run).
   void end_step();
 
+  // ---- resumable state (MovingAverageSummary::state / load_state) ----
+  // A moving average as a checkpoint holds it.
+  struct MovingAverageState {
+    std::string name;
+    double decay = 0.95;
+    double biased = 0.0;  // the float32 biased average, exactly
+    int64_t updates = 0;
+  };
+  // Every moving average updated at least once (reading each value is a host sync), then those
+  // restored but not yet recorded again, in that order.
+  std::vector<MovingAverageState> moving_average_states() const;
+  // Makes each average continue from `states`: an average the tower has already recorded takes
+  // its state now; the others take it when the tower first records them (on the value's device),
+  // so the registry keeps the tower's order. An average recorded with another decay than the
+  // saved one starts again, with a warning. Replaces what an earlier call restored.
+  void restore_moving_averages(std::vector<MovingAverageState> states);
+
  private:
   struct UpdateOp {
     std::string name;
@@ -144,6 +161,7 @@ class TowerRegistry {
   };
   std::vector<SummaryEntry> summaries_;
   std::vector<MovingAverage> moving_;
+  std::vector<MovingAverageState> restored_moving_;  // not yet recorded again
   std::vector<UpdateOp> update_ops_;
 };
 

@@ -70,6 +70,14 @@ struct TrainOptions {
   TORCH_ARG(int64_t, max_epoch) = 9999999;
 };
 
+// Where training continues: the epoch, the 0-based step in it that runs next, and the global
+// step at that point. A checkpoint stores the trainer's resume_point(); a resumed run starts there.
+struct ResumePoint {
+  int64_t epoch = 1;
+  int64_t step_in_epoch = 0;
+  int64_t global_step = 0;
+};
+
 class Trainer {
  public:
   Trainer();
@@ -84,6 +92,22 @@ class Trainer {
   int64_t starting_epoch() const { return starting_epoch_; }
   int64_t max_epoch() const { return max_epoch_; }
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
+
+  // ---- resuming (docs/save-load.md) ----
+  // The point a checkpoint taken now resumes from: before training, (starting_epoch, 0); after
+  // step s of epoch e ran (from its trigger_step on), (e, s + 1), or (e + 1, 0) after the
+  // epoch's last step.
+  ResumePoint resume_point() const;
+  // Makes main_loop continue from `point` instead of (starting_epoch, 0): set by a restoring
+  // SessionInit in initialize(). The loop then starts at epoch point.epoch (before_train sees
+  // epoch_num = point.epoch - 1), runs that epoch's steps from point.step_in_epoch on, and
+  // global_step starts at point.global_step. The checkpoint's counters are the truth: a
+  // starting_epoch other than 1 that disagrees is a warning naming both (spec 22 #7). Throws
+  // std::invalid_argument on negative or inconsistent values, std::logic_error once the loop
+  // has started.
+  void set_resume_point(ResumePoint point);
+  // The point set by set_resume_point, if any.
+  const std::optional<ResumePoint>& restored_resume_point() const { return restored_; }
 
   // ---- the three phases; each may be called once ----
   void setup_callbacks(const std::vector<CallbackPtr>& callbacks,
@@ -176,6 +200,9 @@ class Trainer {
   int64_t starting_epoch_ = 1;
   int64_t max_epoch_ = 0;
   int64_t steps_per_epoch_ = 0;
+  ResumePoint next_{};                     // resume_point() once the loop runs
+  std::optional<ResumePoint> restored_;    // set_resume_point
+  bool loop_started_ = false;
 
   StepContext step_context_;
   // RunArgs of this run, one slot per callback in the before_run list.

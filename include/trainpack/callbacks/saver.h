@@ -1,0 +1,234 @@
+// Saving checkpoints during training (tensorpack's callbacks/saver.py): ModelSaver, and MinSaver
+// / MaxSaver, which keep a copy of the checkpoint with the best value of a stat.
+//
+// Public names: ModelSaverOptions, ModelSaver, MinSaverOptions, MinSaver, MaxSaverOptions,
+// MaxSaver. The files they write are described in trainpack/utils/checkpoint.h and, for users,
+// in docs/save-load.md.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/arg.h>
+
+#include "trainpack/callbacks/base.h"
+#include "trainpack/utils/checkpoint.h"
+
+namespace trainpack {
+
+struct ModelSaverOptions {
+  // How many of this run's checkpoints to keep (the newest); 0 keeps them all.
+  TORCH_ARG(int64_t, max_to_keep) = 10;
+  // Besides those, keep one checkpoint every this many hours of training (TensorFlow Saver's
+  // rule, see ModelSaver). 0 preserves every checkpoint that max_to_keep drops, as TF does.
+  TORCH_ARG(double, keep_checkpoint_every_n_hours) = 0.5;
+  // Where to write; unset: the logger directory at construction. Created if missing.
+  TORCH_ARG(std::optional<std::string>, checkpoint_dir);
+  // Which state to save, in tensorpack's terms. Only the whole training state is supported:
+  // {"GLOBAL_VARIABLES"} (the default; TensorFlow's key string "variables" is accepted too), i.e.
+  // everything collect_training_state returns (train/state.h). Any other collection is
+  // std::invalid_argument: there is no subset of the state that a resume could work from.
+  TORCH_ARG(std::vector<std::string>, var_collections) = {"GLOBAL_VARIABLES"};
+  // fsync every file and the directory (off only for benchmarks and tests).
+  TORCH_ARG(bool, fsync) = true;
+  // When training stopped on SIGINT/SIGTERM, save a checkpoint at the stop step in after_train
+  // (unless one was saved at that step already).
+  TORCH_ARG(bool, save_on_signal) = true;
+  // Seconds since the Unix epoch, for the save times (the index's timestamps and the hours
+  // rule); unset: the wall clock. Tests inject one.
+  TORCH_ARG(std::function<double()>, clock);
+};
+
+// Saves the training state as the checkpoint `<dir>/model-<global_step>` and updates the
+// directory's `checkpoint` index (the latest, and the checkpoints this run keeps).
+//
+//   callbacks.push_back(std::make_shared<ModelSaver>());  // every epoch, into the logger dir
+//   callbacks.push_back(std::make_shared<PeriodicTrigger>(
+//       std::make_shared<ModelSaver>(ModelSaverOptions().max_to_keep(3)),
+//       PeriodicTriggerOptions().every_k_steps(500)));
+//
+// When: trigger (every epoch end by default; wrap it in PeriodicTrigger for another period),
+// and after_train when training was stopped by a signal (save_on_signal). At most one save per
+// global_step in a run: a trigger at a step that was already saved does nothing.
+// What a save does, in this order (a crash at any point leaves a usable directory):
+//   1. collect_training_state(trainer) (parameters, buffers, optimizer state, graph variables,
+//      counters, RNG states, callback states) and write it as `model-<gs>.data` and
+//      `model-<gs>.index` (write_checkpoint: temporary files, fsync, rename, directory fsync);
+//   2. append `model-<gs>` to the tracked list (a name already there moves to the end) and
+//      replace the `checkpoint` index file (last, atomically);
+//   3. only then delete the checkpoints that retention drops;
+//   4. log `Model saved to <dir>/model-<gs>.`
+// Retention (TensorFlow Saver's): when the tracked list is longer than max_to_keep, its oldest
+// entry leaves it; that checkpoint stays on disk (untracked) if it was saved later than
+// `next_keep_time` (construction time + keep_checkpoint_every_n_hours; advanced by that much
+// each time one is kept), otherwise its files are deleted. The latest checkpoint is never
+// deleted. A new run (a new ModelSaver) starts with an empty tracked list, so checkpoints of
+// earlier runs in the directory are never deleted.
+// Errors: a save that fails (disk full, file-size limit, permission, any std::exception while
+// collecting or writing) logs ERR `Exception in ModelSaver! <reason>` naming the file; training
+// goes on, the `checkpoint` index still names the last good checkpoint, and no partial or
+// temporary file is left. Construction throws std::invalid_argument for max_to_keep < 0, a
+// negative or non-finite keep_checkpoint_every_n_hours, an unsupported var_collections, and
+// std::runtime_error when the directory cannot be created. setup_graph throws
+// std::invalid_argument("Please provide 'checkpoint_dir' for ModelSaver, or use
+// logger::set_logger_dir()") when neither a directory nor a logger directory was given (it is
+// checked there, not at construction, because a non-chief worker never sets it up).
+// chief_only: true.
+//
+// Differences from tensorpack:
+// - The files are `model-<gs>.data` (torch::pickle_save of a str -> Tensor dict; Python's
+//   `torch.load` reads it) and `model-<gs>.index` (its size, CRC-32C and entry count), not
+//   TensorFlow's `.data-00000-of-00001`/`.index`; no `graph-*.meta` is exported.
+// - Checkpoints hold the whole training state (callback states and the data position included),
+//   so a resume continues exactly; every file is fsynced and renamed into place, and each
+//   checkpoint is checksummed (tensorpack relies on TF's saver, which does neither).
+// - Any exception during a save is logged and ignored (tensorpack catches only IOError,
+//   PermissionDenied, ResourceExhausted and AlreadyExists); a failed save deletes nothing.
+// - save_on_signal (new): a checkpoint at the step where SIGINT/SIGTERM stopped training.
+// - max_to_keep = 0 tracks (lists in the index) every checkpoint of the run; TF lists only the
+//   latest then.
+class ModelSaver : public Callback {
+ public:
+  explicit ModelSaver(ModelSaverOptions options = {});
+
+  // The directory checkpoints go to ("" until known: unset and no logger directory).
+  const std::string& checkpoint_dir() const { return dir_; }
+  // The checkpoints this run tracks, oldest first, with their save times: what the index lists.
+  const std::vector<std::pair<std::string, double>>& tracked() const { return tracked_; }
+
+  // Saves now, as trigger() does (a step already saved in this run is skipped). Returns true
+  // when a checkpoint was written; on failure logs the error and returns false.
+  bool save();
+
+ protected:
+  void _setup_graph() override;
+  void _trigger() override { save(); }
+  void _after_train() override;
+
+ private:
+  double now() const;
+
+  ModelSaverOptions options_;
+  std::string dir_;
+  std::vector<std::pair<std::string, double>> tracked_;
+  double next_keep_time_ = 0;
+  double last_preserved_ = 0;
+  std::optional<int64_t> last_saved_step_;
+};
+
+struct MinSaverOptions {
+  // Keep the maximum instead of the minimum (MaxSaver sets it).
+  TORCH_ARG(bool, reverse) = false;
+  // File name (in checkpoint_dir) of the copy: `<filename>.data` / `<filename>.index`. Unset:
+  // `min-<stat>` (`max-<stat>` with reverse), the stat name made safe for a file name. A file
+  // name, not a path: '/' is std::invalid_argument.
+  TORCH_ARG(std::optional<std::string>, filename);
+  // The directory of the ModelSaver's checkpoints, where the copy goes too; unset: the logger
+  // directory at construction.
+  TORCH_ARG(std::optional<std::string>, checkpoint_dir);
+  // fsync the copy and the directory.
+  TORCH_ARG(bool, fsync) = true;
+};
+
+// Keeps a copy of the checkpoint taken when `monitor_stat` reached a new minimum (MaxSaver: a new
+// maximum), for picking the best model after training.
+//
+//   callbacks = {..., std::make_shared<InferenceRunner>(...),  // puts "val-error-top1"
+//                std::make_shared<ModelSaver>(),
+//                std::make_shared<MinSaver>("val-error-top1")};
+//   // -> <logger dir>/min-val-error-top1.data, min-val-error-top1.index
+//
+// Needs a ModelSaver writing to the same directory earlier in the callback list, and the
+// producer of the stat earlier still: both must have run at the same step.
+// When: trigger (every epoch end by default). It takes the last (global_step, value) that
+// `trainer().monitors().get_history(monitor_stat)` holds (returning at once if there is none,
+// or if the value is NaN); when the value is strictly lower (higher for MaxSaver) than the best
+// so far, or there is no best yet, it reads the directory's `checkpoint` index: if the latest
+// checkpoint is exactly `model-<that global_step>`, it is copied (copy_checkpoint: checked,
+// atomic) to `<dir>/<filename>`, the best becomes (step, value), and INFO `Model at
+// global_step=<step> with minimum <stat>=<value, %.5g> saved.` is logged. Otherwise WARN
+// `[MinSaver] New minimum '<stat>' found at global_step=<step>, but the latest checkpoint is
+// <path>.` and WARN `MinSaver will do nothing this time. The callbacks may have inconsistent
+// frequency or wrong order.`, and the best is not changed. (These three messages say MinSaver
+// and `[MinSaver]` for MaxSaver too, as tensorpack's do; `maximum` replaces `minimum`.)
+// state()/load_state(): the best (`best_step`, int64; `best_value`, float64), so that a resumed
+// run keeps comparing against it. ModelSaver, which runs first, saves this state before this
+// trigger has looked at the new value; so state() also holds the value this trigger is about to
+// consider (`pending_step`, `pending_value`: the stat's last value when it was put at the
+// current step, is better than the best, and this trigger has not run at this step yet), and
+// load_state takes it as the best only if the copy really happened: `<filename>.index` is
+// byte-identical to `model-<pending_step>.index` in the directory. A run resumed from the
+// checkpoint of its best epoch therefore keeps that epoch as the best.
+// Errors: no `checkpoint` index in the directory is std::runtime_error("[MinSaver] Cannot find a
+// checkpoint state. Do you forget to use ModelSaver?"), which stops training as in tensorpack. A
+// malformed index or a failed copy (disk full, a corrupt checkpoint) is an ERR line; the best is
+// not changed and training goes on. Construction: std::invalid_argument for an empty stat name or
+// a filename that is not a plain file name; setup_graph: std::invalid_argument when neither a
+// directory nor a logger directory was given.
+// chief_only: true.
+//
+// Differences from tensorpack (spec 22 #5, fixed):
+// - the latest checkpoint must be `model-<step>` exactly (tensorpack tests whether its path ends
+//   with the step's digits, so step 50 matched `model-150`), and only its own two files are
+//   copied (tensorpack's `path*` glob also copied `model-500.*`);
+// - the best is updated only when the copy succeeded (tensorpack updated it first, so a skipped
+//   copy lost the best checkpoint for good);
+// - the copy is `min-<stat>.data`/`.index` with '/' and control characters of the stat replaced
+//   by '_' (and a leading '.' of the stat too);
+// - the best is part of the checkpoint (state()), so a resumed run keeps it; a NaN value is never
+//   a new best.
+class MinSaver : public Callback {
+ public:
+  explicit MinSaver(std::string monitor_stat, MinSaverOptions options = {});
+
+  // The best (global_step, value) so far, if any.
+  const std::optional<std::pair<int64_t, double>>& best() const { return best_; }
+  const std::string& monitor_stat() const { return stat_; }
+  // The prefix of the copy: `<dir>/<filename>` (the directory is resolved at construction).
+  std::string best_checkpoint_prefix() const;
+
+  CallbackState state() const override;
+  // Accepts `best_step`+`best_value` and `pending_step`+`pending_value`, each pair present or
+  // absent; anything else is std::invalid_argument naming the callback and the entry.
+  void load_state(const CallbackState& state) override;
+
+ protected:
+  void _setup_graph() override;
+  void _trigger() override;
+
+ private:
+  // Copies the latest checkpoint if it was taken at `step`; true when it did.
+  bool save(int64_t step, double value);
+  bool is_better(double value) const;
+
+  std::string stat_;
+  MinSaverOptions options_;
+  std::string dir_;
+  std::string filename_;
+  std::optional<std::pair<int64_t, double>> best_;
+  std::optional<int64_t> last_trigger_step_;
+};
+
+struct MaxSaverOptions {
+  // As MinSaverOptions::filename (default `max-<stat>`).
+  TORCH_ARG(std::optional<std::string>, filename);
+  TORCH_ARG(std::optional<std::string>, checkpoint_dir);
+  TORCH_ARG(bool, fsync) = true;
+};
+
+// MinSaver for a stat to maximise (tensorpack's `MaxSaver(monitor_stat)` = `MinSaver(stat,
+// reverse=True)`): copies to `max-<stat>.data`/`.index`, logs `... with maximum ...`.
+//
+//   callbacks.push_back(std::make_shared<MaxSaver>("val-accuracy"));
+//
+// Differences from tensorpack: those of MinSaver.
+class MaxSaver : public MinSaver {
+ public:
+  explicit MaxSaver(std::string monitor_stat, MaxSaverOptions options = {});
+};
+
+}  // namespace trainpack

@@ -1,0 +1,74 @@
+// The training state as a name -> tensor map: what ModelSaver writes into a checkpoint and what
+// the restoring SessionInits (SaverRestore, DictRestore) put back. docs/save-load.md lists the
+// entries for users.
+//
+//   TensorMap state = collect_training_state(trainer);    // ModelSaver
+//   RestoreReport r = restore_training_state(trainer, state, RestoreOptions());  // SaverRestore
+//
+// Entries (all on the CPU):
+//   <module>/<name>, or <name> for a module registered as ""   parameters and buffers
+//                                                               (Graph::add_module)
+//   optimizer/<name>                  uint8: the optimizer's torch::serialize archive (its
+//                                     parameter groups and per-parameter state)
+//   variable/<name>                   float64 0-d: every Graph variable but global_step
+//   trainer/global_step, trainer/epoch, trainer/step_in_epoch   int64 0-d: resume_point()
+//   rng/cpu                           uint8: the default CPU generator's state
+//   rng/cuda:<i>                      uint8: each CUDA device's default generator (when built
+//                                     with CUDA and a GPU is there)
+//   callback/<key>/<entry>            what Callback::state() returned; <key> is the callback's
+//                                     name(), with "#2", "#3", ... for the 2nd, 3rd callback of
+//                                     the same name in the registered order
+//
+// Only module entries and Graph variables are "model" entries: restoring reports those that are
+// missing; the others (optimizer, counters, RNG, callbacks) are training-only, as tensorpack
+// leaves optimizer slots out of its warnings, and are reported in one line when absent.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <torch/arg.h>
+
+#include "trainpack/utils/checkpoint.h"
+
+namespace trainpack {
+
+class Trainer;
+
+// Everything the trainer can resume from, as described at the top of this file. Called between
+// steps (or in before_train/after_train) on the training thread.
+TensorMap collect_training_state(const Trainer& trainer);
+
+struct RestoreOptions {
+  // Names (exact entries, or prefixes ending in '/', e.g. "optimizer/") not to restore even when
+  // the map has them; each one present is logged (tensorpack's "Variable {name} in the graph
+  // will not be loaded from the checkpoint!").
+  TORCH_ARG(std::vector<std::string>, ignore);
+  // Restore trainer/* as the trainer's resume point (Trainer::set_resume_point). Off: weights
+  // only, training starts at the configured epoch.
+  TORCH_ARG(bool, restore_counters) = true;
+  // Where the map came from, for messages ("checkpoint train_log/x/model-600", "dict").
+  TORCH_ARG(std::string, source) = "the checkpoint";
+};
+
+// What restore_training_state did. Names are map entries.
+struct RestoreReport {
+  std::vector<std::string> restored;  // put into the trainer
+  std::vector<std::string> ignored;   // present, but in RestoreOptions::ignore
+  std::vector<std::string> missing;   // model entries the trainer has and the map lacks
+  std::vector<std::string> unused;    // map entries the trainer has nothing for
+  std::vector<std::string> missing_training_only;  // optimizer/trainer/rng/callback entries
+};
+
+// Puts `state` into the trainer: parameters and buffers (copied in place under NoGradGuard, on
+// their device), optimizer state, Graph variables, RNG states, callback states
+// (Callback::load_state with the entries under its key, the prefix removed) and, with
+// restore_counters, the resume point. Call from a SessionInit's run_init (before before_train).
+// Logs the missing and unused names as tensorpack does ("The following variables are in the
+// graph, but not found in the checkpoint: a, b"). Throws std::invalid_argument naming the entry
+// on a shape or dtype mismatch of a parameter or buffer (before anything is changed), and on an
+// optimizer archive that does not fit the optimizer.
+RestoreReport restore_training_state(Trainer& trainer, const TensorMap& state,
+                                     const RestoreOptions& options = {});
+
+}  // namespace trainpack

@@ -1,0 +1,356 @@
+// ModelSaver, MinSaver, MaxSaver (trainpack/callbacks/saver.h): when they save, the order of the
+// file operations, TensorFlow Saver's retention rules, and the best-value bookkeeping.
+#include "trainpack/callbacks/saver.h"
+
+#include <ATen/ops/scalar_tensor.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <system_error>
+
+#include "trainpack/train/state.h"
+#include "trainpack/train/trainer.h"
+#include "trainpack/utils/logger.h"
+
+namespace trainpack {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kNoDirMessage =
+    "Please provide 'checkpoint_dir' for {}, or use logger::set_logger_dir()";
+
+// The given directory, or the logger directory; normalised without a trailing '/'. "" if none.
+std::string resolve_dir(const std::optional<std::string>& dir) {
+  std::string d;
+  if (dir) {
+    d = *dir;
+  } else if (auto logdir = logger::get_logger_dir()) {
+    d = *logdir;
+  }
+  if (d.empty()) return d;
+  std::string n = fs::path(d).lexically_normal().string();
+  while (n.size() > 1 && n.back() == '/') n.pop_back();
+  return n;
+}
+
+std::string join(const std::string& dir, const std::string& name) {
+  if (fs::path(name).is_absolute()) return name;
+  return (fs::path(dir) / name).string();
+}
+
+double wall_clock() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The step of a checkpoint named exactly `model-<digits>` (any directory), else nullopt.
+std::optional<int64_t> checkpoint_step(const std::string& path) {
+  const std::string base = fs::path(path).filename().string();
+  const std::string prefix = "model-";
+  if (base.size() <= prefix.size() || base.compare(0, prefix.size(), prefix) != 0) {
+    return std::nullopt;
+  }
+  const std::string digits = base.substr(prefix.size());
+  if (digits.size() > 18 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  if (digits.size() > 1 && digits[0] == '0') return std::nullopt;  // `model-050` is not step 50
+  return std::stoll(digits);
+}
+
+// A stat name as part of a file name: '/', '\\' and control characters become '_', and so does a
+// leading '.'.
+std::string safe_file_component(const std::string& name) {
+  std::string out = name;
+  for (char& c : out) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '/' || c == '\\' || u < 0x20 || u == 0x7f) c = '_';
+  }
+  if (!out.empty() && out[0] == '.') out[0] = '_';
+  return out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// ModelSaver
+
+ModelSaver::ModelSaver(ModelSaverOptions options) : options_(std::move(options)) {
+  if (options_.max_to_keep() < 0) {
+    throw std::invalid_argument(
+        fmt::format("ModelSaver: max_to_keep must be >= 0, got {}", options_.max_to_keep()));
+  }
+  const double hours = options_.keep_checkpoint_every_n_hours();
+  if (!std::isfinite(hours) || hours < 0) {
+    throw std::invalid_argument(fmt::format(
+        "ModelSaver: keep_checkpoint_every_n_hours must be a number >= 0, got {}", hours));
+  }
+  if (options_.var_collections().empty()) {
+    throw std::invalid_argument(
+        "ModelSaver: var_collections is empty (use {\"GLOBAL_VARIABLES\"}: the whole state)");
+  }
+  for (const auto& c : options_.var_collections()) {
+    if (c != "GLOBAL_VARIABLES" && c != "variables") {
+      throw std::invalid_argument(fmt::format(
+          "ModelSaver: var_collections '{}' is not supported; only \"GLOBAL_VARIABLES\" (the "
+          "whole training state) can be saved",
+          c));
+    }
+  }
+  dir_ = resolve_dir(options_.checkpoint_dir());
+  if (!dir_.empty()) {
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    if (ec) {
+      throw std::runtime_error(fmt::format(
+          "ModelSaver: cannot create the checkpoint directory {}: {}", dir_, ec.message()));
+    }
+  }
+  next_keep_time_ = now() + hours * 3600;
+}
+
+double ModelSaver::now() const { return options_.clock() ? options_.clock()() : wall_clock(); }
+
+void ModelSaver::_setup_graph() {
+  if (dir_.empty()) throw std::invalid_argument(fmt::format(kNoDirMessage, "ModelSaver"));
+  last_saved_step_.reset();
+}
+
+bool ModelSaver::save() {
+  const int64_t gs = trainer().global_step();
+  if (last_saved_step_ == gs) return false;
+  const std::string name = fmt::format("model-{}", gs);
+  const std::string prefix = join(dir_, name);
+  const double t = now();
+
+  // The tracked list after this save, and what retention drops from it (TF Saver's rules).
+  std::vector<std::pair<std::string, double>> tracked;
+  for (const auto& entry : tracked_) {
+    if (entry.first != name) tracked.push_back(entry);
+  }
+  tracked.emplace_back(name, t);
+  double next_keep_time = next_keep_time_;
+  double last_preserved = last_preserved_;
+  std::vector<std::string> to_delete;
+  const auto max_to_keep = static_cast<size_t>(options_.max_to_keep());
+  while (max_to_keep > 0 && tracked.size() > max_to_keep) {
+    const auto dropped = tracked.front();
+    tracked.erase(tracked.begin());
+    if (dropped.second > next_keep_time) {
+      next_keep_time += options_.keep_checkpoint_every_n_hours() * 3600;
+      last_preserved = dropped.second;
+    } else {
+      to_delete.push_back(dropped.first);
+    }
+  }
+
+  const CheckpointWriteOptions write_options = CheckpointWriteOptions().fsync(options_.fsync());
+  const bool existed = checkpoint_exists(prefix);
+  bool written = false;
+  try {
+    const TensorMap state = collect_training_state(trainer());
+    write_checkpoint(prefix, state, write_options);
+    written = true;
+    CheckpointIndex index;
+    index.model_checkpoint_path = name;
+    for (const auto& [n, time] : tracked) {
+      index.all_model_checkpoint_paths.push_back(n);
+      index.all_model_checkpoint_timestamps.push_back(time);
+    }
+    index.last_preserved_timestamp = last_preserved;
+    write_checkpoint_index(dir_, index, write_options);  // last: it makes the save visible
+  } catch (const std::exception& e) {
+    TP_LOG_ERROR("Exception in ModelSaver! {}", e.what());
+    // A complete checkpoint that no index names is removed, unless an earlier one of the same
+    // name (which some index may name) was replaced by it.
+    if (written && !existed) remove_checkpoint(prefix);
+    return false;
+  }
+
+  tracked_ = std::move(tracked);
+  next_keep_time_ = next_keep_time;
+  last_preserved_ = last_preserved;
+  last_saved_step_ = gs;
+  // Only now that the new checkpoint and the index are durable.
+  for (const auto& n : to_delete) {
+    if (n != name) remove_checkpoint(join(dir_, n));
+  }
+  TP_LOG_INFO("Model saved to {}.", prefix);
+  return true;
+}
+
+void ModelSaver::_after_train() {
+  const int sig = trainer().received_signal();
+  if (!options_.save_on_signal() || sig == 0) return;
+  if (last_saved_step_ == trainer().global_step()) return;
+  TP_LOG_INFO("Saving a checkpoint at global_step={} before exiting on {}.",
+              trainer().global_step(), sig == SIGINT ? "SIGINT" : "SIGTERM");
+  save();
+}
+
+// ---------------------------------------------------------------------------------------------
+// MinSaver / MaxSaver
+
+MinSaver::MinSaver(std::string monitor_stat, MinSaverOptions options)
+    : stat_(std::move(monitor_stat)), options_(std::move(options)) {
+  const char* who = options_.reverse() ? "MaxSaver" : "MinSaver";
+  if (stat_.empty()) throw std::invalid_argument(fmt::format("{}: monitor_stat is empty", who));
+  if (options_.filename()) {
+    const std::string& f = *options_.filename();
+    if (f.empty() || f == "." || f == ".." || f.find('/') != std::string::npos ||
+        f.find('\0') != std::string::npos) {
+      throw std::invalid_argument(
+          fmt::format("{}: filename '{}' is not a plain file name (the directory is "
+                      "checkpoint_dir)",
+                      who, f));
+    }
+    filename_ = f;
+  } else {
+    filename_ =
+        fmt::format("{}-{}", options_.reverse() ? "max" : "min", safe_file_component(stat_));
+  }
+  dir_ = resolve_dir(options_.checkpoint_dir());
+}
+
+std::string MinSaver::best_checkpoint_prefix() const { return join(dir_, filename_); }
+
+void MinSaver::_setup_graph() {
+  if (dir_.empty()) throw std::invalid_argument(fmt::format(kNoDirMessage, name()));
+  last_trigger_step_.reset();
+}
+
+bool MinSaver::is_better(double value) const {
+  if (std::isnan(value)) return false;
+  if (!best_) return true;
+  return options_.reverse() ? value > best_->second : value < best_->second;
+}
+
+void MinSaver::_trigger() {
+  last_trigger_step_ = global_step();
+  const Monitors::History& history = trainer().monitors().get_history(stat_);
+  if (history.empty()) return;
+  const auto [step, value] = history.back();
+  if (!is_better(value)) return;
+  if (save(step, value)) best_ = std::make_pair(step, value);
+}
+
+bool MinSaver::save(int64_t step, double value) {
+  const char* extreme = options_.reverse() ? "maximum" : "minimum";
+  std::optional<CheckpointIndex> index;
+  try {
+    index = read_checkpoint_index(dir_);
+  } catch (const std::exception& e) {
+    TP_LOG_ERROR("[{}] Cannot read the checkpoint index: {}", name(), e.what());
+    return false;
+  }
+  if (!index) {
+    // tensorpack's messages say "MinSaver" for MaxSaver too (it is a MinSaver with reverse).
+    throw std::runtime_error(
+        "[MinSaver] Cannot find a checkpoint state. Do you forget to use ModelSaver?");
+  }
+  const std::string path = join(dir_, index->model_checkpoint_path);
+  if (checkpoint_step(path) != step) {
+    TP_LOG_WARN("[MinSaver] New {} '{}' found at global_step={}, but the latest checkpoint is {}.",
+                extreme, stat_, step, path);
+    TP_LOG_WARN(
+        "MinSaver will do nothing this time. The callbacks may have inconsistent frequency or "
+        "wrong order.");
+    return false;
+  }
+  try {
+    copy_checkpoint(path, best_checkpoint_prefix(),
+                    CheckpointWriteOptions().fsync(options_.fsync()));
+  } catch (const std::exception& e) {
+    TP_LOG_ERROR("[{}] Cannot copy {} to {}: {}", name(), path, best_checkpoint_prefix(), e.what());
+    return false;
+  }
+  TP_LOG_INFO("Model at global_step={} with {} {}={:.5g} saved.", step, extreme, stat_, value);
+  return true;
+}
+
+CallbackState MinSaver::state() const {
+  CallbackState s;
+  if (best_) {
+    s["best_step"] = at::scalar_tensor(best_->first, at::kLong);
+    s["best_value"] = at::scalar_tensor(best_->second, at::kDouble);
+  }
+  if (is_set_up()) {
+    // The value this trigger is about to consider at this step (see the header).
+    const int64_t gs = global_step();
+    const Monitors::History& history = trainer().monitors().get_history(stat_);
+    if (!history.empty() && history.back().first == gs && last_trigger_step_ != gs &&
+        is_better(history.back().second)) {
+      s["pending_step"] = at::scalar_tensor(gs, at::kLong);
+      s["pending_value"] = at::scalar_tensor(history.back().second, at::kDouble);
+    }
+  }
+  return s;
+}
+
+namespace {
+
+// The (step, value) pair stored under `<what>_step` / `<what>_value`, or nullopt when neither is.
+std::optional<std::pair<int64_t, double>> state_pair(const std::string& who,
+                                                     const CallbackState& state,
+                                                     const std::string& what) {
+  const std::string step_key = what + "_step", value_key = what + "_value";
+  const bool has_step = state.count(step_key) != 0, has_value = state.count(value_key) != 0;
+  if (!has_step && !has_value) return std::nullopt;
+  if (!has_step || !has_value) {
+    throw std::invalid_argument(
+        fmt::format("{}: state entry '{}' is missing", who, has_step ? value_key : step_key));
+  }
+  return std::make_pair(state.at(step_key).item<int64_t>(), state.at(value_key).item<double>());
+}
+
+// The bytes of a small file, or nullopt when it cannot be read.
+std::optional<std::string> slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return std::nullopt;
+  return ss.str();
+}
+
+}  // namespace
+
+void MinSaver::load_state(const CallbackState& state) {
+  for (const auto& [key, tensor] : state) {
+    if (key != "best_step" && key != "best_value" && key != "pending_step" &&
+        key != "pending_value") {
+      throw std::invalid_argument(fmt::format("{}: unknown state entry '{}'", name(), key));
+    }
+    if (!tensor.defined() || tensor.numel() != 1) {
+      throw std::invalid_argument(
+          fmt::format("{}: state entry '{}' should hold one number", name(), key));
+    }
+  }
+  best_ = state_pair(name(), state, "best");
+  const auto pending = state_pair(name(), state, "pending");
+  if (pending) {
+    // Taken as the best only if this trigger did copy the checkpoint of that step.
+    const auto copy = slurp(best_checkpoint_prefix() + ".index");
+    const auto original = slurp(join(dir_, fmt::format("model-{}", pending->first)) + ".index");
+    if (copy && original && *copy == *original) best_ = pending;
+  }
+  last_trigger_step_.reset();
+}
+
+MaxSaver::MaxSaver(std::string monitor_stat, MaxSaverOptions options)
+    : MinSaver(std::move(monitor_stat), MinSaverOptions()
+                                            .reverse(true)
+                                            .filename(options.filename())
+                                            .checkpoint_dir(options.checkpoint_dir())
+                                            .fsync(options.fsync())) {}
+
+}  // namespace trainpack

@@ -1,0 +1,78 @@
+#include "trainpack/session_init.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <utility>
+
+#include "trainpack/train/trainer.h"
+#include "trainpack/utils/checkpoint.h"
+#include "trainpack/utils/logger.h"
+
+namespace trainpack {
+
+SaverRestore::SaverRestore(const std::string& path, SaverRestoreOptions options)
+    : path_(resolve_checkpoint_path(path)), options_(std::move(options)) {}
+
+void SaverRestore::run_init(Trainer& trainer) {
+  TP_LOG_INFO("Restoring checkpoint from {} ...", path_);
+  const TensorMap tensors = read_checkpoint(path_);
+  report_ = restore_training_state(trainer, tensors,
+                                   RestoreOptions()
+                                       .ignore(options_.ignore())
+                                       .restore_counters(options_.restore_counters())
+                                       .source("checkpoint " + path_));
+}
+
+DictRestore::DictRestore(TensorMap tensors, SaverRestoreOptions options)
+    : tensors_(std::move(tensors)), options_(std::move(options)) {
+  for (const auto& [name, tensor] : tensors_) {
+    if (!tensor.defined()) {
+      throw std::invalid_argument(
+          fmt::format("DictRestore: the tensor for '{}' is undefined", name));
+    }
+  }
+}
+
+void DictRestore::run_init(Trainer& trainer) {
+  std::string names;
+  for (const auto& kv : tensors_) names += (names.empty() ? "" : ", ") + kv.first;
+  TP_LOG_INFO("Variables to restore from dict: {}", names);
+  TP_LOG_INFO("Restoring {} variables from dict ...", tensors_.size());
+  report_ = restore_training_state(trainer, tensors_,
+                                   RestoreOptions()
+                                       .ignore(options_.ignore())
+                                       .restore_counters(options_.restore_counters())
+                                       .source("the dict"));
+}
+
+ChainInit::ChainInit(std::vector<std::shared_ptr<SessionInit>> inits) : inits_(std::move(inits)) {
+  for (size_t i = 0; i < inits_.size(); ++i) {
+    if (inits_[i] == nullptr) {
+      throw std::invalid_argument(fmt::format("ChainInit: initialiser {} is null", i));
+    }
+  }
+}
+
+void ChainInit::setup_graph(Trainer& trainer) {
+  for (auto& init : inits_) init->setup_graph(trainer);
+}
+
+void ChainInit::run_init(Trainer& trainer) {
+  for (auto& init : inits_) init->run_init(trainer);
+}
+
+bool ChainInit::is_noop() const {
+  for (const auto& init : inits_) {
+    if (!init->is_noop()) return false;
+  }
+  return true;
+}
+
+std::string ChainInit::name() const {
+  std::string out = "ChainInit(";
+  for (size_t i = 0; i < inits_.size(); ++i) out += (i ? ", " : "") + inits_[i]->name();
+  return out + ")";
+}
+
+}  // namespace trainpack

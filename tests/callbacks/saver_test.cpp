@@ -1,0 +1,621 @@
+// ModelSaver, MinSaver, MaxSaver (callbacks/saver.h; spec 11.1, 11.2, 22 #5): which files exist
+// after each save, the index's content, retention by count and by hours, failed saves, the save
+// on a signal, and the best-checkpoint copies.
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/errors.h"
+#include "support/temp_dir.h"
+#include "support/trace.h"
+#include "trainpack/callbacks/saver.h"
+#include "trainpack/callbacks/trigger.h"
+#include "trainpack/session_init.h"
+#include "trainpack/train/trainer.h"
+#include "trainpack/utils/checkpoint.h"
+#include "trainpack/utils/logger.h"
+
+namespace trainpack {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::ActionCallback;
+using testing::LogCapture;
+using testing::message_of;
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// As in atomic_file_test: the soft RLIMIT_FSIZE with SIGXFSZ ignored, while it lives.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &saved_);
+    old_handler_ = signal(SIGXFSZ, SIG_IGN);
+    rlimit limit = saved_;
+    limit.rlim_cur = bytes;
+    setrlimit(RLIMIT_FSIZE, &limit);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &saved_);
+    signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  rlimit saved_{};
+  sighandler_t old_handler_;
+};
+
+// A NoOpTrainer with a small module and an SGD-momentum optimizer, registered as
+// SingleCostTrainer registers them.
+struct ModelTrainer {
+  torch::nn::Linear net{torch::nn::LinearOptions(3, 2)};
+  std::unique_ptr<torch::optim::SGD> opt;
+  NoOpTrainer trainer;
+
+  ModelTrainer() {
+    torch::manual_seed(1);
+    net = torch::nn::Linear(torch::nn::LinearOptions(3, 2));
+    opt = std::make_unique<torch::optim::SGD>(net->parameters(),
+                                              torch::optim::SGDOptions(0.1).momentum(0.9));
+    trainer.graph().add_module("", net.ptr());
+    trainer.graph().add_optimizer("", opt.get());
+  }
+  void train(const std::vector<CallbackPtr>& callbacks, int64_t steps_per_epoch, int64_t max_epoch,
+             std::shared_ptr<SessionInit> init = nullptr) {
+    trainer.train(callbacks, {}, steps_per_epoch, 1, max_epoch, std::move(init));
+  }
+};
+
+// The checkpoints (`model-*`, `min-*`, `max-*` prefixes with both files) and any other file in
+// `dir`, as one string: "model-2 model-4 | checkpoint".
+std::string listing(const fs::path& dir) {
+  std::set<std::string> prefixes, others;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    const auto dot = name.rfind(".index");
+    if (dot != std::string::npos && dot + 6 == name.size()) {
+      prefixes.insert(name.substr(0, dot));
+    } else if (name.size() > 5 && name.compare(name.size() - 5, 5, ".data") == 0) {
+      if (!fs::exists(dir / (name.substr(0, name.size() - 5) + ".index"))) others.insert(name);
+    } else {
+      others.insert(name);
+    }
+  }
+  // model-N in step order, then the rest by name.
+  std::vector<std::string> sorted(prefixes.begin(), prefixes.end());
+  std::sort(sorted.begin(), sorted.end(), [](const std::string& a, const std::string& b) {
+    const bool ma = a.rfind("model-", 0) == 0, mb = b.rfind("model-", 0) == 0;
+    if (ma != mb) return ma;
+    if (ma) return std::stoll(a.substr(6)) < std::stoll(b.substr(6));
+    return a < b;
+  });
+  std::string out;
+  for (const auto& p : sorted) out += (out.empty() ? "" : " ") + p;
+  out += " |";
+  for (const auto& o : others) out += " " + o;
+  return out;
+}
+
+// Records listing(dir) at every trigger (put it after the savers).
+std::shared_ptr<ActionCallback> lister(const fs::path& dir, std::vector<std::string>* out) {
+  auto cb = std::make_shared<ActionCallback>();
+  cb->trigger_fn = [dir, out](ActionCallback&) { out->push_back(listing(dir)); };
+  return cb;
+}
+
+// Puts `stat` at the end of the epochs listed, with the value given for the epoch.
+std::shared_ptr<ActionCallback> stat_putter(const std::string& stat,
+                                            std::map<int64_t, double> values) {
+  auto cb = std::make_shared<ActionCallback>();
+  cb->trigger_fn = [stat, values](ActionCallback& self) {
+    auto it = values.find(self.epoch_num());
+    if (it != values.end()) self.trainer().monitors().put_scalar(stat, it->second);
+  };
+  return cb;
+}
+
+// A clock the test moves: `*now` seconds since the epoch.
+std::function<double()> clock_of(std::shared_ptr<double> now) {
+  return [now] { return *now; };
+}
+
+// Moves the clock by `seconds` at every epoch's start.
+std::shared_ptr<ActionCallback> clock_mover(std::shared_ptr<double> now, double seconds) {
+  auto cb = std::make_shared<ActionCallback>();
+  cb->before_epoch_fn = [now, seconds](ActionCallback&) { *now += seconds; };
+  return cb;
+}
+
+int count_lines(const LogCapture& log, const std::string& text) {
+  int n = 0;
+  for (const auto& l : log.lines()) n += l.find(text) != std::string::npos;
+  return n;
+}
+
+class SaverTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = testing::make_temp_dir("saver_test"); }
+  void TearDown() override {
+    logger::unset_logger_dir();
+    std::error_code ec;
+    fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::remove_all(dir_, ec);
+  }
+  ModelSaverOptions options() const {
+    return ModelSaverOptions().checkpoint_dir(dir_.string()).fsync(false);
+  }
+  std::string prefix(const std::string& name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+// ---- ModelSaver ----
+
+TEST_F(SaverTest, SavesEveryEpochAndWritesTheIndexLast) {
+  auto now = std::make_shared<double>(1000);
+  ModelTrainer m;
+  auto saver = std::make_shared<ModelSaver>(options().fsync(true).clock(clock_of(now)));
+  std::vector<std::string> seen;
+  LogCapture log;
+  m.train({clock_mover(now, 60), saver, lister(dir_, &seen)}, 2, 3);
+  EXPECT_EQ(seen, (std::vector<std::string>{"model-2 | checkpoint", "model-2 model-4 | checkpoint",
+                                            "model-2 model-4 model-6 | checkpoint"}));
+  EXPECT_EQ(read_text(dir_ / "checkpoint"),
+            "model_checkpoint_path: \"model-6\"\n"
+            "all_model_checkpoint_paths: \"model-2\"\n"
+            "all_model_checkpoint_paths: \"model-4\"\n"
+            "all_model_checkpoint_paths: \"model-6\"\n"
+            "all_model_checkpoint_timestamps: 1060\n"
+            "all_model_checkpoint_timestamps: 1120\n"
+            "all_model_checkpoint_timestamps: 1180\n");
+  EXPECT_TRUE(log.contains("Model saved to " + prefix("model-2") + "."));
+  EXPECT_TRUE(log.contains("Model saved to " + prefix("model-6") + "."));
+  EXPECT_EQ(saver->tracked().back(), std::make_pair(std::string("model-6"), 1180.0));
+}
+
+TEST_F(SaverTest, TheCheckpointHoldsTheTrainingState) {
+  ModelTrainer m;
+  m.train({std::make_shared<ModelSaver>(options())}, 2, 2);
+  const TensorMap state = read_checkpoint(prefix("model-4"));
+  EXPECT_TRUE(torch::equal(state.at("weight"), m.net->weight));
+  EXPECT_TRUE(torch::equal(state.at("bias"), m.net->bias));
+  EXPECT_EQ(state.count("optimizer"), 1u);
+  EXPECT_EQ(state.at("trainer/global_step").item<int64_t>(), 4);
+  EXPECT_EQ(state.at("trainer/epoch").item<int64_t>(), 3);
+  EXPECT_EQ(state.at("trainer/step_in_epoch").item<int64_t>(), 0);
+}
+
+TEST_F(SaverTest, MaxToKeepKeepsTheNewestAndDeletesTheOlderOnes) {
+  ModelTrainer m;
+  std::vector<std::string> seen;
+  m.train(
+      {std::make_shared<ModelSaver>(options().max_to_keep(2).keep_checkpoint_every_n_hours(1000)),
+       lister(dir_, &seen)},
+      2, 5);
+  EXPECT_EQ(seen, (std::vector<std::string>{"model-2 | checkpoint", "model-2 model-4 | checkpoint",
+                                            "model-4 model-6 | checkpoint",
+                                            "model-6 model-8 | checkpoint",
+                                            "model-8 model-10 | checkpoint"}));
+  const auto index = read_checkpoint_index(dir_.string());
+  EXPECT_EQ(index->all_model_checkpoint_paths, (std::vector<std::string>{"model-8", "model-10"}));
+  EXPECT_EQ(index->last_preserved_timestamp, 0);
+}
+
+TEST_F(SaverTest, MaxToKeepOneKeepsOnlyTheLatest) {
+  ModelTrainer m;
+  std::vector<std::string> seen;
+  m.train(
+      {std::make_shared<ModelSaver>(options().max_to_keep(1).keep_checkpoint_every_n_hours(1000)),
+       lister(dir_, &seen)},
+      1, 3);
+  EXPECT_EQ(seen, (std::vector<std::string>{"model-1 | checkpoint", "model-2 | checkpoint",
+                                            "model-3 | checkpoint"}));
+}
+
+TEST_F(SaverTest, MaxToKeepZeroKeepsAndListsEveryCheckpoint) {
+  ModelTrainer m;
+  m.train({std::make_shared<ModelSaver>(options().max_to_keep(0))}, 1, 4);
+  EXPECT_EQ(listing(dir_), "model-1 model-2 model-3 model-4 | checkpoint");
+  EXPECT_EQ(read_checkpoint_index(dir_.string())->all_model_checkpoint_paths.size(), 4u);
+}
+
+TEST_F(SaverTest, TheHoursRuleKeepsOneDroppedCheckpointEveryNHours) {
+  // Built at t=0 with N=1 hour: next_keep_time=3600. One epoch (2 steps) every 20 minutes, so
+  // model-2k is saved at t=1200k. A dropped checkpoint is kept when saved strictly after
+  // next_keep_time, which then advances by an hour.
+  auto now = std::make_shared<double>(0);
+  ModelTrainer m;
+  std::vector<std::string> seen;
+  m.train({clock_mover(now, 1200),
+           std::make_shared<ModelSaver>(
+               options().max_to_keep(2).keep_checkpoint_every_n_hours(1).clock(clock_of(now))),
+           lister(dir_, &seen)},
+          2, 9);
+  EXPECT_EQ(seen, (std::vector<std::string>{
+                      "model-2 | checkpoint", "model-2 model-4 | checkpoint",
+                      "model-4 model-6 | checkpoint",   // model-2 (t=1200) deleted
+                      "model-6 model-8 | checkpoint",   // model-4 (t=2400) deleted
+                      "model-8 model-10 | checkpoint",  // model-6 (t=3600, not > 3600) deleted
+                      "model-8 model-10 model-12 | checkpoint",  // model-8 (t=4800) kept; 7200
+                      "model-8 model-12 model-14 | checkpoint",  // model-10 (t=6000) deleted
+                      "model-8 model-14 model-16 | checkpoint",  // model-12 (t=7200) deleted
+                      "model-8 model-14 model-16 model-18 | checkpoint",  // model-14 kept
+                  }));
+  EXPECT_EQ(read_text(dir_ / "checkpoint"),
+            "model_checkpoint_path: \"model-18\"\n"
+            "all_model_checkpoint_paths: \"model-16\"\n"
+            "all_model_checkpoint_paths: \"model-18\"\n"
+            "all_model_checkpoint_timestamps: 9600\n"
+            "all_model_checkpoint_timestamps: 10800\n"
+            "last_preserved_timestamp: 8400\n");
+}
+
+TEST_F(SaverTest, ANewRunDoesNotDeleteTheCheckpointsOfAnEarlierRun) {
+  {
+    ModelTrainer run1;
+    run1.train({std::make_shared<ModelSaver>(options().max_to_keep(2))}, 3, 2);  // model-3, 6
+  }
+  ModelTrainer run2;
+  std::vector<std::string> seen;
+  run2.train({std::make_shared<ModelSaver>(options().max_to_keep(1)), lister(dir_, &seen)}, 1, 2);
+  EXPECT_EQ(seen, (std::vector<std::string>{"model-1 model-3 model-6 | checkpoint",
+                                            "model-2 model-3 model-6 | checkpoint"}));
+  EXPECT_EQ(read_checkpoint_index(dir_.string())->all_model_checkpoint_paths,
+            std::vector<std::string>{"model-2"});
+}
+
+TEST_F(SaverTest, AStepAlreadySavedInThisRunIsNotSavedAgain) {
+  ModelTrainer m;
+  auto saver = std::make_shared<ModelSaver>(options());
+  std::vector<bool> again;
+  auto second = std::make_shared<ActionCallback>();
+  second->trigger_fn = [&](ActionCallback&) { again.push_back(saver->save()); };
+  LogCapture log;
+  m.train({saver, second}, 2, 2);
+  EXPECT_EQ(again, (std::vector<bool>{false, false}));
+  EXPECT_EQ(count_lines(log, "Model saved to"), 2);
+}
+
+TEST_F(SaverTest, AFailedSaveKeepsThePreviousCheckpointAndIndexAndTrainingGoesOn) {
+  ModelTrainer m;
+  std::unique_ptr<FileSizeLimit> limit;
+  // The limit is set for epoch 2 only (its checkpoint's data file is far larger than 512 bytes).
+  auto limiter = std::make_shared<ActionCallback>();
+  limiter->before_epoch_fn = [&](ActionCallback& self) {
+    if (self.epoch_num() == 2) limit = std::make_unique<FileSizeLimit>(512);
+  };
+  auto unlimiter = std::make_shared<ActionCallback>();
+  std::vector<std::string> indexes;
+  unlimiter->trigger_fn = [&](ActionCallback&) {
+    limit.reset();
+    indexes.push_back(read_text(dir_ / "checkpoint"));
+  };
+  std::vector<std::string> seen;
+  LogCapture log;
+  m.train({limiter, std::make_shared<ModelSaver>(options().fsync(true)), unlimiter,
+           lister(dir_, &seen)},
+          2, 3);
+  EXPECT_EQ(seen, (std::vector<std::string>{"model-2 | checkpoint", "model-2 | checkpoint",
+                                            "model-2 model-6 | checkpoint"}));
+  ASSERT_EQ(indexes.size(), 3u);
+  EXPECT_EQ(indexes[1], indexes[0]);  // still names model-2
+  EXPECT_EQ(read_checkpoint_index(dir_.string())->all_model_checkpoint_paths,
+            (std::vector<std::string>{"model-2", "model-6"}));
+  EXPECT_TRUE(log.contains("ERR Exception in ModelSaver! cannot write " + prefix("model-4") +
+                           ".data.tmp: File too large"));
+  EXPECT_EQ(m.trainer.global_step(), 6);
+  EXPECT_EQ(verify_checkpoint(prefix("model-2")), "");
+}
+
+TEST_F(SaverTest, AFailedIndexWriteRemovesTheNewCheckpoint) {
+  ModelTrainer m;
+  // A directory named `checkpoint.tmp` makes the index's temporary file impossible to create.
+  auto blocker = std::make_shared<ActionCallback>();
+  blocker->before_epoch_fn = [&](ActionCallback& self) {
+    if (self.epoch_num() == 2) fs::create_directories(dir_ / "checkpoint.tmp" / "x");
+    if (self.epoch_num() == 3) fs::remove_all(dir_ / "checkpoint.tmp");
+  };
+  std::vector<std::string> seen;
+  LogCapture log;
+  m.train({blocker, std::make_shared<ModelSaver>(options()), lister(dir_, &seen)}, 2, 3);
+  EXPECT_EQ(seen,
+            (std::vector<std::string>{"model-2 | checkpoint", "model-2 | checkpoint checkpoint.tmp",
+                                      "model-2 model-6 | checkpoint"}));
+  EXPECT_TRUE(log.contains("ERR Exception in ModelSaver! cannot create " +
+                           (dir_ / "checkpoint.tmp").string() + ": Is a directory"));
+}
+
+TEST_F(SaverTest, AVanishedDirectoryIsAnErrorLineAndTrainingGoesOn) {
+  const fs::path sub = dir_ / "ckpt";
+  ModelTrainer m;
+  auto saver = std::make_shared<ModelSaver>(options().checkpoint_dir(sub.string()));
+  EXPECT_TRUE(fs::is_directory(sub));  // created at construction
+  fs::remove_all(sub);
+  LogCapture log;
+  m.train({saver}, 1, 2);
+  EXPECT_EQ(
+      count_lines(log, "ERR Exception in ModelSaver! cannot create " + (sub / "model-").string()),
+      2);
+  EXPECT_TRUE(log.contains("No such file or directory"));
+  EXPECT_EQ(m.trainer.global_step(), 2);
+}
+
+TEST_F(SaverTest, AReadOnlyDirectoryIsAnErrorLineAndTrainingGoesOn) {
+  if (geteuid() == 0) GTEST_SKIP() << "root ignores directory permissions";
+  ModelTrainer m;
+  auto saver = std::make_shared<ModelSaver>(options());
+  fs::permissions(dir_, fs::perms::owner_read | fs::perms::owner_exec);
+  LogCapture log;
+  m.train({saver}, 1, 2);
+  fs::permissions(dir_, fs::perms::owner_all);
+  EXPECT_EQ(count_lines(log, "Permission denied"), 2);
+  EXPECT_EQ(listing(dir_), " |");
+}
+
+TEST_F(SaverTest, SavesACheckpointAtTheStepWhereASignalStoppedTraining) {
+  ModelTrainer m;  // handle_signals is on by default
+  auto raiser = std::make_shared<ActionCallback>();
+  raiser->trigger_step_fn = [](ActionCallback& self) {
+    if (self.global_step() == 3) std::raise(SIGTERM);
+  };
+  LogCapture log;
+  m.trainer.set_handle_signals(true);
+  m.train({raiser, std::make_shared<ModelSaver>(options())}, 4, 2);
+  EXPECT_EQ(m.trainer.received_signal(), SIGTERM);
+  EXPECT_EQ(listing(dir_), "model-3 | checkpoint");
+  EXPECT_EQ(read_checkpoint_index(dir_.string())->model_checkpoint_path, "model-3");
+  EXPECT_TRUE(log.contains("Saving a checkpoint at global_step=3 before exiting on SIGTERM."));
+  const TensorMap state = read_checkpoint(prefix("model-3"));
+  EXPECT_EQ(state.at("trainer/global_step").item<int64_t>(), 3);
+  EXPECT_EQ(state.at("trainer/epoch").item<int64_t>(), 1);
+  EXPECT_EQ(state.at("trainer/step_in_epoch").item<int64_t>(), 3);
+}
+
+TEST_F(SaverTest, ASignalAtAnEpochEndSavesOnce) {
+  ModelTrainer m;
+  auto raiser = std::make_shared<ActionCallback>();
+  raiser->trigger_step_fn = [](ActionCallback& self) {
+    if (self.global_step() == 2) std::raise(SIGINT);
+  };
+  LogCapture log;
+  m.train({raiser, std::make_shared<ModelSaver>(options())}, 2, 3);
+  EXPECT_EQ(m.trainer.received_signal(), SIGINT);
+  EXPECT_EQ(listing(dir_), "model-2 | checkpoint");
+  EXPECT_EQ(count_lines(log, "Model saved to"), 1);
+}
+
+TEST_F(SaverTest, NoSaveOnASignalWhenDisabled) {
+  ModelTrainer m;
+  auto raiser = std::make_shared<ActionCallback>();
+  raiser->trigger_step_fn = [](ActionCallback& self) {
+    if (self.global_step() == 1) std::raise(SIGTERM);
+  };
+  m.train({raiser, std::make_shared<ModelSaver>(options().save_on_signal(false))}, 4, 2);
+  EXPECT_EQ(m.trainer.received_signal(), SIGTERM);
+  EXPECT_EQ(listing(dir_), " |");
+}
+
+TEST_F(SaverTest, DefaultsToTheLoggerDirectory) {
+  const fs::path log_dir = dir_ / "log";
+  logger::set_logger_dir(log_dir.string());
+  ModelSaver saver;
+  EXPECT_EQ(saver.checkpoint_dir(), log_dir.string());
+  MinSaver min("val-error");
+  EXPECT_EQ(min.best_checkpoint_prefix(), (log_dir / "min-val-error").string());
+}
+
+TEST_F(SaverTest, NoDirectoryIsAnErrorAtSetup) {
+  ASSERT_FALSE(logger::get_logger_dir().has_value());
+  ModelTrainer m;
+  const std::string msg = message_of([&] { m.train({std::make_shared<ModelSaver>()}, 1, 1); });
+  EXPECT_NE(msg.find("Please provide 'checkpoint_dir' for ModelSaver, or use "
+                     "logger::set_logger_dir()"),
+            std::string::npos)
+      << msg;
+}
+
+TEST_F(SaverTest, BadOptionsAreRejectedAtConstruction) {
+  EXPECT_EQ(message_of<std::invalid_argument>([&] { ModelSaver(options().max_to_keep(-1)); }),
+            "ModelSaver: max_to_keep must be >= 0, got -1");
+  EXPECT_EQ(message_of<std::invalid_argument>(
+                [&] { ModelSaver(options().keep_checkpoint_every_n_hours(-0.5)); }),
+            "ModelSaver: keep_checkpoint_every_n_hours must be a number >= 0, got -0.5");
+  EXPECT_EQ(message_of<std::invalid_argument>(
+                [&] { ModelSaver(options().var_collections({"TRAINABLE_VARIABLES"})); }),
+            "ModelSaver: var_collections 'TRAINABLE_VARIABLES' is not supported; only "
+            "\"GLOBAL_VARIABLES\" (the whole training state) can be saved");
+  EXPECT_NO_THROW(ModelSaver(options().var_collections({"variables"})));
+  EXPECT_TRUE(ModelSaver(options()).chief_only());
+  EXPECT_EQ(
+      message_of<std::invalid_argument>([&] { MinSaver("a", MinSaverOptions().filename("x/y")); }),
+      "MinSaver: filename 'x/y' is not a plain file name (the directory is checkpoint_dir)");
+  EXPECT_EQ(message_of<std::invalid_argument>([&] { MaxSaver(""); }),
+            "MaxSaver: monitor_stat is empty");
+}
+
+// ---- MinSaver / MaxSaver ----
+
+TEST_F(SaverTest, MinSaverKeepsTheCheckpointOfTheMinimum) {
+  ModelTrainer m;
+  auto min = std::make_shared<MinSaver>(
+      "val-error", MinSaverOptions().checkpoint_dir(dir_.string()).fsync(false));
+  std::vector<std::string> seen;
+  LogCapture log;
+  // Epoch 1: first value (a best); epoch 2: improvement; epoch 3: no improvement.
+  m.train({stat_putter("val-error", {{1, 0.5}, {2, 0.25}, {3, 0.375}}),
+           std::make_shared<ModelSaver>(options().max_to_keep(1)), min, lister(dir_, &seen)},
+          2, 3);
+  EXPECT_EQ(seen, (std::vector<std::string>{"model-2 min-val-error | checkpoint",
+                                            "model-4 min-val-error | checkpoint",
+                                            "model-6 min-val-error | checkpoint"}));
+  ASSERT_TRUE(min->best().has_value());
+  EXPECT_EQ(*min->best(), std::make_pair(int64_t{4}, 0.25));
+  EXPECT_EQ(read_checkpoint(prefix("min-val-error")).at("trainer/global_step").item<int64_t>(), 4);
+  EXPECT_TRUE(log.contains("Model at global_step=2 with minimum val-error=0.5 saved."));
+  EXPECT_TRUE(log.contains("Model at global_step=4 with minimum val-error=0.25 saved."));
+  EXPECT_EQ(count_lines(log, "Model at global_step="), 2);
+}
+
+TEST_F(SaverTest, MaxSaverKeepsTheCheckpointOfTheMaximum) {
+  ModelTrainer m;
+  auto max = std::make_shared<MaxSaver>(
+      "val/accuracy", MaxSaverOptions().checkpoint_dir(dir_.string()).fsync(false));
+  EXPECT_EQ(max->best_checkpoint_prefix(), prefix("max-val_accuracy"));
+  EXPECT_EQ(max->name(), "MaxSaver");
+  LogCapture log;
+  m.train({stat_putter("val/accuracy", {{1, 0.5}, {2, 0.75}, {3, 0.625}}),
+           std::make_shared<ModelSaver>(options()), max},
+          2, 3);
+  EXPECT_EQ(*max->best(), std::make_pair(int64_t{4}, 0.75));
+  EXPECT_EQ(read_text(prefix("max-val_accuracy") + ".data"),
+            read_text(prefix("model-4") + ".data"));
+  EXPECT_TRUE(log.contains("Model at global_step=4 with maximum val/accuracy=0.75 saved."));
+}
+
+TEST_F(SaverTest, MinSaverDoesNothingWhenTheLatestCheckpointIsNotAtTheBestStep) {
+  // The stat is put at step 2, the checkpoint is model-12: tensorpack's suffix test would have
+  // taken "model-12" for step 2. Here: two warnings, no copy, and no best.
+  ModelTrainer m;
+  auto early = std::make_shared<ActionCallback>();
+  early->trigger_step_fn = [](ActionCallback& self) {
+    if (self.global_step() == 2) self.trainer().monitors().put_scalar("val-error", 0.125);
+  };
+  auto min = std::make_shared<MinSaver>(
+      "val-error", MinSaverOptions().checkpoint_dir(dir_.string()).fsync(false));
+  LogCapture log;
+  m.train({early, std::make_shared<ModelSaver>(options()), min}, 12, 1);
+  EXPECT_TRUE(
+      log.contains("WRN [MinSaver] New minimum 'val-error' found at global_step=2, but "
+                   "the latest checkpoint is " +
+                   prefix("model-12") + "."));
+  EXPECT_TRUE(
+      log.contains("WRN MinSaver will do nothing this time. The callbacks may have "
+                   "inconsistent frequency or wrong order."));
+  EXPECT_FALSE(min->best().has_value());
+  EXPECT_FALSE(fs::exists(prefix("min-val-error") + ".data"));
+}
+
+TEST_F(SaverTest, ASkippedCopyDoesNotUpdateTheBest) {
+  // Epoch 1's value is put mid-epoch (no checkpoint at that step: skipped); epoch 2's value is
+  // worse, but as there is no best yet it is saved. (tensorpack would keep 0.25 as the best and
+  // never save anything.)
+  ModelTrainer m;
+  auto putter = std::make_shared<ActionCallback>();
+  putter->trigger_step_fn = [](ActionCallback& self) {
+    if (self.global_step() == 1) self.trainer().monitors().put_scalar("val-error", 0.25);
+  };
+  putter->trigger_fn = [](ActionCallback& self) {
+    if (self.epoch_num() == 2) self.trainer().monitors().put_scalar("val-error", 0.5);
+  };
+  auto min = std::make_shared<MinSaver>(
+      "val-error", MinSaverOptions().checkpoint_dir(dir_.string()).fsync(false));
+  LogCapture log;
+  m.train({putter, std::make_shared<ModelSaver>(options()), min}, 2, 2);
+  EXPECT_EQ(count_lines(log, "WRN MinSaver will do nothing this time."), 1);
+  EXPECT_EQ(*min->best(), std::make_pair(int64_t{4}, 0.5));
+  EXPECT_EQ(read_text(prefix("min-val-error") + ".data"), read_text(prefix("model-4") + ".data"));
+}
+
+TEST_F(SaverTest, MinSaverWithoutModelSaverIsAnError) {
+  ModelTrainer m;
+  const std::string msg = message_of([&] {
+    m.train(
+        {stat_putter("val-error", {{1, 0.5}}),
+         std::make_shared<MinSaver>("val-error", MinSaverOptions().checkpoint_dir(dir_.string()))},
+        1, 1);
+  });
+  EXPECT_NE(msg.find("[MinSaver] Cannot find a checkpoint state. Do you forget to use ModelSaver?"),
+            std::string::npos)
+      << msg;
+}
+
+TEST_F(SaverTest, MinSaverWithoutDataDoesNothing) {
+  ModelTrainer m;
+  auto min =
+      std::make_shared<MinSaver>("val-error", MinSaverOptions().checkpoint_dir(dir_.string()));
+  m.train({min}, 1, 2);  // no stat, no index: returns before reading it
+  EXPECT_FALSE(min->best().has_value());
+}
+
+TEST_F(SaverTest, MinSaverStateRoundTrips) {
+  MinSaver a("val-error", MinSaverOptions().checkpoint_dir(dir_.string()));
+  EXPECT_TRUE(a.state().empty());
+  a.load_state({{"best_step", at::scalar_tensor(40, at::kLong)},
+                {"best_value", at::scalar_tensor(0.125, at::kDouble)}});
+  EXPECT_EQ(*a.best(), std::make_pair(int64_t{40}, 0.125));
+  const CallbackState s = a.state();
+  EXPECT_EQ(s.at("best_step").item<int64_t>(), 40);
+  EXPECT_EQ(s.at("best_value").item<double>(), 0.125);
+  a.load_state({});
+  EXPECT_FALSE(a.best().has_value());
+  EXPECT_EQ(message_of<std::invalid_argument>([&] {
+              a.load_state({{"best_step", at::scalar_tensor(1, at::kLong)}});
+            }),
+            "MinSaver: state entry 'best_value' is missing");
+  EXPECT_EQ(message_of<std::invalid_argument>([&] {
+              a.load_state({{"best", at::scalar_tensor(1, at::kLong)}});
+            }),
+            "MinSaver: unknown state entry 'best'");
+}
+
+TEST_F(SaverTest, AResumedRunKeepsTheBestOfTheRunItResumes) {
+  // Run 1 improves at both epochs; the latest checkpoint (model-4) is the best one, saved by
+  // ModelSaver before MinSaver copied it. Run 2 resumes from it: its epoch-3 value (0.375) is
+  // worse than 0.25, so the copy of model-4 must stay.
+  const auto callbacks = [&](std::shared_ptr<MinSaver> min) {
+    return std::vector<CallbackPtr>{stat_putter("val-error", {{1, 0.5}, {2, 0.25}, {3, 0.375}}),
+                                    std::make_shared<ModelSaver>(options()), min};
+  };
+  {
+    ModelTrainer run1;
+    run1.train(callbacks(std::make_shared<MinSaver>(
+                   "val-error", MinSaverOptions().checkpoint_dir(dir_.string()))),
+               2, 2);
+  }
+  const std::string best_data = read_text(prefix("min-val-error") + ".data");
+  ASSERT_EQ(best_data, read_text(prefix("model-4") + ".data"));
+  const TensorMap state = read_checkpoint(prefix("model-4"));
+  EXPECT_EQ(state.at("callback/MinSaver/best_step").item<int64_t>(), 2);
+  EXPECT_EQ(state.at("callback/MinSaver/pending_step").item<int64_t>(), 4);
+
+  ModelTrainer run2;
+  auto min =
+      std::make_shared<MinSaver>("val-error", MinSaverOptions().checkpoint_dir(dir_.string()));
+  LogCapture log;
+  run2.train(callbacks(min), 2, 3, std::make_shared<SaverRestore>(dir_.string()));
+  EXPECT_EQ(run2.trainer.global_step(), 6);
+  EXPECT_EQ(*min->best(), std::make_pair(int64_t{4}, 0.25));
+  EXPECT_EQ(read_text(prefix("min-val-error") + ".data"), best_data);
+  EXPECT_EQ(count_lines(log, "Model at global_step="), 0);
+}
+
+TEST_F(SaverTest, StatNamesAreMadeSafeForFileNames) {
+  MinSaverOptions o = MinSaverOptions().checkpoint_dir(dir_.string());
+  EXPECT_EQ(MinSaver("tower0/val-error", o).best_checkpoint_prefix(),
+            prefix("min-tower0_val-error"));
+  EXPECT_EQ(MinSaver("../x", o).best_checkpoint_prefix(), prefix("min-_._x"));
+  EXPECT_EQ(MinSaver("a\nb", o).best_checkpoint_prefix(), prefix("min-a_b"));
+  EXPECT_EQ(MinSaver("x", MinSaverOptions(o).filename("best")).best_checkpoint_prefix(),
+            prefix("best"));
+}
+
+}  // namespace
+}  // namespace trainpack
