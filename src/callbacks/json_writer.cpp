@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -221,6 +222,71 @@ void JSONWriter::_before_train() {
   sync();
 }
 
+bool JSONWriter::follows_starting_epoch(const std::vector<StatsEntry>& entries) const {
+  // tensorpack: `epoch = stats[-1]['epoch_num'] + 1`, None on any error.
+  const StatValue* last = entries.empty() ? nullptr : entries.back().find("epoch_num");
+  if (last == nullptr) return true;
+  const int64_t starting_epoch = trainer().starting_epoch();
+  const bool follows = std::holds_alternative<int64_t>(*last)
+                           ? std::get<int64_t>(*last) + 1 == starting_epoch
+                           : std::get<double>(*last) + 1 == static_cast<double>(starting_epoch);
+  if (!follows) {
+    TP_LOG_WARN("History epoch={} from JSON is not the predecessor of the current starting_epoch={}",
+                python_str(*last), starting_epoch);
+    TP_LOG_WARN(
+        "If you want to resume old training, either use `AutoResumeTrainConfig` or correctly "
+        "set the new starting_epoch yourself to avoid inconsistency. ");
+  }
+  return follows;
+}
+
+namespace {
+
+// An entry's integer field `key`, or nullopt when absent or not a number.
+std::optional<double> entry_number(const StatsEntry& entry, const char* key) {
+  const StatValue* v = entry.find(key);
+  if (v == nullptr) return std::nullopt;
+  if (std::holds_alternative<int64_t>(*v)) return static_cast<double>(std::get<int64_t>(*v));
+  if (std::holds_alternative<double>(*v)) return std::get<double>(*v);
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool JSONWriter::keep_entries_up_to(std::vector<StatsEntry>& entries,
+                                    const ResumePoint& resumed) const {
+  // The steps after the checkpoint's global_step run again: their entries (written before the
+  // crash or stop) would otherwise appear twice, with different values.
+  const auto first_after =
+      std::find_if(entries.begin(), entries.end(), [&](const StatsEntry& e) {
+        const auto gs = entry_number(e, "global_step");
+        return gs && *gs > static_cast<double>(resumed.global_step);
+      });
+  const size_t dropped = static_cast<size_t>(entries.end() - first_after);
+  if (dropped > 0) {
+    TP_LOG_WARN(
+        "{} holds {} entries after global_step={}, the step of the checkpoint this run resumes "
+        "from (from global_step={} on); they are dropped, since those steps run again.",
+        path_, dropped, resumed.global_step, python_str(*first_after->find("global_step")));
+    entries.erase(first_after, entries.end());
+  }
+  // The last entry kept is of the epoch the checkpoint ends (an epoch entry, or a step entry
+  // written during the epoch the run resumes in).
+  if (!entries.empty()) {
+    if (const auto last_epoch = entry_number(entries.back(), "epoch_num")) {
+      const double e = static_cast<double>(resumed.epoch);
+      if (*last_epoch != e && *last_epoch != e - 1) {
+        TP_LOG_WARN(
+            "The last entry of {} is of epoch {}, but the checkpoint resumes at epoch {} "
+            "(global_step={}); the checkpoint's counters are used.",
+            path_, python_str(*entries.back().find("epoch_num")), resumed.epoch,
+            resumed.global_step);
+      }
+    }
+  }
+  return dropped > 0;
+}
+
 void JSONWriter::adopt_existing_file() {
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path_, ec))) return;
@@ -243,44 +309,33 @@ void JSONWriter::adopt_existing_file() {
     }
     if (p.status == ParsedStats::Status::kTruncated) warn_truncated(path_, p);
 
-    // tensorpack: `epoch = stats[-1]['epoch_num'] + 1`, None on any error.
-    const StatValue* last = p.entries.empty() ? nullptr : p.entries.back().find("epoch_num");
-    const int64_t starting_epoch = trainer().starting_epoch();
-    bool follows = true;
-    if (last != nullptr) {
-      if (std::holds_alternative<int64_t>(*last)) {
-        follows = std::get<int64_t>(*last) + 1 == starting_epoch;
-      } else {
-        follows = std::get<double>(*last) + 1 == static_cast<double>(starting_epoch);
-      }
-    }
-    if (!follows) {
-      TP_LOG_WARN(
-          "History epoch={} from JSON is not the predecessor of the current starting_epoch={}",
-          python_str(*last), starting_epoch);
-      TP_LOG_WARN(
-          "If you want to resume old training, either use `AutoResumeTrainConfig` or correctly "
-          "set the new starting_epoch yourself to avoid inconsistency. ");
+    bool drop_entries = false;
+    if (const auto& resumed = trainer().restored_resume_point()) {
+      // Resumed from a checkpoint: its counters are the truth (spec 22 #7).
+      drop_entries = keep_entries_up_to(p.entries, *resumed);
+    } else if (!follows_starting_epoch(p.entries)) {
       const std::string backup = backup_path(path_, "");
       TP_LOG_WARN("Now, we will train with starting_epoch={} and backup old json to {}",
-                  starting_epoch, backup);
+                  trainer().starting_epoch(), backup);
       move_file(path_, backup, dir_);
       return;
     }
 
     TP_LOG_INFO("Found existing JSON inside {}, will append to it.", dir_);
     stats_ = std::move(p.entries);
-    if (p.status == ParsedStats::Status::kValid && text.back() == ']') {
+    if (p.status == ParsedStats::Status::kValid && text.back() == ']' && !drop_entries) {
       // Appended to as it is: the bytes already there are never touched.
       fd_ = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
       if (fd_ < 0) throw_errno("cannot open", path_, errno);
       close_offset_ = static_cast<int64_t>(text.size()) - 1;
       return;
     }
-    // Truncated, or followed by white space: keep a copy of the file as found, then rewrite it
-    // once (temporary file and rename) with the complete entries.
-    const std::string backup =
-        backup_path(path_, p.status == ParsedStats::Status::kTruncated ? "truncated-" : "orig-");
+    // Truncated, followed by white space, or with entries dropped on resume: keep a copy of the
+    // file as found, then rewrite it once (temporary file and rename) with the entries kept.
+    const char* label = p.status == ParsedStats::Status::kTruncated ? "truncated-"
+                        : drop_entries                                 ? "before-resume-"
+                                                                       : "orig-";
+    const std::string backup = backup_path(path_, label);
     copy_file_synced(path_, backup, dir_);
     rewrite_all();
     TP_LOG_WARN("Rewrote {} with its {} complete entries; the file as found is kept as {}.", path_,

@@ -18,6 +18,13 @@
 //   no usable `epoch_num` (INFO `Found existing JSON inside <dir>, will append to it.`);
 // - otherwise moved to `stats.json.<MMDD-HHMMSS>` (tensorpack's three warnings), and a new file is
 //   started;
+// - when the run resumes from a checkpoint (Trainer::restored_resume_point(), set by SaverRestore
+//   or AutoResumeTrainConfig), appended to whatever its last epoch: the checkpoint's counters are
+//   the truth (spec 22 #7). Entries with a global_step after the checkpoint's (written by the run
+//   that stopped, for steps that now run again) are dropped with a warning that names both steps;
+//   the file as found is copied to `stats.json.before-resume-<MMDD-HHMMSS>` first and stats.json
+//   is rewritten once. A last entry whose epoch_num is neither the checkpoint's epoch nor the one
+//   before is a warning naming both;
 // - if it is malformed (not JSON, not an array, an entry that is not an object of numbers), moved
 //   to `stats.json.malformed-<MMDD-HHMMSS>` with a warning naming both paths, and a new file is
 //   started;
@@ -63,6 +70,10 @@
 
 #include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/utils/stats_json.h"  // StatValue, StatsEntry, the format and the reader
+
+namespace trainpack {
+struct ResumePoint;  // trainpack/train/trainer.h
+}  // namespace trainpack
 
 namespace trainpack {
 
@@ -117,6 +128,11 @@ class JSONWriter : public MonitorBase {
  private:
   // Adopts the file found at start (append / back up / move aside / repair).
   void adopt_existing_file();
+  // Without a resume point: whether the last entry's epoch_num + 1 is the starting epoch (or
+  // absent); warns as tensorpack does when not.
+  bool follows_starting_epoch(const std::vector<StatsEntry>& entries) const;
+  // With a resume point: drops the entries after its global_step (warning); true if any.
+  bool keep_entries_up_to(std::vector<StatsEntry>& entries, const ResumePoint& resumed) const;
   // Writes the entry just added to stats_; logs write errors.
   void write_stat();
   // Replaces the file with all of stats_ (temporary file, fsync, rename) and opens it for appends.

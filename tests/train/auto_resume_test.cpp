@@ -1,0 +1,265 @@
+// AutoResumeTrainConfig (spec 6.4 with the fix of spec 22 #7) and JSONWriter's part in a resume:
+// which checkpoint is picked, the fallback past a corrupt one, the counters the run continues
+// from, and what happens to stats.json.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "support/temp_dir.h"
+#include "support/trace.h"
+#include "trainpack/callbacks/json_writer.h"
+#include "trainpack/callbacks/saver.h"
+#include "trainpack/callbacks/trigger.h"
+#include "trainpack/input/dataflow.h"
+#include "trainpack/train/config.h"
+#include "trainpack/train/single_cost.h"
+#include "trainpack/utils/logger.h"
+
+namespace trainpack {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::LogCapture;
+
+// y = 2 x0 - x1 on 24 fixed points, batches of 8: 3 steps per epoch.
+DataFlowPtr batches() {
+  std::vector<Datapoint> points;
+  for (int i = 0; i < 24; ++i) {
+    const float a = static_cast<float>(i % 5) - 2.0f;
+    const float b = static_cast<float>(i % 3) - 1.0f;
+    points.push_back({torch::tensor({a, b}), torch::tensor({2 * a - b})});
+  }
+  return std::make_shared<BatchData>(std::make_shared<DataFromList>(points), 8);
+}
+
+class LinearModel : public ModelDesc {
+ public:
+  LinearModel() {
+    torch::manual_seed(3);
+    net = torch::nn::Linear(2, 1);
+  }
+  InputSignature inputs() const override {
+    return {InputDesc("x", {-1, 2}), InputDesc("y", {-1, 1})};
+  }
+  std::shared_ptr<torch::nn::Module> module() override { return net.ptr(); }
+  at::Tensor build_graph(TowerContext&, const std::vector<at::Tensor>& in) override {
+    return torch::mse_loss(net->forward(in[0]), in[1]);
+  }
+  std::unique_ptr<torch::optim::Optimizer> optimizer() override {
+    return std::make_unique<torch::optim::SGD>(net->parameters(),
+                                               torch::optim::SGDOptions(0.05).momentum(0.9));
+  }
+  torch::nn::Linear net{nullptr};
+};
+
+// Puts `steps` = global_step to the monitors after every step (so that stats.json has an entry
+// per step) and records the global steps and epochs it ran.
+class StepRecorder : public Callback {
+ public:
+  std::vector<int64_t> steps;
+  std::vector<int64_t> epochs;
+
+ protected:
+  void _trigger_step() override {
+    steps.push_back(global_step());
+    trainer().monitors().put_scalar("steps", static_cast<double>(global_step()));
+  }
+  void _before_epoch() override { epochs.push_back(epoch_num()); }
+};
+
+// The (epoch_num, global_step) of every entry of <dir>/stats.json.
+std::vector<std::pair<int64_t, int64_t>> stats_counters(const fs::path& dir) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  const auto stats = JSONWriter::load_existing_json(dir.string());
+  if (!stats) return out;
+  for (const auto& e : *stats) {
+    out.emplace_back(std::get<int64_t>(*e.find("epoch_num")),
+                     std::get<int64_t>(*e.find("global_step")));
+  }
+  return out;
+}
+
+class AutoResumeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::make_temp_dir("auto_resume");
+    logger::set_logger_dir(dir_.string(), 'k');
+  }
+  void TearDown() override {
+    logger::unset_logger_dir();
+    fs::remove_all(dir_);
+  }
+
+  // Trains to `max_epoch` (auto-resuming from the logger directory) with a ModelSaver every
+  // epoch, or every step when `save_every_step`; returns the recorder.
+  std::shared_ptr<StepRecorder> run(int64_t max_epoch, bool save_every_step = false,
+                                    std::shared_ptr<LinearModel> model = nullptr,
+                                    std::string* found = nullptr) {
+    if (!model) model = std::make_shared<LinearModel>();
+    auto recorder = std::make_shared<StepRecorder>();
+    auto saver = std::make_shared<ModelSaver>(ModelSaverOptions().fsync(false));
+    std::vector<CallbackPtr> callbacks{recorder};
+    if (save_every_step) {
+      callbacks.push_back(std::make_shared<PeriodicTrigger>(
+          saver, PeriodicTriggerOptions().every_k_steps(1)));
+    } else {
+      callbacks.push_back(saver);
+    }
+    AutoResumeTrainConfig config(TrainConfig()
+                                     .model(model)
+                                     .dataflow(batches())
+                                     .callbacks(callbacks)
+                                     .extra_callbacks(std::vector<CallbackPtr>{})
+                                     .monitors(std::vector<MonitorPtr>{JSONWriter::create()})
+                                     .max_epoch(max_epoch));
+    if (found != nullptr) *found = config.found_checkpoint();
+    SimpleTrainer trainer;
+    trainer.set_handle_signals(false);
+    launch_train_with_config(config, trainer);
+    return recorder;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(AutoResumeTest, AnEmptyDirectoryStartsFromScratch) {
+  std::string found = "unset";
+  auto rec = run(1, false, nullptr, &found);
+  EXPECT_EQ(found, "");
+  EXPECT_EQ(rec->steps, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_TRUE(fs::exists(dir_ / "model-3.index"));
+}
+
+TEST_F(AutoResumeTest, ContinuesFromTheLatestCheckpointsCountersAndAppendsToStatsJson) {
+  run(2);
+  const auto before = stats_counters(dir_);
+  ASSERT_EQ(before.size(), 6u);  // one entry per step: 3 steps x 2 epochs
+  std::string found;
+  LogCapture log;
+  auto rec = run(4, false, nullptr, &found);
+  EXPECT_EQ(found, (dir_ / "model-6").string());
+  EXPECT_TRUE(log.contains("Will load checkpoint at " + (dir_ / "model-6").string() + "."));
+  EXPECT_EQ(rec->epochs, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(rec->steps, (std::vector<int64_t>{7, 8, 9, 10, 11, 12}));
+  const std::vector<std::pair<int64_t, int64_t>> expected{
+      {1, 1}, {1, 2}, {1, 3}, {2, 4}, {2, 5}, {2, 6},
+      {3, 7}, {3, 8}, {3, 9}, {4, 10}, {4, 11}, {4, 12}};
+  EXPECT_EQ(stats_counters(dir_), expected);
+  EXPECT_TRUE(log.contains("will append to it"));
+}
+
+TEST_F(AutoResumeTest, ARunThatAlreadyEndedTrainsNoFurther) {
+  run(2);
+  auto rec = run(2);
+  EXPECT_TRUE(rec->steps.empty());
+  EXPECT_EQ(stats_counters(dir_).size(), 6u);
+}
+
+// The index names model-6, whose data file has a flipped byte: the fallback is model-3, with a
+// warning naming the file; the entries of stats.json after step 3 are dropped (they run again).
+TEST_F(AutoResumeTest, FallsBackToTheNewestValidCheckpointAndDropsLaterStats) {
+  run(2);
+  const std::string original_stats = [&] {
+    std::ifstream in(dir_ / "stats.json");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  {
+    std::fstream f(dir_ / "model-6.data", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(100);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x20);
+    f.seekp(100);
+    f.write(&c, 1);
+  }
+  std::string found;
+  LogCapture log;
+  auto rec = run(2, false, nullptr, &found);
+  EXPECT_EQ(found, (dir_ / "model-3").string());
+  EXPECT_TRUE(log.contains("WRN Checkpoint " + (dir_ / "model-6").string() + " cannot be used"))
+      << "log lines: " << log.lines().size();
+  EXPECT_TRUE(log.contains("holds 3 entries after global_step=3"));
+  EXPECT_EQ(rec->steps, (std::vector<int64_t>{4, 5, 6}));
+  const std::vector<std::pair<int64_t, int64_t>> expected{{1, 1}, {1, 2}, {1, 3},
+                                                          {2, 4}, {2, 5}, {2, 6}};
+  EXPECT_EQ(stats_counters(dir_), expected);
+  // The file as found is kept beside it.
+  int backups = 0;
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("stats.json.before-resume-", 0) != 0) continue;
+    ++backups;
+    std::ifstream in(entry.path());
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), original_stats);
+  }
+  EXPECT_EQ(backups, 1);
+}
+
+TEST_F(AutoResumeTest, ATruncatedLatestCheckpointIsSkipped) {
+  run(2);
+  fs::resize_file(dir_ / "model-6.data", fs::file_size(dir_ / "model-6.data") / 2);
+  EXPECT_EQ(AutoResumeTrainConfig::find_latest_valid_checkpoint(dir_.string()),
+            (dir_ / "model-3").string());
+}
+
+TEST_F(AutoResumeTest, NoValidCheckpointAtAllStartsFromScratch) {
+  run(1);
+  fs::resize_file(dir_ / "model-3.data", 10);
+  LogCapture log;
+  EXPECT_EQ(AutoResumeTrainConfig::find_latest_valid_checkpoint(dir_.string()), std::nullopt);
+  EXPECT_TRUE(log.contains("cannot be used"));
+}
+
+// Saved every step, stopped mid-epoch (max_epoch reached in the middle is impossible, so the
+// last checkpoints are removed to simulate a crash after the save of step 4).
+TEST_F(AutoResumeTest, MidEpochResumeRunsTheRestOfTheEpoch) {
+  run(2, /*save_every_step=*/true);
+  // Keep model-4 only, and an index naming it, as a crash right after that save leaves them.
+  for (int step : {5, 6}) {
+    fs::remove(dir_ / ("model-" + std::to_string(step) + ".data"));
+    fs::remove(dir_ / ("model-" + std::to_string(step) + ".index"));
+  }
+  {
+    std::ofstream index(dir_ / "checkpoint", std::ios::trunc);
+    index << "model_checkpoint_path: \"model-4\"\nall_model_checkpoint_paths: \"model-4\"\n";
+  }
+  auto rec = run(2, true);
+  EXPECT_EQ(rec->epochs, (std::vector<int64_t>{2}));
+  EXPECT_EQ(rec->steps, (std::vector<int64_t>{5, 6}));
+  const std::vector<std::pair<int64_t, int64_t>> expected{{1, 1}, {1, 2}, {1, 3},
+                                                          {2, 4}, {2, 5}, {2, 6}};
+  EXPECT_EQ(stats_counters(dir_), expected);
+}
+
+TEST_F(AutoResumeTest, AUserSessionInitIsKeptWhenNotAlwaysResuming) {
+  run(1);
+  auto init = std::make_shared<JustCurrentSession>();
+  AutoResumeTrainConfig config(
+      TrainConfig().model(std::make_shared<LinearModel>()).dataflow(batches()).session_init(init),
+      /*always_resume=*/false);
+  EXPECT_EQ(config.found_checkpoint(), "");
+  EXPECT_EQ(config.session_init(), init);
+  LogCapture log;
+  AutoResumeTrainConfig always(
+      TrainConfig().model(std::make_shared<LinearModel>()).dataflow(batches()).session_init(init));
+  EXPECT_EQ(always.found_checkpoint(), (dir_ / "model-3").string());
+  EXPECT_TRUE(log.contains("Found checkpoint at " + (dir_ / "model-3").string() +
+                           ". session_init arguments will be overwritten."));
+}
+
+TEST(AutoResumeErrors, NeedsTheLoggerDirectory) {
+  logger::unset_logger_dir();
+  try {
+    AutoResumeTrainConfig config(TrainConfig().model(std::make_shared<LinearModel>()));
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("set_logger_dir"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace trainpack
