@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "trainpack/graph.h"
+#include "trainpack/train/optimizer_state.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/logger.h"
 
@@ -67,16 +68,28 @@ std::vector<std::pair<std::string, at::Tensor>> module_tensors(const Trainer& tr
   return out;
 }
 
-at::Tensor bytes_to_tensor(const std::string& bytes) {
-  at::Tensor t = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
-  std::copy(bytes.begin(), bytes.end(), reinterpret_cast<char*>(t.data_ptr<uint8_t>()));
-  return t;
-}
-
-std::string tensor_to_bytes(const at::Tensor& t) {
-  const at::Tensor c = t.to(at::kCPU).contiguous();
-  return std::string(reinterpret_cast<const char*>(c.data_ptr<uint8_t>()),
-                     static_cast<size_t>(c.numel()));
+// The entries of the map that belong to the optimizer under `entry`: `entry` itself and those
+// under `entry/`, less those of another optimizer whose entry is longer (the unnamed optimizer's
+// "optimizer/" also prefixes a named one's "optimizer/gen/...").
+std::vector<std::string> optimizer_entries(
+    const TensorMap& state, const std::string& entry,
+    const std::vector<std::pair<std::string, torch::optim::Optimizer*>>& optimizers) {
+  std::vector<std::string> others;
+  for (const auto& kv : optimizers) {
+    const std::string other = optimizer_entry(kv.first);
+    if (other.size() > entry.size()) others.push_back(other);
+  }
+  std::vector<std::string> out;
+  if (state.count(entry)) out.push_back(entry);
+  const std::string prefix = entry + "/";
+  for (auto it = state.lower_bound(prefix); it != state.end() && starts_with(it->first, prefix);
+       ++it) {
+    const bool other = std::any_of(others.begin(), others.end(), [&](const std::string& o) {
+      return it->first == o || starts_with(it->first, o + "/");
+    });
+    if (!other) out.push_back(it->first);
+  }
+  return out;
 }
 
 std::vector<std::pair<std::string, at::Generator>> generators() {
@@ -118,19 +131,15 @@ TensorMap collect_training_state(const Trainer& trainer) {
     }
   }
   for (const auto& [name, optimizer] : trainer.graph().optimizers()) {
-    torch::serialize::OutputArchive archive;
-    optimizer->save(archive);
-    std::ostringstream bytes;
-    archive.save_to(bytes);
-    state[optimizer_entry(name)] = bytes_to_tensor(bytes.str());
+    collect_optimizer_state(*optimizer, optimizer_entry(name), &state);
   }
   const Graph& graph = trainer.graph();
   for (const auto& name : graph.variable_names()) {
     if (name == "global_step") continue;  // a counter: trainer/global_step
     const Graph::Variable& v = graph.variable(name);
-    state[kVariablePrefix + name] = v.is_floating
-                                        ? at::scalar_tensor(v.get(), at::kDouble)
-                                        : at::scalar_tensor(static_cast<int64_t>(v.get()), at::kLong);
+    state[kVariablePrefix + name] =
+        v.is_floating ? at::scalar_tensor(v.get(), at::kDouble)
+                      : at::scalar_tensor(static_cast<int64_t>(v.get()), at::kLong);
   }
   const ResumePoint point = trainer.resume_point();
   state[kGlobalStep] = at::scalar_tensor(point.global_step, at::kLong);
@@ -182,46 +191,58 @@ RestoreReport restore_training_state(Trainer& trainer, const TensorMap& state,
       continue;
     }
     if (value->sizes() != tensor.sizes()) {
-      throw std::invalid_argument(fmt::format(
-          "restoring from {}: '{}' has shape [{}] there, but [{}] in the model", source, entry,
-          fmt::join(value->sizes(), ", "), fmt::join(tensor.sizes(), ", ")));
+      throw std::invalid_argument(
+          fmt::format("restoring from {}: '{}' has shape [{}] there, but [{}] in the model", source,
+                      entry, fmt::join(value->sizes(), ", "), fmt::join(tensor.sizes(), ", ")));
     }
     if (value->scalar_type() != tensor.scalar_type()) {
-      throw std::invalid_argument(fmt::format(
-          "restoring from {}: '{}' is {} there, but {} in the model", source, entry,
-          c10::toString(value->scalar_type()), c10::toString(tensor.scalar_type())));
+      throw std::invalid_argument(
+          fmt::format("restoring from {}: '{}' is {} there, but {} in the model", source, entry,
+                      c10::toString(value->scalar_type()), c10::toString(tensor.scalar_type())));
     }
     copies.emplace_back(tensor, value);
     report.restored.push_back(entry);
   }
-  // 2. The optimizers: decode every archive before loading any.
-  std::vector<std::pair<torch::optim::Optimizer*, std::string>> optimizer_bytes;
-  for (const auto& [name, optimizer] : trainer.graph().optimizers()) {
+  // 2. The optimizers: read and check every entry (OptimizerRestore::prepare) before changing
+  // anything. An optimizer's entries are restored all together or not at all: when any of them
+  // is ignored, all are.
+  std::vector<OptimizerRestore> optimizer_restores;
+  const auto& optimizers = trainer.graph().optimizers();
+  for (const auto& [name, optimizer] : optimizers) {
     const std::string entry = optimizer_entry(name);
-    const at::Tensor* value = take(entry);
-    if (value == nullptr) {
-      if (!state.count(entry)) report.missing_training_only.push_back(entry);
+    const std::vector<std::string> own = optimizer_entries(state, entry, optimizers);
+    if (std::any_of(own.begin(), own.end(), ignored)) {
+      for (const auto& e : own) {
+        used.insert(e);
+        report.ignored.push_back(e);
+        TP_LOG_INFO("Variable {} in the graph will not be loaded from {}!", e, source);
+      }
       continue;
     }
-    optimizer_bytes.emplace_back(optimizer, tensor_to_bytes(*value));
-    report.restored.push_back(entry);
+    auto restore = OptimizerRestore::prepare(*optimizer, entry, state, source);
+    if (!restore) {
+      report.missing_training_only.push_back(has_typed_optimizer_state(*optimizer) ? entry + "/*"
+                                                                                   : entry);
+      continue;
+    }
+    for (const auto& e : restore->entries()) {
+      used.insert(e);
+      report.restored.push_back(e);
+    }
+    optimizer_restores.push_back(std::move(*restore));
   }
 
+  // Archives first: Optimizer::load is the one step that may still refuse (then nothing else
+  // has changed, unless an earlier archive was loaded).
+  for (auto& restore : optimizer_restores) {
+    if (restore.from_archive()) restore.apply();
+  }
+  for (auto& restore : optimizer_restores) {
+    if (!restore.from_archive()) restore.apply();
+  }
   {
     torch::NoGradGuard no_grad;
     for (auto& [tensor, value] : copies) tensor.copy_(*value);
-  }
-  for (size_t i = 0; i < optimizer_bytes.size(); ++i) {
-    auto& [optimizer, bytes] = optimizer_bytes[i];
-    try {
-      torch::serialize::InputArchive archive;
-      archive.load_from(bytes.data(), bytes.size());
-      optimizer->load(archive);
-    } catch (const c10::Error& e) {
-      throw std::invalid_argument(
-          fmt::format("restoring from {}: the optimizer state does not fit the optimizer: {}",
-                      source, e.what_without_backtrace()));
-    }
   }
 
   // 3. Graph variables.

@@ -13,14 +13,18 @@
 
 #include <ATen/core/Dict.h>
 #include <ATen/core/ivalue.h>
+#include <caffe2/serialize/inline_container.h>
 #include <fmt/format.h>
+#include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 
 #include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <set>
 #include <utility>
@@ -75,6 +79,59 @@ std::vector<char> read_existing_file(const std::string& path, const char* what) 
   if (!data) throw CheckpointError(path, fmt::format("{} does not exist", what));
   return std::move(*data);
 }
+
+// Receives the data file's bytes from PyTorchStreamWriter and writes them to the temporary file:
+// small pieces (zip headers, padding, the pickle) through a buffer, tensor storages straight from
+// the tensors, with the CRC-32C of everything on the way. It never fails towards the zip writer:
+// an exception thrown through miniz's C code, or from the writer's destructor (which finishes an
+// unfinished archive), could end the program; the first error is kept and finish() rethrows it.
+class DataFileSink {
+ public:
+  explicit DataFileSink(AtomicFileWriter* file) : file_(file) { buffer_.reserve(kBufferBytes); }
+
+  size_t write(const void* data, size_t size) noexcept {
+    if (error_ || size == 0) return size;
+    try {
+      if (data == nullptr) {
+        throw std::logic_error("write_checkpoint: the zip writer skipped bytes without data");
+      }
+      crc_ = crc32c::extend(crc_, data, size);
+      bytes_ += size;
+      if (buffer_.size() + size > kBufferBytes) flush();
+      if (size >= kBufferBytes) {
+        file_->write(data, size);
+      } else {
+        buffer_.append(static_cast<const char*>(data), size);
+      }
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+    return size;
+  }
+
+  // Writes what is buffered; rethrows the first error.
+  void finish() {
+    if (!error_) flush();
+    if (error_) std::rethrow_exception(error_);
+  }
+
+  uint64_t bytes() const { return bytes_; }
+  uint32_t crc32c() const { return crc_; }
+
+ private:
+  static constexpr size_t kBufferBytes = size_t{1} << 16;
+
+  void flush() {
+    file_->write(buffer_);
+    buffer_.clear();
+  }
+
+  AtomicFileWriter* file_;
+  std::string buffer_;
+  std::exception_ptr error_;
+  uint64_t bytes_ = 0;
+  uint32_t crc_ = 0;
+};
 
 // ---- `<prefix>.index` ----
 
@@ -350,17 +407,34 @@ void write_checkpoint(const std::string& prefix, const TensorMap& tensors,
     if (!t.device().is_cpu()) t = t.to(at::kCPU);
     dict.insert(name, std::move(t));
   }
-  const std::vector<char> data = torch::jit::pickle_save(c10::IValue(std::move(dict)));
-
-  DataIndex index;
-  index.data_bytes = data.size();
-  index.data_crc32c = crc32c::value(data.data(), data.size());
-  index.entries = tensors.size();
+  // torch::jit::pickle_save, with the archive streamed into the file instead of built in memory
+  // (a second copy of every tensor, in a vector that grows by doubling): the same bytes. The
+  // pickle itself (names and tensor metadata, a few KB) is made first, before any file exists.
+  std::vector<char> pickle_bytes;
+  torch::jit::Pickler archive_pickler([&pickle_bytes](const char* bytes, size_t size) {
+    pickle_bytes.insert(pickle_bytes.end(), bytes, bytes + size);
+  });
+  archive_pickler.protocol();
+  archive_pickler.pushIValue(c10::IValue(std::move(dict)));
+  archive_pickler.stop();
 
   // Both files are written in full before either is renamed: a failed write replaces nothing.
   AtomicFileWriter data_file(prefix + kDataSuffix, options.fsync());
-  data_file.write(data.data(), data.size());
+  DataFileSink sink(&data_file);
+  {
+    caffe2::serialize::PyTorchStreamWriter zip(
+        [&sink](const void* bytes, size_t size) { return sink.write(bytes, size); });
+    torch::jit::writeArchiveAndTensors("data", pickle_bytes.data(), pickle_bytes.size(),
+                                       archive_pickler.tensorData(), zip);
+    zip.writeEndOfFile();
+  }
+  sink.finish();  // rethrows a write error (disk full, file too large) naming the file
   data_file.finish();
+
+  DataIndex index;
+  index.data_bytes = sink.bytes();
+  index.data_crc32c = sink.crc32c();
+  index.entries = tensors.size();
   AtomicFileWriter index_file(prefix + kIndexSuffix, options.fsync());
   index_file.write(format_data_index(index));
   index_file.finish();

@@ -197,7 +197,7 @@ TEST_F(SaverTest, TheCheckpointHoldsTheTrainingState) {
   const TensorMap state = read_checkpoint(prefix("model-4"));
   EXPECT_TRUE(torch::equal(state.at("weight"), m.net->weight));
   EXPECT_TRUE(torch::equal(state.at("bias"), m.net->bias));
-  EXPECT_EQ(state.count("optimizer"), 1u);
+  EXPECT_EQ(state.count("optimizer/type"), 1u);
   EXPECT_EQ(state.at("trainer/global_step").item<int64_t>(), 4);
   EXPECT_EQ(state.at("trainer/epoch").item<int64_t>(), 3);
   EXPECT_EQ(state.at("trainer/step_in_epoch").item<int64_t>(), 0);

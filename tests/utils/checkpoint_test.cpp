@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <gtest/gtest.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -265,6 +266,39 @@ TEST_F(CheckpointTest, AFailedWriteLeavesTheExistingCheckpointAsItWas) {
   }
   EXPECT_EQ(msg, "cannot write " + prefix() + ".data.tmp: File too large");
   EXPECT_EQ(read_text(prefix() + ".index"), before_index);
+  expect_same(small, read_checkpoint(prefix()));
+  EXPECT_EQ(files_in(dir_), (std::vector<std::string>{"model-600.data", "model-600.index"}));
+}
+
+// The data file is streamed into the file (tensors written from their own memory): the same
+// bytes as torch::jit::pickle_save of the dict, which builds the archive in memory.
+TEST_F(CheckpointTest, TheDataFileHoldsTheBytesOfPickleSave) {
+  TensorMap m = sample_map();
+  m["big"] = at::arange(100000, at::kFloat);  // over the writer's 64 KiB buffer
+  m["alias"] = m["big"].narrow(0, 10, 20);    // a view of the same storage: stored once
+  write_checkpoint(prefix(), m, CheckpointWriteOptions().fsync(false));
+  c10::Dict<std::string, at::Tensor> dict;
+  // Detached, as write_checkpoint stores them: a tensor referenced elsewhere too is memoized by
+  // the pickler (a BINPUT more), which changes the bytes but not what they mean.
+  for (const auto& [name, t] : m) dict.insert(name, t.detach());
+  const std::vector<char> expected = torch::jit::pickle_save(c10::IValue(dict));
+  EXPECT_EQ(read_text(prefix() + ".data"), std::string(expected.begin(), expected.end()));
+  expect_same(m, read_checkpoint(prefix()));
+}
+
+// A write that fails in the middle of a large tensor (written straight from its memory, past the
+// buffer): the error names the file, nothing is replaced, no temporary file is left.
+TEST_F(CheckpointTest, AWriteThatFailsInsideALargeTensorReplacesNothing) {
+  const TensorMap small = {{"a", at::ones({4})}};
+  write_checkpoint(prefix(), small);
+  std::string msg;
+  {
+    FileSizeLimit limit(100000);
+    msg = message_of<std::runtime_error>([&] {
+      write_checkpoint(prefix(), {{"a", at::ones({1000000})}, {"b", at::ones({5})}});
+    });
+  }
+  EXPECT_EQ(msg, "cannot write " + prefix() + ".data.tmp: File too large");
   expect_same(small, read_checkpoint(prefix()));
   EXPECT_EQ(files_in(dir_), (std::vector<std::string>{"model-600.data", "model-600.index"}));
 }

@@ -8,8 +8,14 @@
 // Entries (all on the CPU):
 //   <module>/<name>, or <name> for a module registered as ""   parameters and buffers
 //                                                               (Graph::add_module)
-//   optimizer/<name>                  uint8: the optimizer's torch::serialize archive (its
-//                                     parameter groups and per-parameter state)
+//   optimizer[/<name>]/...            the state of the optimizer registered as <name> (none
+//                                     for ""): for torch::optim::SGD, Adam, AdamW, RMSprop and
+//                                     Adagrad, entries of their own (train/optimizer_state.h):
+//                                     .../type, .../group_sizes, .../<group>/<option> (lr, ...),
+//                                     .../<group>/<param index>/<field> (momentum_buffer, step,
+//                                     exp_avg, ...);
+//   optimizer[/<name>]                for other optimizers, uint8: the optimizer's
+//                                     torch::serialize archive (Optimizer::save)
 //   variable/<name>                   float64 0-d: every Graph variable but global_step
 //   trainer/global_step, trainer/epoch, trainer/step_in_epoch   int64 0-d: resume_point()
 //   rng/cpu                           uint8: the default CPU generator's state
@@ -66,8 +72,14 @@ struct RestoreReport {
 // restore_counters, the resume point. Call from a SessionInit's run_init (before before_train).
 // Logs the missing and unused names as tensorpack does ("The following variables are in the
 // graph, but not found in the checkpoint: a, b"). Throws std::invalid_argument naming the entry
-// on a shape or dtype mismatch of a parameter or buffer (before anything is changed), and on an
-// optimizer archive that does not fit the optimizer.
+// and the source, before anything is changed, on a shape or dtype mismatch of a parameter or
+// buffer and on optimizer entries that do not fit the optimizer (another class, other numbers of
+// parameter groups or parameters, a state tensor unlike its parameter, a missing entry); and on
+// an optimizer archive that Optimizer::load refuses (archives are loaded before anything else is
+// changed). An optimizer's entries are restored together or not at all: ignoring any of them
+// (e.g. "optimizer/") ignores all. Typed entries replace the optimizer's whole per-parameter
+// state and its groups' options, as PyTorch's load_state_dict does; an archive restores what
+// LibTorch's Optimizer::load does (the per-parameter state).
 RestoreReport restore_training_state(Trainer& trainer, const TensorMap& state,
                                      const RestoreOptions& options = {});
 

@@ -73,7 +73,9 @@ struct CheckpointWriteOptions {
 };
 
 // Writes `tensors` as the checkpoint `prefix` (`<prefix>.data`, then `<prefix>.index`), each
-// atomically and durably. Tensors are saved from the CPU (moved there first). Throws
+// atomically and durably. Tensors are saved from the CPU (moved there first); the data file's
+// zip archive is streamed into the temporary file from the tensors' own memory (the bytes that
+// torch::jit::pickle_save would return), its CRC-32C computed on the way. Throws
 // std::runtime_error naming the file and the system's reason (e.g. "No space left on device",
 // "File too large") when a file cannot be written; the temporary files are removed and an
 // existing checkpoint under `prefix` is left as it was.
