@@ -1,0 +1,172 @@
+// trainpack_resume_child: the process that kill_resume_test.cpp kills with SIGKILL at random
+// moments. It trains a small seeded model for a fixed number of steps with ModelSaver saving
+// every step, auto-resuming from its log directory, and reports on stdout, one line each,
+// written unbuffered (so that what it printed before a SIGKILL reaches the parent); the log
+// lines go to stderr:
+//   found <checkpoint prefix> | fresh        what AutoResumeTrainConfig picked
+//   start <global_step> <epoch> <step_in_epoch>   where training continues (before_train)
+//   saved <global_step>                      after the checkpoint of that step is complete
+//   done <global_step>                       training finished
+//
+//   trainpack_resume_child <log dir>
+// Exit status 0 when training finished, 1 on an error (printed to stderr).
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainpack/callbacks/json_writer.h"
+#include "trainpack/callbacks/saver.h"
+#include "trainpack/callbacks/summary.h"
+#include "trainpack/callbacks/trigger.h"
+#include "trainpack/input/dataflow.h"
+#include "trainpack/train/config.h"
+#include "trainpack/train/single_cost.h"
+#include "trainpack/utils/checkpoint.h"
+#include "trainpack/utils/logger.h"
+
+namespace {
+
+using namespace trainpack;  // NOLINT(google-build-using-namespace): a test program
+
+// The run: 8 steps per epoch (64 points, batches of 8), 5 epochs.
+constexpr int64_t kMaxEpoch = 5;
+
+// The reports' file descriptor: the original stdout (main sends everything else, the logger's
+// lines included, to stderr).
+int g_report_fd = STDOUT_FILENO;
+
+// One report line with write(2): nothing stays in a buffer when the process is killed.
+void say(const std::string& text) {
+  const std::string line = text + "\n";
+  size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t n = ::write(g_report_fd, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+DataFlowPtr make_flow() {
+  std::vector<Datapoint> points;
+  for (int i = 0; i < 64; ++i) {
+    const float a = std::sin(0.37f * static_cast<float>(i));
+    const float b = std::cos(0.91f * static_cast<float>(i));
+    const float c = static_cast<float>(i % 9) / 4.0f - 1.0f;
+    points.push_back({torch::tensor({a, b, c}), torch::tensor({a * b - c})});
+  }
+  return std::make_shared<BatchData>(
+      std::make_shared<DataFromList>(points, DataFromListOptions().shuffle(true).seed(5)), 8);
+}
+
+struct NetImpl : torch::nn::Module {
+  NetImpl()
+      : fc1(register_module("fc1", torch::nn::Linear(3, 32))),
+        fc2(register_module("fc2", torch::nn::Linear(32, 1))) {}
+  torch::nn::Linear fc1;
+  torch::nn::Linear fc2;
+};
+TORCH_MODULE(Net);
+
+class Model : public ModelDesc {
+ public:
+  Model() {
+    torch::manual_seed(23);
+    net_ = Net();
+  }
+  InputSignature inputs() const override {
+    return {InputDesc("x", {-1, 3}), InputDesc("y", {-1, 1})};
+  }
+  std::shared_ptr<torch::nn::Module> module() override { return net_.ptr(); }
+  at::Tensor build_graph(TowerContext& ctx, const std::vector<at::Tensor>& in) override {
+    at::Tensor h = torch::dropout(torch::tanh(net_->fc1(in[0])), 0.2, ctx.is_training());
+    at::Tensor cost = torch::mse_loss(net_->fc2(h), in[1]);
+    ctx.add_moving_summary("cost", cost);
+    return cost;
+  }
+  std::unique_ptr<torch::optim::Optimizer> optimizer() override {
+    return std::make_unique<torch::optim::SGD>(net_->parameters(),
+                                               torch::optim::SGDOptions(0.05).momentum(0.9));
+  }
+
+ private:
+  Net net_{nullptr};
+};
+
+// Reports the start point and every completed save; puts the step's cost to the monitors.
+class Reporter : public Callback {
+ public:
+  explicit Reporter(std::string dir) : dir_(std::move(dir)) {}
+
+ protected:
+  void _before_train() override {
+    const ResumePoint p = trainer().resume_point();
+    say("start " + std::to_string(p.global_step) + " " + std::to_string(p.epoch) + " " +
+        std::to_string(p.step_in_epoch));
+  }
+  RunArgs _before_run(const StepContext&) override { return RunArgs{"cost"}; }
+  void _after_run(const StepContext&, const RunValues& values) override {
+    cost_ = values["cost"].item<double>();
+  }
+  void _trigger_step() override {
+    trainer().monitors().put_scalar("step_cost", cost_);
+    const int64_t gs = global_step();
+    if (checkpoint_exists(dir_ + "/model-" + std::to_string(gs))) {
+      say("saved " + std::to_string(gs));
+    }
+  }
+
+ private:
+  std::string dir_;
+  double cost_ = 0;
+};
+
+int run(const std::string& dir) {
+  at::set_num_threads(1);
+  logger::set_logger_dir(dir, 'k');
+  auto saver = std::make_shared<ModelSaver>(ModelSaverOptions().max_to_keep(2));
+  AutoResumeTrainConfig config(
+      TrainConfig()
+          .model(std::make_shared<Model>())
+          .dataflow(make_flow())
+          .callbacks(
+              {std::make_shared<PeriodicTrigger>(saver, PeriodicTriggerOptions().every_k_steps(1)),
+               std::make_shared<Reporter>(dir)})
+          .extra_callbacks(std::vector<CallbackPtr>{std::make_shared<MovingAverageSummary>(),
+                                                    MergeAllSummaries()})
+          .monitors(std::vector<MonitorPtr>{JSONWriter::create()})
+          .max_epoch(kMaxEpoch));
+  say(config.found_checkpoint().empty() ? "fresh" : "found " + config.found_checkpoint());
+  SimpleTrainer trainer;
+  launch_train_with_config(config, trainer);
+  say("done " + std::to_string(trainer.global_step()));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s <log dir>\n", argv[0]);
+    return 2;
+  }
+  // The logger writes to stdout: keep stdout for the reports alone.
+  g_report_fd = ::dup(STDOUT_FILENO);
+  if (g_report_fd < 0 || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+    std::perror("trainpack_resume_child: dup");
+    return 1;
+  }
+  try {
+    return run(argv[1]);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "trainpack_resume_child: %s\n", e.what());
+    return 1;
+  }
+}
