@@ -3,6 +3,10 @@
 // callback list of tensorpack's ResNet example as far as trainpack has it:
 //   - InferenceRunner on the test set every epoch: ScalarStats("cost") -> validation_cost,
 //     ClassificationError("wrong-top1", "val-error-top1"), ("wrong-top5", "val-error-top5");
+//   - ModelSaver every epoch (and at the step where SIGINT/SIGTERM stopped training):
+//     <logdir>/model-<global_step>.data/.index and the `checkpoint` index (docs/save-load.md);
+//   - MinSaver("val-error-top1"): <logdir>/min-val-error-top1.data/.index, a copy of the
+//     checkpoint of the epoch with the lowest validation error so far;
 //   - ScheduledHyperParamSetter("learning_rate", ...): --lr, then /10 twice (see lr_schedule);
 //   - HumanHyperParamSetter("learning_rate"): `learning_rate: 0.01` in <logdir>/hyper.txt sets
 //     the learning rate at the next epoch end;
@@ -12,12 +16,21 @@
 // plus the default callbacks (MovingAverageSummary, ProgressBar, MergeAllSummaries,
 // RunUpdateOps) and monitors (TFEventWriter, JSONWriter, ScalarPrinter).
 //
+// Resuming (--resume, the default): the run found in --logdir continues from its latest valid
+// checkpoint (AutoResumeTrainConfig: weights, optimizer, counters, callback states, data
+// position), and stats.json is appended to; so running the same command again after a stop, a
+// crash or a finished run with a larger --max-epoch continues it. --no-resume starts over and
+// moves an existing --logdir aside to <logdir>.<MMDD-HHMMSS>.
+//
 // At start it says which threads, BLAS, malloc and OpenMP settings it uses (OMP_WAIT_POLICY is
 // set to PASSIVE by re-executing itself once, unless the environment sets it). At the end it prints
-// the per-epoch table and the final val-error-top1; it exits with status 1 when that is above
-// --max-val-error, 2 on a bad flag or missing data, 130/143 when stopped by SIGINT/SIGTERM.
+// the per-epoch table of this run and the final val-error-top1; it exits with status 1 when that is
+// above --max-val-error (or training failed), 2 on a bad flag or missing data, and 130/143 when
+// stopped by SIGINT/SIGTERM: training stops at the next step boundary, a checkpoint of that step is
+// saved, and the log says where it stopped and how to resume.
 //
 //   fashion_mnist [--max-epoch N] [--batch-size 128] [--lr 0.1] [--data DIR] [--threads 2] ...
+//   fashion_mnist --no-resume ...   # start over in --logdir
 //   fashion_mnist --help
 #include <dlfcn.h>
 #include <malloc.h>
@@ -27,16 +40,20 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <ATen/Parallel.h>
@@ -48,11 +65,14 @@
 #include "trainpack/callbacks/misc.h"
 #include "trainpack/callbacks/param.h"
 #include "trainpack/callbacks/prof.h"
+#include "trainpack/callbacks/saver.h"
 #include "trainpack/input/dataflow.h"
 #include "trainpack/input/fashion_mnist.h"
 #include "trainpack/train/config.h"
 #include "trainpack/train/single_cost.h"
+#include "trainpack/utils/checkpoint.h"
 #include "trainpack/utils/logger.h"
+#include "trainpack/utils/stats_json.h"
 
 namespace {
 
@@ -282,6 +302,59 @@ class EpochSummary : public trainpack::Callback {
   std::vector<Row> rows_;
 };
 
+// ---- a finished run ----
+
+// The last value of `key` in the stats.json at `path`, or nullopt (no file, no such value).
+std::optional<double> last_stat(const std::string& path, const std::string& key) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  const trainpack::ParsedStats parsed = trainpack::parse_stats_file(text.str());
+  for (auto it = parsed.entries.rbegin(); it != parsed.entries.rend(); ++it) {
+    if (const trainpack::StatValue* value = it->find(key)) {
+      return std::visit([](auto v) { return static_cast<double>(v); }, *value);
+    }
+  }
+  return std::nullopt;
+}
+
+// ---- stopping on a signal ----
+
+// Logs where a run stopped by SIGINT/SIGTERM stopped, which checkpoint holds that point (the
+// ModelSaver saves one at the stop step, unless that save failed), and how to go on from it.
+void log_stop(const trainpack::Trainer& trainer, const trainpack::ModelSaver& saver,
+              const std::string& logdir) {
+  const int sig = trainer.received_signal();
+  const char* name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
+  const int64_t step = trainer.global_step();
+  const trainpack::ResumePoint next = trainer.resume_point();
+  TP_LOG_INFO(
+      "fashion_mnist: stopped by {} at global_step {}; training continues at epoch {}, "
+      "step {} of it.",
+      name, step, next.epoch, next.step_in_epoch);
+  std::optional<trainpack::CheckpointIndex> index;
+  try {
+    index = trainpack::read_checkpoint_index(saver.checkpoint_dir());
+  } catch (const std::exception& e) {
+    TP_LOG_ERROR("fashion_mnist: cannot read the checkpoint index: {}", e.what());
+  }
+  const std::string saved = fmt::format("model-{}", step);
+  if (index && index->model_checkpoint_path == saved) {
+    TP_LOG_INFO(
+        "fashion_mnist: checkpoint {}/{} holds that point. Run the same command again (same "
+        "--logdir) to resume from there; --no-resume starts over.",
+        saver.checkpoint_dir(), saved);
+  } else {
+    TP_LOG_ERROR(
+        "fashion_mnist: no checkpoint of global_step {} was saved (see the errors above). Running "
+        "the same command again resumes from {}.",
+        step,
+        index ? fmt::format("{}/{}", saver.checkpoint_dir(), index->model_checkpoint_path)
+              : fmt::format("the start (no checkpoint in {})", logdir));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -301,18 +374,26 @@ int main(int argc, char** argv) {
   int64_t val_limit = 0;
   double max_val_error = 0.10;
   std::string malloc_mode = "tuned";
+  bool resume = true;
 
   const CLI::Range kPositive(int64_t{1}, int64_t{1000000000});
   const CLI::Range kNonNegative(int64_t{0}, int64_t{1000000000});
   CLI::App app{
       "fashion_mnist: trainpack's main job. Trains a small CNN on Fashion-MNIST with "
-      "SimpleTrainer, validates on the test set every epoch, and writes log.log, stats.json and a "
-      "TensorBoard event file into --logdir"};
+      "SimpleTrainer, validates on the test set every epoch, and writes log.log, stats.json, a "
+      "TensorBoard event file, checkpoints (model-<step>.data/.index, `checkpoint`) and the best "
+      "one (min-val-error-top1.data/.index) into --logdir. Running it again with the same --logdir "
+      "continues that run"};
   app.add_option("--logdir", logdir,
-                 "Log directory (log.log, stats.json, TensorBoard events; put hyper.txt there to "
-                 "change the learning rate during training). An existing one is moved aside to "
-                 "<logdir>.<MMDD-HHMMSS>")
+                 "Log directory (log.log, stats.json, TensorBoard events, checkpoints; put "
+                 "hyper.txt there to change the learning rate during training)")
       ->capture_default_str();
+  app.add_flag("--resume,!--no-resume", resume,
+               "--resume (the default): continue the run in --logdir from its latest valid "
+               "checkpoint (weights, optimizer, counters, callback states, data position), "
+               "appending to stats.json; a --logdir without checkpoints starts at step 0. "
+               "--no-resume: start over, moving an existing --logdir aside to "
+               "<logdir>.<MMDD-HHMMSS>");
   app.add_option("--data", data_dir,
                  "Directory of the gzipped IDX files (Debian package dataset-fashion-mnist)")
       ->capture_default_str();
@@ -397,8 +478,15 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  // 'b': a previous run's directory is moved aside, never deleted.
-  trainpack::logger::set_logger_dir(logdir, 'b');
+  // --resume: 'k', keep the directory (its log.log is renamed to log.log.<MMDD-HHMMSS>) and
+  // continue what it holds; --no-resume: 'b', a previous run's directory is moved aside, never
+  // deleted.
+  try {
+    trainpack::logger::set_logger_dir(logdir, resume ? 'k' : 'b');
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fashion_mnist: error: %s\n", e.what());
+    return 1;
+  }
 
   // Debian's LibTorch starts with one intra-op thread; set the count explicitly.
   torch::set_num_threads(threads);
@@ -424,6 +512,14 @@ int main(int argc, char** argv) {
 
   auto model = std::make_shared<fashion_mnist::Model>(lr, weight_decay);
   auto summary = std::make_shared<EpochSummary>();
+  // ModelSaver comes right after the InferenceRunner, and MinSaver right after it. tensorpack's
+  // examples put ModelSaver first (before the InferenceRunner); here the checkpoint of an epoch is
+  // taken once its val-error-top1 is known, so that MinSaver's state in it includes that value
+  // (MinSaver's `pending_*` state, callbacks/saver.h): with ModelSaver first, a run resumed from
+  // the checkpoint of its best epoch would forget that epoch and let a worse later one replace
+  // min-val-error-top1. ModelSaver saves every epoch, keeping the last 10 (and one every half
+  // hour), and at the step where SIGINT/SIGTERM stopped training (save_on_signal).
+  auto saver = std::make_shared<trainpack::ModelSaver>();
   std::vector<trainpack::CallbackPtr> callbacks{
       std::make_shared<trainpack::InferenceRunner>(
           val,
@@ -431,6 +527,8 @@ int main(int argc, char** argv) {
               std::make_shared<trainpack::ScalarStats>(std::vector<std::string>{"cost"}),
               std::make_shared<trainpack::ClassificationError>("wrong-top1", "val-error-top1"),
               std::make_shared<trainpack::ClassificationError>("wrong-top5", "val-error-top5")}),
+      saver,
+      std::make_shared<trainpack::MinSaver>("val-error-top1"),
       summary,
       std::make_shared<trainpack::ScheduledHyperParamSetter>("learning_rate",
                                                              lr_schedule(lr, max_epoch)),
@@ -442,6 +540,21 @@ int main(int argc, char** argv) {
       trainpack::TrainConfig().model(model).dataflow(train).callbacks(callbacks).max_epoch(
           max_epoch);
   if (steps_per_epoch > 0) config.steps_per_epoch(steps_per_epoch);
+  // The run found in --logdir, if any, continues from its latest valid checkpoint (its counters
+  // are the truth: spec 22 #7); stats.json is appended to.
+  std::string resumed_from;
+  if (resume) {
+    trainpack::AutoResumeTrainConfig auto_resume(config);
+    resumed_from = auto_resume.found_checkpoint();
+    config = auto_resume;
+    if (resumed_from.empty()) {
+      TP_LOG_INFO("fashion_mnist: no checkpoint in {}; training starts at step 0.", logdir);
+    } else {
+      TP_LOG_INFO(
+          "fashion_mnist: continuing the run in {} from checkpoint {} (--no-resume starts over).",
+          logdir, resumed_from);
+    }
+  }
 
   const auto start = Clock::now();
   trainpack::SimpleTrainer trainer;
@@ -449,35 +562,61 @@ int main(int argc, char** argv) {
     trainpack::launch_train_with_config(config, trainer);
   } catch (const std::exception& e) {
     TP_LOG_ERROR("fashion_mnist: training failed: {}", e.what());
+    if (!resumed_from.empty()) {
+      TP_LOG_ERROR(
+          "fashion_mnist: this run resumed from {}: resume with the flags of the run that saved "
+          "it (--train-limit, --batch-size, --steps-per-epoch, ...), or pass --no-resume to start "
+          "over.",
+          resumed_from);
+    }
     return 1;
   }
   const double total_seconds = seconds_since(start);
   if (trainer.received_signal() != 0) {
+    log_stop(trainer, *saver, logdir);
     return trainpack::exit_code_for_signal(trainer.received_signal());
   }
 
-  if (summary->rows().empty()) {
+  std::optional<double> final_error;
+  const auto& restored = trainer.restored_resume_point();
+  if (!summary->rows().empty()) {
+    // The table and the verdict go to log.log too.
+    std::string table = "epoch  train s  valid s  faults/step  val-error-top1  val-error-top5";
+    for (const auto& row : summary->rows()) {
+      table += fmt::format("\n{:5}  {:7.1f}  {:7.1f}  {:11.1f}  {:14.4f}  {:14.4f}", row.epoch,
+                           row.train_seconds, row.epoch_end_seconds, row.faults_per_step,
+                           row.val_error_top1, row.val_error_top5);
+    }
+    TP_LOG_INFO("fashion_mnist: per epoch{}:\n{}",
+                resumed_from.empty() ? "" : " (this run; the earlier epochs are in stats.json)",
+                table);
+    final_error = summary->rows().back().val_error_top1;
+    TP_LOG_INFO(
+        "fashion_mnist: training took {:.1f} s; final val-error-top1 {:.4f} on {} test "
+        "images (limit {:.4f})",
+        total_seconds, *final_error, *test_points->size(), max_val_error);
+  } else if (restored && restored->epoch > max_epoch) {
+    // Running the command of a finished run again: nothing to train, and the verdict of that run.
+    TP_LOG_INFO(
+        "fashion_mnist: the run in {} has finished its {} epochs already (checkpoint {}); nothing "
+        "to train. Raise --max-epoch to train more, or pass --no-resume to start over.",
+        logdir, restored->epoch - 1, resumed_from);
+    final_error = last_stat(logdir + "/stats.json", "val-error-top1");
+    if (final_error) {
+      TP_LOG_INFO("fashion_mnist: its final val-error-top1 (stats.json) is {:.4f} (limit {:.4f})",
+                  *final_error, max_val_error);
+    }
+  }
+  if (!final_error) {
     TP_LOG_ERROR("fashion_mnist: FAILED: no epoch finished, so there is no validation error");
     return 1;
   }
-  // The table and the verdict go to log.log too.
-  std::string table = "epoch  train s  valid s  faults/step  val-error-top1  val-error-top5";
-  for (const auto& row : summary->rows()) {
-    table += fmt::format("\n{:5}  {:7.1f}  {:7.1f}  {:11.1f}  {:14.4f}  {:14.4f}", row.epoch,
-                         row.train_seconds, row.epoch_end_seconds, row.faults_per_step,
-                         row.val_error_top1, row.val_error_top5);
-  }
-  TP_LOG_INFO("fashion_mnist: per epoch:\n{}", table);
-  const double final_error = summary->rows().back().val_error_top1;
-  TP_LOG_INFO(
-      "fashion_mnist: training took {:.1f} s; final val-error-top1 {:.4f} on {} test "
-      "images (limit {:.4f})",
-      total_seconds, final_error, *test_points->size(), max_val_error);
-  if (!(final_error <= max_val_error)) {
+  const double error = *final_error;
+  if (!(error <= max_val_error)) {
     TP_LOG_ERROR(
         "fashion_mnist: FAILED: the final val-error-top1 {:.4f} is above --max-val-error "
         "{:.4f}",
-        final_error, max_val_error);
+        error, max_val_error);
     return 1;
   }
   TP_LOG_INFO("fashion_mnist: OK");

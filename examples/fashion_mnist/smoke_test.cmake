@@ -3,7 +3,9 @@
 #
 # smoke: two short epochs on a few hundred images end to end (no quality check), then what it
 #   wrote: exit status 0, stats.json with one entry per epoch holding the validation stats and
-#   the learning rate of the schedule, log.log with the final verdict, one event file.
+#   the learning rate of the schedule, log.log with the final verdict, one event file, the
+#   checkpoints of both epochs with the `checkpoint` index naming the last, MinSaver's copy.
+#   (resume_test.sh tests resuming.)
 # missing_data: --data /nonexistent fails (non-zero status) with the message that names the
 #   Debian package, before touching the log directory.
 # help: --help lists the flags the README documents.
@@ -41,7 +43,8 @@ if(MODE STREQUAL "help")
     message(FATAL_ERROR "fashion_mnist --help exited with status ${status}:\n${out}${err}")
   endif()
   foreach(flag --logdir --max-epoch --steps-per-epoch --batch-size --lr --seed --data --threads
-               --train-limit --val-limit --max-val-error --malloc --blas-threads)
+               --train-limit --val-limit --max-val-error --malloc --blas-threads --resume
+               --no-resume)
     expect_in("${out}" "${flag}" "the output of --help")
   endforeach()
   return()
@@ -123,6 +126,19 @@ expect_in("${log}" "[InferenceRunner] Will eval 4 iterations" "log.log")
 expect_in("${log}" "final val-error-top1" "log.log")
 expect_in("${log}" "on 200 test images" "log.log")
 expect_in("${log}" "fashion_mnist: OK" "log.log")
+expect_in("${log}" "no checkpoint in ${LOGDIR}; training starts at step 0." "log.log")
+expect_in("${log}" "Model saved to ${LOGDIR}/model-8." "log.log")
+foreach(file model-4.data model-4.index model-8.data model-8.index min-val-error-top1.data
+             min-val-error-top1.index checkpoint)
+  if(NOT EXISTS ${LOGDIR}/${file})
+    message(FATAL_ERROR "fashion_mnist did not write ${LOGDIR}/${file}")
+  endif()
+endforeach()
+file(STRINGS ${LOGDIR}/checkpoint index)
+list(GET index 0 latest)
+if(NOT latest STREQUAL "model_checkpoint_path: \"model-8\"")
+  message(FATAL_ERROR "${LOGDIR}/checkpoint should name model-8 first:\n${index}")
+endif()
 file(GLOB events ${LOGDIR}/events.out.tfevents.*)
 list(LENGTH events n_events)
 if(NOT n_events EQUAL 1)

@@ -133,11 +133,9 @@ void check_resume_point(const std::string& who, const DataFlow& dataflow, InputP
     throw std::invalid_argument(fmt::format(
         "{}: cannot resume at batch {} of pass {}: the dataflow {} cannot seek{}. Exact resume "
         "needs a seekable flow: DataFromList (or FashionMnist), and BatchData or MapData over "
-        "one. To start the data from its beginning instead, restore without the entries "
-        "'callback/{}/'",
+        "one.",
         who, point.position, point.pass, dataflow.name(),
-        bad == &dataflow ? std::string() : fmt::format(" ({} inside it cannot)", bad->name()),
-        who));
+        bad == &dataflow ? std::string() : fmt::format(" ({} inside it cannot)", bad->name())));
   }
   if (const std::optional<int64_t> n = dataflow.size(); n && point.position > *n) {
     throw std::invalid_argument(fmt::format(
@@ -145,6 +143,22 @@ void check_resume_point(const std::string& who, const DataFlow& dataflow, InputP
         "checkpoint was saved with another dataflow (batch size or data)",
         who, point.position, point.pass, dataflow.name(), *n));
   }
+}
+
+// For a load_state: whether the checkpoint's position can be restored. A flow that cannot seek
+// starts from its beginning instead (tensorpack's behaviour: it never restores the data), with a
+// warning, so that AutoResumeTrainConfig works with any dataflow.
+bool can_restore_position(const std::string& who, const DataFlow& dataflow, InputPosition point) {
+  if (point.pass == 0 && point.position == 0) return true;
+  const DataFlow* bad = dataflow.first_unseekable();
+  if (bad == nullptr) return true;
+  TP_LOG_WARN(
+      "{}: the checkpoint's data position (batch {} of pass {}) is not restored: the dataflow {} "
+      "cannot seek{}; the data starts from its beginning (as in tensorpack). For an exact resume "
+      "use a seekable flow: DataFromList (or FashionMnist), and BatchData or MapData over one.",
+      who, point.position, point.pass, dataflow.name(),
+      bad == &dataflow ? std::string() : fmt::format(" ({} inside it cannot)", bad->name()));
+  return false;
 }
 
 std::string not_driven_message(const std::string& source, const char* what) {
@@ -232,7 +246,8 @@ std::vector<CallbackPtr> FeedInput::_setup() {
       nullptr, [this] { return position_entries(consumed()); },
       [this](const CallbackState& state) {
         detail::check_state_keys(name(), state, {"pass", "position"});
-        resume_at(read_position(name(), state));
+        const InputPosition point = read_position(name(), state);
+        if (can_restore_position(name(), *dataflow_, point)) resume_at(point);
       })};
 }
 
@@ -310,7 +325,7 @@ std::vector<CallbackPtr> QueueInput::_setup() {
                              {"pass", "position", "queue_size_biased", "queue_size_updates"});
     const InputPosition position = read_position(name(), s);
     const auto ema = QueueSizeSummary::read_state(name(), s);
-    resume_at(position);
+    if (can_restore_position(name(), *dataflow_, position)) resume_at(position);
     if (ema) summary->load(*ema);
   };
   return {std::make_shared<SourceCallback>(

@@ -234,38 +234,64 @@ TEST_P(ResumableSources, MapDataOverAListResumesToo) {
                       std::vector<std::vector<at::Tensor>>(full.begin() + 6, full.end()));
 }
 
-TEST_P(ResumableSources, AFlowThatCannotSeekIsRefusedAtRestoreNamingIt) {
-  auto generator = [] {
+// A flow that cannot seek does not block a resume: the checkpoint's position is not restored,
+// a warning names the flow, and the data starts from its beginning (tensorpack's behaviour).
+// resume_at, called directly, refuses it.
+TEST_P(ResumableSources, AFlowThatCannotSeekStartsFromItsBeginningWithAWarning) {
+  // Datapoint k has the label k: the batches show where the data started. `batched`: each
+  // datapoint is a batch of one.
+  auto generator = [](bool batched = true) {
+    auto next = std::make_shared<int64_t>(0);
     return std::make_shared<DataFromGenerator>(
-        []() -> std::optional<Datapoint> {
-          return Datapoint{at::zeros({2}), at::scalar_tensor(int64_t{0}, at::kLong)};
+        [next, batched]() -> std::optional<Datapoint> {
+          const at::Tensor label = at::scalar_tensor((*next)++, at::kLong);
+          if (batched) return Datapoint{at::zeros({1, 2}), label.reshape({1})};
+          return Datapoint{at::zeros({2}), label};
         },
         10);
   };
   const std::string who = source_name();
   {
-    SourceTrainer trainer(make_source(GetParam(), generator()), kBatchSignature);
-    trainer.setup_callbacks({}, {});
-    EXPECT_EQ(message_of<std::invalid_argument>(
-                  [&] { trainer.position_callback().load_state(position_state(1, 2)); }),
-              who +
-                  ": cannot resume at batch 2 of pass 1: the dataflow DataFromGenerator cannot "
-                  "seek. Exact resume needs a seekable flow: DataFromList (or FashionMnist), "
-                  "and BatchData or MapData over one. To start the data from its beginning "
-                  "instead, restore without the entries 'callback/" +
-                  who + "/'");
-    // The start of the data needs no seek.
-    trainer.position_callback().load_state(position_state(0, 0));
+    testing::LogCapture log;
+    const auto batches = take(GetParam(), generator(), kBatchSignature, 2, position_state(1, 2));
+    ASSERT_EQ(batches.size(), 2u);
+    EXPECT_TRUE(batches[0][1].equal(at::tensor({0}, at::kLong)));
+    EXPECT_TRUE(batches[1][1].equal(at::tensor({1}, at::kLong)));
+    EXPECT_TRUE(log.contains(
+        "WRN " + who +
+        ": the checkpoint's data position (batch 2 of pass 1) is not restored: the dataflow "
+        "DataFromGenerator cannot seek; the data starts from its beginning (as in tensorpack). "
+        "For an exact resume use a seekable flow"));
   }
   {
-    SourceTrainer trainer(make_source(GetParam(), std::make_shared<BatchData>(generator(), 2)),
-                          kBatchSignature);
-    trainer.setup_callbacks({}, {});
-    EXPECT_THAT(message_of<std::invalid_argument>(
-                    [&] { trainer.position_callback().load_state(position_state(0, 1)); }),
-                HasSubstr(": cannot resume at batch 1 of pass 0: the dataflow BatchData cannot "
-                          "seek (DataFromGenerator inside it cannot). Exact resume needs a "
-                          "seekable flow"));
+    testing::LogCapture log;
+    const auto batches = take(GetParam(), std::make_shared<BatchData>(generator(false), 2),
+                              kBatchSignature, 1, position_state(0, 1));
+    ASSERT_EQ(batches.size(), 1u);
+    EXPECT_TRUE(batches[0][1].equal(at::tensor({0, 1}, at::kLong)));
+    EXPECT_TRUE(
+        log.contains("the dataflow BatchData cannot seek (DataFromGenerator inside it "
+                     "cannot); the data starts from its beginning"));
+  }
+  {
+    // The start of the data needs no seek: no warning.
+    testing::LogCapture log;
+    take(GetParam(), generator(), kBatchSignature, 1, position_state(0, 0));
+    EXPECT_FALSE(log.contains("cannot seek"));
+  }
+  // Called directly, resume_at refuses the flow, naming it.
+  auto direct = [&](auto source) {
+    return message_of<std::invalid_argument>([&] { source->resume_at(InputPosition{1, 2}); });
+  };
+  const std::string refusal =
+      ": cannot resume at batch 2 of pass 1: the dataflow DataFromGenerator cannot seek. Exact "
+      "resume needs a seekable flow: DataFromList (or FashionMnist), and BatchData or MapData "
+      "over one.";
+  if (GetParam() == Kind::kFeed) {
+    EXPECT_THAT(direct(std::make_shared<FeedInput>(generator())), HasSubstr("FeedInput" + refusal));
+  } else {
+    EXPECT_THAT(direct(std::make_shared<QueueInput>(generator())),
+                HasSubstr("QueueInput" + refusal));
   }
 }
 

@@ -29,8 +29,11 @@
 // what was prefetched). Its load_state (after setup, before before_train) makes the source start
 // there: begin_pass(pass), then seek(position), without reading the skipped batches; a position
 // equal to the pass's size continues with the first batch of the next pass. It needs a dataflow
-// that seeks (DataFlow::seekable(): DataFromList, FashionMnist, BatchData and MapData over them);
-// another one is refused at restore time with std::invalid_argument naming the dataflow.
+// that seeks (DataFlow::seekable(): DataFromList, FashionMnist, BatchData and MapData over them).
+// With another one (DataFromGenerator, a flow of your own) the checkpoint's position is not
+// restored: a warning names the flow and the data starts from its beginning, as tensorpack's
+// always does; everything else (weights, counters, schedules) is still restored exactly.
+// resume_at(), called directly, refuses such a flow with std::invalid_argument instead.
 //
 // Differences from tensorpack: next_batch() is called by the step function (tensorpack feeds a
 // placeholder or dequeues inside the session run); there is no separate StagingInput class:
@@ -121,7 +124,8 @@ struct InputPosition {
 // stack).
 //   auto input = std::make_shared<FeedInput>(std::make_shared<BatchData>(ds, 32));
 // Callbacks: one, named FeedInput, that calls the dataflow's reset_state() in before_train. Its
-// state is consumed() (see "Exact resume" above); its load_state calls resume_at().
+// state is consumed() (see "Exact resume" above); its load_state calls resume_at() (or warns and
+// starts the data from its beginning when the dataflow cannot seek).
 // Errors: a null dataflow is std::invalid_argument; next_batch() before before_train (the
 // callbacks were not registered) is std::logic_error.
 // Differences from tensorpack: those at the top of this file.
