@@ -5,7 +5,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "support/errors.h"
@@ -128,7 +133,8 @@ struct RunnerSetup {
   SimpleTrainer trainer;
   std::vector<bool> training_mode_seen;  // is_training() of the module in every tower call
   std::vector<bool> ctx_training_seen;
-  bool capture_module = false;  // the tower uses the captured module instead of ctx.module()
+  bool capture_module = false;         // the tower uses the captured module instead of ctx.module()
+  std::function<void()> on_inference;  // called in every inference-mode tower call
 
   RunnerSetup() {
     torch::manual_seed(1);
@@ -144,6 +150,7 @@ struct RunnerSetup {
         [this, captured](TowerContext& ctx, const std::vector<at::Tensor>& in) mutable {
           TinyNetImpl& m = capture_module ? *captured : ctx.module_as<TinyNetImpl>();
           if (!ctx.is_training()) {
+            if (on_inference) on_inference();
             std::lock_guard<std::mutex> lock(mu);
             training_mode_seen.push_back(m.is_training());
             ctx_training_seen.push_back(ctx.is_training());
@@ -352,6 +359,32 @@ TEST(DataParallelInferenceRunnerTest, EqualsInferenceRunnerOnTheSameData) {
     }
     EXPECT_TRUE(s.net->is_training());
   }
+}
+
+// CPU replicas share the intra-op threads during a parallel round (each gets T / replicas, at
+// least 1) and the trainer's count is restored afterwards, for the remainder and for training.
+TEST(DataParallelInferenceRunnerTest, CpuReplicasShareTheIntraOpThreadsAndRestoreThem) {
+  const int saved = at::get_num_threads();
+  at::set_num_threads(4);
+  RunnerSetup s;
+  std::mutex mu;
+  std::vector<int> threads_seen;  // at::get_num_threads() in every inference call
+  auto runner = std::make_shared<DataParallelInferenceRunner>(
+      counted_batches(std::make_shared<int64_t>(0), 20, 4),
+      std::vector<InferencerPtr>{std::make_shared<ClassificationError>("wrong", "dp-err")},
+      std::vector<c10::Device>{c10::kCPU, c10::kCPU}, InferenceRunnerOptions().progress_bar(false));
+  s.on_inference = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    threads_seen.push_back(at::get_num_threads());
+  };
+  s.trainer.train({runner}, {}, 4, 1, 1);
+  const int after = at::get_num_threads();
+  at::set_num_threads(saved);
+  // 20 / 4 = 5 batches: two parallel rounds of 2, then 1 sequentially.
+  ASSERT_EQ(threads_seen.size(), 5u);
+  EXPECT_EQ(std::count(threads_seen.begin(), threads_seen.end(), 2), 4);
+  EXPECT_EQ(threads_seen.back(), 4) << "the remainder runs with the trainer's count";
+  EXPECT_EQ(after, 4);
 }
 
 TEST(DataParallelInferenceRunnerTest, Errors) {
