@@ -44,8 +44,9 @@
 //   (d2T) DataParallelInferenceRunner({kCPU, kCPU}), T threads: what a training job that keeps
 //        its T threads and adds a second CPU replica gets.
 //   The second replica runs on a thread the runner starts, where ATen takes the process-wide
-//   setting at its first parallel operation (at::internal::lazy_init_num_threads): with the
-//   runner of issue 5, every replica of (d2T) gets T (2 x 2 threads on 2 cores). The table shows
+//   setting at its first parallel operation (at::internal::lazy_init_num_threads); the runner
+//   lowers that setting to T / replicas during a parallel round, so each replica of (d2T) gets 1
+//   on 2 cores (before that, each got T: 2 x 2 threads on 2 cores). The table shows
 //   the count the tower function saw on each replica (at::get_num_threads() inside it),
 //   measured, not assumed. (rT) and (d2T) are left out with `--threads 1`. The statistics
 //   of (r1), (d1) and (d2) (same weights, 1 thread) must be equal.
