@@ -321,7 +321,14 @@ RestoreReport restore_training_state(Trainer& trainer, const TensorMap& state,
   }
 
   for (const auto& kv : state) {
-    if (!used.count(kv.first)) report.unused.push_back(kv.first);
+    if (used.count(kv.first)) continue;
+    // An entry the trainer has no place for, but that the user asked to ignore, is ignored, not
+    // reported as unused.
+    if (ignored(kv.first)) {
+      report.ignored.push_back(kv.first);
+    } else {
+      report.unused.push_back(kv.first);
+    }
   }
   if (!report.missing.empty()) {
     TP_LOG_WARN("The following variables are in the graph, but not found in {}: {}", source,

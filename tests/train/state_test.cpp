@@ -217,14 +217,20 @@ TEST(TrainingState, PartialRestoreReportsMissingUnusedAndIgnoredNames) {
     it = state.erase(it);
   }
   state["extra.weight"] = torch::zeros({2});
+  // Entries the trainer has no place for but that match an ignore pattern: ignored, not unused.
+  state["old/head.weight"] = torch::zeros({2});
+  state["callback/GoneCallback/x"] = torch::zeros({});
   ModelTrainer target(2);
   LogCapture log;
   const RestoreReport r = restore_training_state(
       target.trainer, state,
-      RestoreOptions().ignore({"1.running_mean", "rng/"}).source("the test map"));
+      RestoreOptions()
+          .ignore({"1.running_mean", "rng/", "old/", "callback/GoneCallback/x"})
+          .source("the test map"));
   EXPECT_EQ(r.missing, std::vector<std::string>{"0.bias"});
   EXPECT_EQ(r.unused, std::vector<std::string>{"extra.weight"});
-  EXPECT_EQ(r.ignored, (std::vector<std::string>{"1.running_mean", "rng/cpu"}));
+  EXPECT_EQ(r.ignored, (std::vector<std::string>{"1.running_mean", "rng/cpu",
+                                                 "callback/GoneCallback/x", "old/head.weight"}));
   EXPECT_EQ(r.missing_training_only, std::vector<std::string>{"optimizer/*"});
   EXPECT_TRUE(log.contains(
       "WRN The following variables are in the graph, but not found in the test map: 0.bias"));
