@@ -15,6 +15,7 @@
 #include <limits>
 #include <sstream>
 
+#include "support/files.h"
 #include "support/temp_dir.h"
 #include "support/trace.h"
 #include "trainpack/callbacks/monitor.h"
@@ -24,17 +25,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::LogCapture;
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write_text(const fs::path& p, const std::string& text) {
-  std::ofstream(p, std::ios::binary | std::ios::trunc) << text;
-}
+using testing::read_text;
+using testing::write_text;
 
 // Puts `cost` at every step and `lr` at every epoch end, with values that depend on the counters.
 class PutScalars : public Callback {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "support/errors.h"
+#include "support/files.h"
 #include "support/temp_dir.h"
 #include "support/trace.h"
 #include "trainpack/callbacks/saver.h"
@@ -34,35 +35,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::ActionCallback;
+using testing::FileSizeLimit;
 using testing::LogCapture;
 using testing::message_of;
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// As in atomic_file_test: the soft RLIMIT_FSIZE with SIGXFSZ ignored, while it lives.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t bytes) {
-    getrlimit(RLIMIT_FSIZE, &saved_);
-    old_handler_ = signal(SIGXFSZ, SIG_IGN);
-    rlimit limit = saved_;
-    limit.rlim_cur = bytes;
-    setrlimit(RLIMIT_FSIZE, &limit);
-  }
-  ~FileSizeLimit() {
-    setrlimit(RLIMIT_FSIZE, &saved_);
-    signal(SIGXFSZ, old_handler_);
-  }
-
- private:
-  rlimit saved_{};
-  sighandler_t old_handler_;
-};
+using testing::read_text;
 
 // A NoOpTrainer with a small module and an SGD-momentum optimizer, registered as
 // SingleCostTrainer registers them.

@@ -18,9 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "support/temp_dir.h"
 #include "support/errors.h"
 #include "support/event_reader.h"
+#include "support/files.h"
+#include "support/temp_dir.h"
 #include "support/trace.h"
 #include "trainpack/callbacks/graph.h"
 #include "trainpack/callbacks/json_writer.h"
@@ -38,6 +39,7 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using testing::LogCapture;
 using testing::message_of;
+using testing::read_text;
 using testing::Trace;
 
 // A trainer whose step runs a tower function through a main training TowerContext, as
@@ -612,13 +614,6 @@ class SummaryFilesTest : public ::testing::Test {
   }
   fs::path dir_;
 };
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 TEST_F(SummaryFilesTest, TheMovingCostLandsInStatsJsonAndTheEventFileAsCost) {
   const std::vector<double> xs = {4, 8};

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "support/errors.h"
+#include "support/files.h"
 #include "support/temp_dir.h"
 #include "trainpack/utils/atomic_file.h"
 
@@ -20,35 +21,9 @@ namespace trainpack {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::FileSizeLimit;
 using testing::message_of;
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Sets the soft RLIMIT_FSIZE (with SIGXFSZ ignored, so that a write past it fails with EFBIG
-// instead of killing the process) while it lives.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t bytes) {
-    getrlimit(RLIMIT_FSIZE, &saved_);
-    old_handler_ = signal(SIGXFSZ, SIG_IGN);
-    rlimit limit = saved_;
-    limit.rlim_cur = bytes;
-    setrlimit(RLIMIT_FSIZE, &limit);
-  }
-  ~FileSizeLimit() {
-    setrlimit(RLIMIT_FSIZE, &saved_);
-    signal(SIGXFSZ, old_handler_);
-  }
-
- private:
-  rlimit saved_{};
-  sighandler_t old_handler_;
-};
+using testing::read_text;
 
 class AtomicFileTest : public ::testing::Test {
  protected:

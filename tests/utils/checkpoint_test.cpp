@@ -17,6 +17,7 @@
 #include <string>
 
 #include "support/errors.h"
+#include "support/files.h"
 #include "support/temp_dir.h"
 #include "support/trace.h"
 #include "trainpack/utils/checkpoint.h"
@@ -26,39 +27,11 @@ namespace trainpack {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::FileSizeLimit;
 using testing::LogCapture;
 using testing::message_of;
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write_text(const fs::path& p, const std::string& text) {
-  std::ofstream(p, std::ios::binary | std::ios::trunc) << text;
-}
-
-// As in atomic_file_test: the soft RLIMIT_FSIZE with SIGXFSZ ignored, while it lives.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t bytes) {
-    getrlimit(RLIMIT_FSIZE, &saved_);
-    old_handler_ = signal(SIGXFSZ, SIG_IGN);
-    rlimit limit = saved_;
-    limit.rlim_cur = bytes;
-    setrlimit(RLIMIT_FSIZE, &limit);
-  }
-  ~FileSizeLimit() {
-    setrlimit(RLIMIT_FSIZE, &saved_);
-    signal(SIGXFSZ, old_handler_);
-  }
-
- private:
-  rlimit saved_{};
-  sighandler_t old_handler_;
-};
+using testing::read_text;
+using testing::write_text;
 
 TensorMap sample_map() {
   TensorMap m;
