@@ -5,9 +5,9 @@
 // momentum buffers exist. Each rep runs, interleaved, into fresh directories on the same disk:
 //   modelsaver_nofsync   ModelSaver::save() with fsync(false): collect_training_state (weights,
 //                        buffers, the optimizer's state tensors and options, counters, RNG
-//                        state), write model-<k>.data (streamed, with its CRC-32C) and .index
-//                        (temporary files, renames), the `checkpoint` index, and the deletion of
-//                        the checkpoint that max_to_keep=10 drops;
+//                        state), write model-<k>.data (streamed, with its CRC-32C trailer;
+//                        temporary file, rename), the `checkpoint` index (through its swap
+//                        file), and the deletion of the checkpoint that max_to_keep=10 drops;
 //   modelsaver_fsync     the same with fsync (the default): every file and the directory;
 //   bare_tensors_nofsync torch::save(std::vector<Tensor>) of the module's parameters and buffers
 //                        and the optimizer's momentum buffers, into one new file;

@@ -4,8 +4,8 @@
 //   - InferenceRunner on the test set every epoch: ScalarStats("cost") -> validation_cost,
 //     ClassificationError("wrong-top1", "val-error-top1"), ("wrong-top5", "val-error-top5");
 //   - ModelSaver every epoch (and at the step where SIGINT/SIGTERM stopped training):
-//     <logdir>/model-<global_step>.data/.index and the `checkpoint` index (docs/save-load.md);
-//   - MinSaver("val-error-top1"): <logdir>/min-val-error-top1.data/.index, a copy of the
+//     <logdir>/model-<global_step>.data and the `checkpoint` index (docs/save-load.md);
+//   - MinSaver("val-error-top1"): <logdir>/min-val-error-top1.data, a copy of the
 //     checkpoint of the epoch with the lowest validation error so far;
 //   - ScheduledHyperParamSetter("learning_rate", ...): --lr, then /10 twice (see lr_schedule);
 //   - HumanHyperParamSetter("learning_rate"): `learning_rate: 0.01` in <logdir>/hyper.txt sets
@@ -381,8 +381,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "fashion_mnist: trainpack's main job. Trains a small CNN on Fashion-MNIST with "
       "SimpleTrainer, validates on the test set every epoch, and writes log.log, stats.json, a "
-      "TensorBoard event file, checkpoints (model-<step>.data/.index, `checkpoint`) and the best "
-      "one (min-val-error-top1.data/.index) into --logdir. Running it again with the same --logdir "
+      "TensorBoard event file, checkpoints (model-<step>.data, `checkpoint`) and the best "
+      "one (min-val-error-top1.data) into --logdir. Running it again with the same --logdir "
       "continues that run"};
   app.add_option("--logdir", logdir,
                  "Log directory (log.log, stats.json, TensorBoard events, checkpoints; put "

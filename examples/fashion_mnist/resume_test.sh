@@ -14,7 +14,7 @@
 #   changes nothing in stats.json.
 # no_resume: a finished run, then --no-resume: the old directory is moved aside whole to
 #   <logdir>.<MMDD-HHMMSS> and the new run starts from step 0 in a fresh directory.
-# Each mode also checks MinSaver's copy: min-val-error-top1.data/.index exist and are the
+# Each mode also checks MinSaver's copy: min-val-error-top1.data exists and is the
 # checkpoint of the epoch with the lowest val-error-top1 in stats.json (the first one on ties).
 #
 # Every run uses a few hundred images, 4 steps per epoch and 1 thread, so it is deterministic and
@@ -94,7 +94,7 @@ check_epochs() {
   [[ $n == "$count" ]] || fail "$file has $n entries, expected $count:"$'\n'"$(cat "$file")"
 }
 
-# check_latest <dir> <step>: the `checkpoint` index names model-<step>, and its files exist.
+# check_latest <dir> <step>: the `checkpoint` index names model-<step>, and its file exists.
 check_latest() {
   local dir=$1 step=$2
   [[ -f $dir/checkpoint ]] || fail "$dir/checkpoint does not exist"
@@ -102,8 +102,7 @@ check_latest() {
   first=$(head -n 1 "$dir/checkpoint")
   [[ $first == "model_checkpoint_path: \"model-$step\"" ]] ||
     fail "$dir/checkpoint names '$first', expected model-$step:"$'\n'"$(cat "$dir/checkpoint")"
-  [[ -f $dir/model-$step.data && -f $dir/model-$step.index ]] ||
-    fail "model-$step.data/.index missing in $dir: $(ls "$dir")"
+  [[ -f $dir/model-$step.data ]] || fail "model-$step.data missing in $dir: $(ls "$dir")"
 }
 
 # check_min_saver <dir>: min-val-error-top1.* is the checkpoint of the best epoch in stats.json.
@@ -118,13 +117,10 @@ check_min_saver() {
     }
     END { print step }')
   [[ -n $best ]] || fail "no val-error-top1 in $dir/stats.json"
-  local ext
-  for ext in data index; do
-    [[ -f $dir/min-val-error-top1.$ext ]] || fail "$dir/min-val-error-top1.$ext does not exist"
-    cmp -s "$dir/min-val-error-top1.$ext" "$dir/model-$best.$ext" ||
-      fail "$dir/min-val-error-top1.$ext is not model-$best.$ext, the checkpoint of the lowest" \
-           "val-error-top1 in stats.json:"$'\n'"$(cat "$dir/stats.json")"
-  done
+  [[ -f $dir/min-val-error-top1.data ]] || fail "$dir/min-val-error-top1.data does not exist"
+  cmp -s "$dir/min-val-error-top1.data" "$dir/model-$best.data" ||
+    fail "$dir/min-val-error-top1.data is not model-$best.data, the checkpoint of the lowest" \
+         "val-error-top1 in stats.json:"$'\n'"$(cat "$dir/stats.json")"
   echo "min-val-error-top1 is model-$best"
 }
 

@@ -10,8 +10,6 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 #include <system_error>
 
@@ -312,16 +310,6 @@ std::optional<std::pair<int64_t, double>> state_pair(const std::string& who,
   return std::make_pair(state.at(step_key).item<int64_t>(), state.at(value_key).item<double>());
 }
 
-// The bytes of a small file, or nullopt when it cannot be read.
-std::optional<std::string> slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return std::nullopt;
-  return ss.str();
-}
-
 }  // namespace
 
 void MinSaver::load_state(const CallbackState& state) {
@@ -339,8 +327,9 @@ void MinSaver::load_state(const CallbackState& state) {
   const auto pending = state_pair(name(), state, "pending");
   if (pending) {
     // Taken as the best only if this trigger did copy the checkpoint of that step.
-    const auto copy = slurp(best_checkpoint_prefix() + ".index");
-    const auto original = slurp(join(dir_, fmt::format("model-{}", pending->first)) + ".index");
+    const auto copy = checkpoint_fingerprint(best_checkpoint_prefix());
+    const auto original =
+        checkpoint_fingerprint(join(dir_, fmt::format("model-{}", pending->first)));
     if (copy && original && *copy == *original) best_ = pending;
   }
   last_trigger_step_.reset();

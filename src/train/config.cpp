@@ -93,14 +93,14 @@ void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trai
 
 namespace {
 
-// The steps of the `model-<step>.index` files in `dir`, newest first.
+// The steps of the `model-<step>.data` files in `dir`, newest first.
 std::vector<int64_t> checkpoint_steps_in(const std::string& dir) {
   std::vector<int64_t> steps;
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return steps;
   while (const dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
-    const std::string prefix = "model-", suffix = ".index";
+    const std::string prefix = "model-", suffix = ".data";
     if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) ||
         name.compare(name.size() - suffix.size(), suffix.size(), suffix)) {
       continue;

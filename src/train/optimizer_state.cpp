@@ -15,6 +15,7 @@
 #include <typeinfo>
 #include <utility>
 
+#include "trainpack/train/state.h"
 #include "trainpack/utils/demangle.h"
 
 namespace trainpack {
@@ -211,8 +212,7 @@ class Collector {
   void count(const char* name, int64_t v, bool) { put(name, at::scalar_tensor(v, at::kLong)); }
   void tensor(const char* name, const at::Tensor& t, bool) {
     if (!t.defined()) return;  // an optional field the options do not use
-    at::Tensor d = t.detach();
-    put(name, d.device().is_cpu() ? std::move(d) : d.to(at::kCPU));
+    put(name, checkpoint_form(t));
   }
 
   void put(const std::string& name, at::Tensor t) {

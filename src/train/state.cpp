@@ -122,10 +122,15 @@ int64_t scalar_int(const TensorMap& state, const char* key, const std::string& s
 
 }  // namespace
 
+at::Tensor checkpoint_form(const at::Tensor& t) {
+  at::Tensor out = t.requires_grad() ? t.detach() : t;
+  return out.is_cpu() ? out : out.to(at::kCPU);
+}
+
 TensorMap collect_training_state(const Trainer& trainer) {
   TensorMap state;
   for (auto& [entry, tensor] : module_tensors(trainer)) {
-    if (!state.emplace(entry, tensor.detach().to(at::kCPU)).second) {
+    if (!state.emplace(entry, checkpoint_form(tensor)).second) {
       throw std::logic_error(
           fmt::format("collect_training_state: two module tensors are named '{}'", entry));
     }
@@ -151,7 +156,7 @@ TensorMap collect_training_state(const Trainer& trainer) {
   }
   for (const auto& [key, cb] : keyed_callbacks(trainer)) {
     for (auto& [name, tensor] : cb->state()) {
-      state[kCallbackPrefix + key + "/" + name] = tensor.detach().to(at::kCPU);
+      state[kCallbackPrefix + key + "/" + name] = checkpoint_form(tensor);
     }
   }
   return state;

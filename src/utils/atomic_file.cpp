@@ -1,10 +1,13 @@
 // Durable file replacement (trainpack/utils/atomic_file.h) with POSIX calls: open, write, fsync,
-// rename. Written by hand: neither the C++ library nor the Debian packages the project uses
-// offer an fsyncing atomic replace.
+// rename, and Linux's renameat2 for the swap. Written by hand: neither the C++ library nor the
+// Debian packages the project uses offer an fsyncing atomic replace.
 #include "trainpack/utils/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cstdio>  // renameat2, RENAME_EXCHANGE (glibc >= 2.28, _GNU_SOURCE)
 
 #include <algorithm>
 #include <cerrno>
@@ -90,6 +93,77 @@ void write_file_atomically(const std::string& path, std::string_view data, bool 
   AtomicFileWriter file(path, durable);
   file.write(data);
   file.commit();
+  if (durable) fsync_directory(parent_directory(path));
+}
+
+namespace {
+
+// Writes all of `data` at offset 0 of `fd` and cuts the file there.
+void overwrite(int fd, std::string_view data, const std::string& path) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n =
+        ::pwrite(fd, data.data() + done, data.size() - done, static_cast<off_t>(done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("write", path, errno);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::ftruncate(fd, static_cast<off_t>(data.size())) != 0) fail("truncate", path, errno);
+}
+
+}  // namespace
+
+void replace_file_by_swap(const std::string& path, const std::string& swap_path,
+                          std::string_view data, bool durable) {
+  if (path.empty() || swap_path.empty() || path == swap_path) {
+    throw std::invalid_argument("replace_file_by_swap: bad paths '" + path + "', '" + swap_path +
+                                "'");
+  }
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    write_file_atomically(path, data, durable);  // nothing to swap with yet
+    return;
+  }
+  // The swap file: reused when it is a plain file of its own, else created; O_NOFOLLOW: a
+  // symlink is not followed.
+  int fd = ::open(swap_path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd >= 0 && (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1)) {
+    ::close(fd);
+    write_file_atomically(path, data, durable);  // not ours to write into
+    return;
+  }
+  if (fd < 0) {
+    if (errno != ENOENT) {
+      write_file_atomically(path, data, durable);  // a symlink, a directory, no permission
+      return;
+    }
+    fd = ::open(swap_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) fail("create", swap_path, errno);
+  }
+  try {
+    overwrite(fd, data, swap_path);
+    if (durable && ::fsync(fd) != 0) fail("fsync", swap_path, errno);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (::close(fd) != 0 && errno != EINTR) fail("close", swap_path, errno);
+  if (::renameat2(AT_FDCWD, swap_path.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) != 0) {
+    const int err = errno;
+    // A filesystem (or kernel) without RENAME_EXCHANGE: the swap file, complete and synced, is
+    // renamed over `path` as a temporary file would be.
+    if (err != EINVAL && err != ENOSYS && err != ENOTSUP) {
+      throw std::runtime_error("cannot exchange " + swap_path + " and " + path + ": " +
+                               std::strerror(err));
+    }
+    if (::rename(swap_path.c_str(), path.c_str()) != 0) {
+      const int e = errno;
+      throw std::runtime_error("cannot rename " + swap_path + " to " + path + ": " +
+                               std::strerror(e));
+    }
+  }
   if (durable) fsync_directory(parent_directory(path));
 }
 

@@ -1,10 +1,10 @@
 // Checkpoint files (trainpack/utils/checkpoint.h): the `.data` file (torch::pickle_save of a
-// Dict[str, Tensor]), its `.index` (format, size, CRC-32C, entry count), the directory's
-// `checkpoint` index in TensorFlow's text form, and tensorpack's get_checkpoint_path.
+// Dict[str, Tensor] whose zip comment is the checksum trailer), the directory's `checkpoint`
+// index in TensorFlow's text form, and tensorpack's get_checkpoint_path.
 //
-// The text formats are parsed by hand: they are a handful of `key: value` lines, and the only
-// library that reads protobuf text (libprotobuf) would need a .proto of TensorFlow's
-// CheckpointState compiled in for one message of four fields.
+// The text formats are parsed by hand: the trailer is one line, the index a handful of
+// `key: value` lines, and the only library that reads protobuf text (libprotobuf) would need a
+// .proto of TensorFlow's CheckpointState compiled in for one message of four fields.
 #include "trainpack/utils/checkpoint.h"
 
 #include <fcntl.h>
@@ -19,6 +19,7 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -26,7 +27,6 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
-#include <set>
 #include <utility>
 
 #include "trainpack/utils/atomic_file.h"
@@ -40,12 +40,31 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kDataSuffix = ".data";
-constexpr const char* kIndexSuffix = ".index";
-constexpr const char* kFormatLine = "trainpack-checkpoint 1";
+// The file that format 1 wrote beside the data file; only named in an error message now.
+constexpr const char* kFormat1IndexSuffix = ".index";
+constexpr const char* kTrailerMagic = "trainpack-checkpoint";
+constexpr int kFormatVersion = 2;
+
+// The zip format's end-of-central-directory record: 22 bytes, the last two of which are the
+// length of the archive comment that follows it (zip's APPNOTE, section 4.3.16).
+constexpr size_t kEndRecordBytes = 22;
+constexpr char kEndRecordSignature[] = {'P', 'K', 5, 6};
+// The longest trailer this reader looks for (the real one is about 50 bytes).
+constexpr size_t kMaxTrailerBytes = 128;
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+uint16_t read_le16(const char* p) {
+  return static_cast<uint16_t>(static_cast<unsigned char>(p[0]) |
+                               (static_cast<unsigned char>(p[1]) << 8));
+}
+
+void write_le16(char* p, uint16_t v) {
+  p[0] = static_cast<char>(v & 0xff);
+  p[1] = static_cast<char>(v >> 8);
 }
 
 // Reads the whole file; nullopt when it does not exist. Other errors: CheckpointError.
@@ -74,17 +93,126 @@ std::optional<std::vector<char>> read_file(const std::string& path) {
   return data;
 }
 
-std::vector<char> read_existing_file(const std::string& path, const char* what) {
-  auto data = read_file(path);
-  if (!data) throw CheckpointError(path, fmt::format("{} does not exist", what));
-  return std::move(*data);
+// The last `max_bytes` bytes of a file (all of it when shorter); nullopt when it cannot be read.
+std::optional<std::string> read_tail(const std::string& path, size_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct stat st {};
+  std::optional<std::string> out;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    const auto size = static_cast<size_t>(st.st_size);
+    const size_t n = std::min(size, max_bytes);
+    std::string tail(n, '\0');
+    if (::pread(fd, tail.data(), n, static_cast<off_t>(size - n)) == static_cast<ssize_t>(n)) {
+      out = std::move(tail);
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
+// ---- the trailer: `trainpack-checkpoint 2 entries=<n> crc32c=<8 lowercase hex digits>` ----
+
+struct Trailer {
+  uint64_t entries = 0;
+  uint32_t crc32c = 0;
+  size_t checked_bytes = 0;  // the bytes before the trailer, which the CRC covers
+};
+
+std::string trailer_head(uint64_t entries) {
+  return fmt::format("{} {} entries={} crc32c=", kTrailerMagic, kFormatVersion, entries);
+}
+
+bool parse_digits(const std::string& text, int base, uint64_t* out) {
+  if (text.empty() || text.size() > 19) return false;
+  for (const char c : text) {
+    const bool ok =
+        base == 10 ? (c >= '0' && c <= '9') : ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
+    if (!ok) return false;
+  }
+  *out = std::strtoull(text.c_str(), nullptr, base);
+  return true;
+}
+
+// Finds the zip end record at the end of `data` (the last `size` bytes of the file) whose
+// comment runs exactly to the end, and returns the comment's offset; npos when there is none.
+size_t find_comment(const char* data, size_t size) {
+  const size_t window = std::min(size, kEndRecordBytes + kMaxTrailerBytes);
+  for (size_t back = kEndRecordBytes; back <= window; ++back) {
+    const char* record = data + size - back;
+    if (std::memcmp(record, kEndRecordSignature, sizeof kEndRecordSignature) == 0 &&
+        read_le16(record + kEndRecordBytes - 2) == back - kEndRecordBytes) {
+      return size - back + kEndRecordBytes;
+    }
+  }
+  return std::string::npos;
+}
+
+// Parses the trailer at the end of a data file (`data`, `size`: the whole file, or its tail when
+// only the trailer is wanted). Throws CheckpointError naming `path` when there is none or it is
+// malformed; says so when a format-1 `.index` lies beside the file.
+Trailer parse_trailer(const std::string& path, const char* data, size_t size,
+                      const std::string& prefix) {
+  if (size == 0) throw CheckpointError(path, "the checkpoint's data file is empty");
+  const size_t at = find_comment(data, size);
+  if (at == std::string::npos) {
+    throw CheckpointError(path,
+                          "truncated or not a checkpoint: it does not end with a zip end record "
+                          "and trainpack's checksum trailer");
+  }
+  const std::string comment(data + at, size - at);
+  const std::string magic = std::string(kTrailerMagic) + " ";
+  if (comment.compare(0, magic.size(), magic) != 0) {
+    std::error_code ec;
+    if (fs::exists(prefix + kFormat1IndexSuffix, ec)) {
+      throw CheckpointError(
+          path, fmt::format("written by an earlier trainpack (checkpoint format 1, with its "
+                            "checksum in {}{}), which this version does not read; start a new "
+                            "run (--no-resume) or load it with torch.load in Python",
+                            fs::path(prefix).filename().string(), kFormat1IndexSuffix));
+    }
+    throw CheckpointError(path,
+                          "has no trainpack checksum trailer (a zip archive, but not written by "
+                          "trainpack's write_checkpoint: a torch.save file?)");
+  }
+  const size_t version_end = comment.find(' ', magic.size());
+  const std::string version = comment.substr(magic.size(), version_end - magic.size());
+  if (version != std::to_string(kFormatVersion)) {
+    throw CheckpointError(path,
+                          fmt::format("unsupported checkpoint format '{} {}' (this trainpack reads "
+                                      "'{} {}')",
+                                      kTrailerMagic, version, kTrailerMagic, kFormatVersion));
+  }
+  // The rest: exactly " entries=<digits> crc32c=<8 lowercase hex>".
+  const auto bad = [&] {
+    return CheckpointError(path, fmt::format("malformed checksum trailer '{}'", comment));
+  };
+  if (version_end == std::string::npos) throw bad();
+  const std::string rest = comment.substr(version_end);
+  const std::string entries_key = " entries=", crc_key = " crc32c=";
+  const size_t crc_at = rest.find(crc_key);
+  if (rest.compare(0, entries_key.size(), entries_key) != 0 || crc_at == std::string::npos) {
+    throw bad();
+  }
+  Trailer trailer;
+  uint64_t crc = 0;
+  const std::string crc_text = rest.substr(crc_at + crc_key.size());
+  if (!parse_digits(rest.substr(entries_key.size(), crc_at - entries_key.size()), 10,
+                    &trailer.entries) ||
+      crc_text.size() != 8 || !parse_digits(crc_text, 16, &crc)) {
+    throw bad();
+  }
+  trailer.crc32c = static_cast<uint32_t>(crc);
+  trailer.checked_bytes = at;
+  return trailer;
 }
 
 // Receives the data file's bytes from PyTorchStreamWriter and writes them to the temporary file:
 // small pieces (zip headers, padding, the pickle) through a buffer, tensor storages straight from
-// the tensors, with the CRC-32C of everything on the way. It never fails towards the zip writer:
-// an exception thrown through miniz's C code, or from the writer's destructor (which finishes an
-// unfinished archive), could end the program; the first error is kept and finish() rethrows it.
+// the tensors, with the CRC-32C of everything on the way; finish() turns the zip's comment into
+// the trailer. It never fails towards the zip writer: an exception thrown through miniz's C
+// code, or from the writer's destructor (which finishes an unfinished archive), could end the
+// program; the first error is kept and finish() rethrows it.
 class DataFileSink {
  public:
   explicit DataFileSink(AtomicFileWriter* file) : file_(file) { buffer_.reserve(kBufferBytes); }
@@ -95,10 +223,9 @@ class DataFileSink {
       if (data == nullptr) {
         throw std::logic_error("write_checkpoint: the zip writer skipped bytes without data");
       }
-      crc_ = crc32c::extend(crc_, data, size);
-      bytes_ += size;
       if (buffer_.size() + size > kBufferBytes) flush();
       if (size >= kBufferBytes) {
+        crc_ = crc32c::extend(crc_, data, size);
         file_->write(data, size);
       } else {
         buffer_.append(static_cast<const char*>(data), size);
@@ -109,19 +236,40 @@ class DataFileSink {
     return size;
   }
 
-  // Writes what is buffered; rethrows the first error.
-  void finish() {
-    if (!error_) flush();
+  // The archive is complete and its end record (the last 22 bytes written, still in the buffer:
+  // a small write) says "no comment". Sets the comment length to the trailer's, so that the CRC
+  // covers it, and appends the trailer: the file stays a valid zip (torch.load reads it) and
+  // carries its own checksum. Rethrows the first error.
+  void finish(uint64_t entries) {
+    if (!error_) {
+      try {
+        const size_t n = buffer_.size();
+        if (n < kEndRecordBytes ||
+            std::memcmp(buffer_.data() + n - kEndRecordBytes, kEndRecordSignature,
+                        sizeof kEndRecordSignature) != 0 ||
+            read_le16(buffer_.data() + n - 2) != 0) {
+          throw std::logic_error(
+              "write_checkpoint: the zip archive does not end with an end record without comment");
+        }
+        const std::string head = trailer_head(entries);
+        write_le16(buffer_.data() + n - 2, static_cast<uint16_t>(head.size() + 8));
+        crc_ = crc32c::extend(crc_, buffer_.data(), n);
+        buffer_ += head;
+        buffer_ += fmt::format("{:08x}", crc_);
+        file_->write(buffer_);
+        buffer_.clear();
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+    }
     if (error_) std::rethrow_exception(error_);
   }
-
-  uint64_t bytes() const { return bytes_; }
-  uint32_t crc32c() const { return crc_; }
 
  private:
   static constexpr size_t kBufferBytes = size_t{1} << 16;
 
   void flush() {
+    crc_ = crc32c::extend(crc_, buffer_.data(), buffer_.size());
     file_->write(buffer_);
     buffer_.clear();
   }
@@ -129,125 +277,26 @@ class DataFileSink {
   AtomicFileWriter* file_;
   std::string buffer_;
   std::exception_ptr error_;
-  uint64_t bytes_ = 0;
   uint32_t crc_ = 0;
 };
 
-// ---- `<prefix>.index` ----
-
-struct DataIndex {
-  uint64_t data_bytes = 0;
-  uint32_t data_crc32c = 0;
-  uint64_t entries = 0;
-};
-
-std::string format_data_index(const DataIndex& index) {
-  return fmt::format("format: {}\ndata_bytes: {}\ndata_crc32c: 0x{:08x}\nentries: {}\n",
-                     kFormatLine, index.data_bytes, index.data_crc32c, index.entries);
-}
-
-bool parse_uint(const std::string& text, int base, uint64_t* out) {
-  if (text.empty() || text[0] == '-' || text[0] == '+' ||
-      std::isspace(static_cast<unsigned char>(text[0])))
-    return false;
-  errno = 0;
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(text.c_str(), &end, base);
-  if (errno != 0 || end != text.c_str() + text.size()) return false;
-  *out = v;
-  return true;
-}
-
-// Strict: the format line first, then each of data_bytes, data_crc32c, entries exactly once, one
-// `key: value` per line, every line ended by '\n'.
-DataIndex parse_data_index(const std::string& path, const std::string& text) {
-  if (text.empty()) throw CheckpointError(path, "the index file is empty");
-  if (text.back() != '\n')
-    throw CheckpointError(path, "the index file is truncated (no final newline)");
-  DataIndex index;
-  std::set<std::string> seen;
-  size_t pos = 0;
-  int line_no = 0;
-  while (pos < text.size()) {
-    const size_t nl = text.find('\n', pos);
-    const std::string line = text.substr(pos, nl - pos);
-    pos = nl + 1;
-    ++line_no;
-    const size_t colon = line.find(": ");
-    if (colon == std::string::npos) {
-      throw CheckpointError(path,
-                            fmt::format("line {}: expected 'key: value', got '{}'", line_no, line));
-    }
-    const std::string key = line.substr(0, colon);
-    const std::string value = line.substr(colon + 2);
-    if (line_no == 1) {
-      if (key != "format") {
-        throw CheckpointError(
-            path, "not a trainpack checkpoint index (the first line is not 'format: ...')");
-      }
-      if (value != kFormatLine) {
-        throw CheckpointError(
-            path,
-            fmt::format("unsupported format '{}' (this trainpack reads '{}')", value, kFormatLine));
-      }
-      continue;
-    }
-    if (!seen.insert(key).second) {
-      throw CheckpointError(path, fmt::format("line {}: '{}' appears twice", line_no, key));
-    }
-    uint64_t v = 0;
-    if (key == "data_bytes") {
-      if (!parse_uint(value, 10, &v))
-        throw CheckpointError(path, fmt::format("line {}: bad data_bytes '{}'", line_no, value));
-      index.data_bytes = v;
-    } else if (key == "data_crc32c") {
-      if (value.size() != 10 || value.compare(0, 2, "0x") != 0 ||
-          !parse_uint(value.substr(2), 16, &v))
-        throw CheckpointError(path, fmt::format("line {}: bad data_crc32c '{}'", line_no, value));
-      index.data_crc32c = static_cast<uint32_t>(v);
-    } else if (key == "entries") {
-      if (!parse_uint(value, 10, &v))
-        throw CheckpointError(path, fmt::format("line {}: bad entries '{}'", line_no, value));
-      index.entries = v;
-    } else if (key == "format") {
-      throw CheckpointError(path, fmt::format("line {}: 'format' appears twice", line_no));
-    } else {
-      throw CheckpointError(path, fmt::format("line {}: unknown field '{}'", line_no, key));
-    }
-  }
-  for (const char* key : {"data_bytes", "data_crc32c", "entries"}) {
-    if (seen.count(key) == 0)
-      throw CheckpointError(path, fmt::format("the index file lacks '{}'", key));
-  }
-  return index;
-}
-
-DataIndex read_data_index(const std::string& prefix) {
-  const std::string path = prefix + kIndexSuffix;
-  const std::vector<char> bytes = read_existing_file(path, "the checkpoint's index file");
-  return parse_data_index(path, std::string(bytes.begin(), bytes.end()));
-}
-
-// Reads `<prefix>.data` and checks its size and CRC-32C against the index.
-std::vector<char> read_checked_data(const std::string& prefix, DataIndex* index_out = nullptr) {
-  const DataIndex index = read_data_index(prefix);
+// Reads `<prefix>.data` and checks it against its trailer.
+std::vector<char> read_checked_data(const std::string& prefix, Trailer* trailer_out = nullptr) {
   const std::string path = prefix + kDataSuffix;
-  std::vector<char> data = read_existing_file(path, "the checkpoint's data file");
-  if (data.size() != index.data_bytes) {
-    throw CheckpointError(
-        path, fmt::format("{} ({} bytes, but its index says {})",
-                          data.size() < index.data_bytes ? "truncated" : "has the wrong size",
-                          data.size(), index.data_bytes));
+  auto data = read_file(path);
+  if (!data) {
+    throw CheckpointError(path, "the checkpoint's data file does not exist");
   }
-  const uint32_t crc = crc32c::value(data.data(), data.size());
-  if (crc != index.data_crc32c) {
+  const Trailer trailer = parse_trailer(path, data->data(), data->size(), prefix);
+  const uint32_t crc = crc32c::value(data->data(), trailer.checked_bytes);
+  if (crc != trailer.crc32c) {
     throw CheckpointError(path,
-                          fmt::format("checksum mismatch (CRC-32C 0x{:08x}, but its index says "
+                          fmt::format("checksum mismatch (CRC-32C 0x{:08x}, but its trailer says "
                                       "0x{:08x}): the file is corrupt",
-                                      crc, index.data_crc32c));
+                                      crc, trailer.crc32c));
   }
-  if (index_out != nullptr) *index_out = index;
-  return data;
+  if (trailer_out != nullptr) *trailer_out = trailer;
+  return std::move(*data);
 }
 
 // ---- the `checkpoint` index file (protobuf text format) ----
@@ -418,7 +467,6 @@ void write_checkpoint(const std::string& prefix, const TensorMap& tensors,
   archive_pickler.pushIValue(c10::IValue(std::move(dict)));
   archive_pickler.stop();
 
-  // Both files are written in full before either is renamed: a failed write replaces nothing.
   AtomicFileWriter data_file(prefix + kDataSuffix, options.fsync());
   DataFileSink sink(&data_file);
   {
@@ -428,24 +476,15 @@ void write_checkpoint(const std::string& prefix, const TensorMap& tensors,
                                        archive_pickler.tensorData(), zip);
     zip.writeEndOfFile();
   }
-  sink.finish();  // rethrows a write error (disk full, file too large) naming the file
+  sink.finish(tensors.size());  // rethrows a write error (disk full, file too large)
   data_file.finish();
-
-  DataIndex index;
-  index.data_bytes = sink.bytes();
-  index.data_crc32c = sink.crc32c();
-  index.entries = tensors.size();
-  AtomicFileWriter index_file(prefix + kIndexSuffix, options.fsync());
-  index_file.write(format_data_index(index));
-  index_file.finish();
   data_file.commit();
-  index_file.commit();
   if (options.fsync()) fsync_directory(parent_directory(prefix));
 }
 
 TensorMap read_checkpoint(const std::string& prefix) {
-  DataIndex index;
-  const std::vector<char> data = read_checked_data(prefix, &index);
+  Trailer trailer;
+  const std::vector<char> data = read_checked_data(prefix, &trailer);
   const std::string path = prefix + kDataSuffix;
   c10::IValue value;
   try {
@@ -464,9 +503,9 @@ TensorMap read_checkpoint(const std::string& prefix) {
     }
     out.emplace(item.key().toStringRef(), item.value().toTensor());
   }
-  if (out.size() != index.entries) {
-    throw CheckpointError(
-        path, fmt::format("holds {} entries, but its index says {}", out.size(), index.entries));
+  if (out.size() != trailer.entries) {
+    throw CheckpointError(path, fmt::format("holds {} entries, but its trailer says {}", out.size(),
+                                            trailer.entries));
   }
   return out;
 }
@@ -482,15 +521,27 @@ std::string verify_checkpoint(const std::string& prefix) {
 
 bool checkpoint_exists(const std::string& prefix) {
   std::error_code ec;
-  return fs::exists(prefix + kIndexSuffix, ec);
+  return fs::exists(prefix + kDataSuffix, ec);
+}
+
+std::optional<std::string> checkpoint_fingerprint(const std::string& prefix) {
+  const std::string path = prefix + kDataSuffix;
+  const auto tail = read_tail(path, kEndRecordBytes + kMaxTrailerBytes);
+  if (!tail) return std::nullopt;
+  const size_t at = find_comment(tail->data(), tail->size());
+  if (at == std::string::npos) return std::nullopt;
+  try {
+    (void)parse_trailer(path, tail->data(), tail->size(), prefix);
+  } catch (const CheckpointError&) {
+    return std::nullopt;
+  }
+  return tail->substr(at);
 }
 
 void remove_checkpoint(const std::string& prefix) {
-  for (const char* suffix : {kIndexSuffix, kDataSuffix}) {
-    const std::string path = prefix + suffix;
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-      TP_LOG_WARN("Cannot delete the old checkpoint file {}: {}", path, std::strerror(errno));
-    }
+  const std::string path = prefix + kDataSuffix;
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    TP_LOG_WARN("Cannot delete the old checkpoint file {}: {}", path, std::strerror(errno));
   }
 }
 
@@ -498,16 +549,10 @@ void copy_checkpoint(const std::string& from, const std::string& to,
                      const CheckpointWriteOptions& options) {
   // The source is checked first: a corrupt checkpoint is not copied.
   const std::vector<char> data = read_checked_data(from);
-  const std::vector<char> index =
-      read_existing_file(from + kIndexSuffix, "the checkpoint's index file");
   AtomicFileWriter data_file(to + kDataSuffix, options.fsync());
   data_file.write(data.data(), data.size());
   data_file.finish();
-  AtomicFileWriter index_file(to + kIndexSuffix, options.fsync());
-  index_file.write(index.data(), index.size());
-  index_file.finish();
   data_file.commit();
-  index_file.commit();
   if (options.fsync()) fsync_directory(parent_directory(to));
 }
 
@@ -603,7 +648,7 @@ void write_checkpoint_index(const std::string& dir, const CheckpointIndex& index
   if (index.last_preserved_timestamp != 0) {
     text += fmt::format("last_preserved_timestamp: {}\n", index.last_preserved_timestamp);
   }
-  write_file_atomically(path, text, options.fsync());
+  replace_file_by_swap(path, join_path(dir, kCheckpointIndexSwapFile), text, options.fsync());
 }
 
 std::string resolve_checkpoint_path(const std::string& path) {
@@ -622,7 +667,8 @@ std::string resolve_checkpoint_path(const std::string& path) {
     }
     p = join_path(dir, index->model_checkpoint_path);
   } else {
-    for (const std::string suffix : {kDataSuffix, kIndexSuffix}) {
+    // `.index`: what a TensorFlow user (or trainpack's format 1) names a checkpoint by.
+    for (const std::string suffix : {kDataSuffix, kFormat1IndexSuffix}) {
       if (ends_with(p, suffix)) {
         const std::string q = p.substr(0, p.size() - suffix.size());
         TP_LOG_INFO("Checkpoint path {} is auto-corrected to {}.", p, q);
@@ -633,7 +679,7 @@ std::string resolve_checkpoint_path(const std::string& path) {
   }
   if (!checkpoint_exists(p)) {
     throw CheckpointError(p,
-                          fmt::format("no such checkpoint ({}{} does not exist)", p, kIndexSuffix));
+                          fmt::format("no such checkpoint ({}{} does not exist)", p, kDataSuffix));
   }
   return p;
 }

@@ -61,17 +61,17 @@ struct ModelTrainer {
   }
 };
 
-// The checkpoints (`model-*`, `min-*`, `max-*` prefixes with both files) and any other file in
-// `dir`, as one string: "model-2 model-4 | checkpoint".
+// The checkpoints (`model-*`, `min-*`, `max-*` prefixes of `.data` files) and any other file in
+// `dir`, as one string: "model-2 model-4 | checkpoint". The index's swap file
+// `checkpoint.previous`, there from the second save on, is left out (CheckpointTest and
+// TheIndexSwapFileHoldsThePreviousIndex test it).
 std::string listing(const fs::path& dir) {
   std::set<std::string> prefixes, others;
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
-    const auto dot = name.rfind(".index");
-    if (dot != std::string::npos && dot + 6 == name.size()) {
-      prefixes.insert(name.substr(0, dot));
-    } else if (name.size() > 5 && name.compare(name.size() - 5, 5, ".data") == 0) {
-      if (!fs::exists(dir / (name.substr(0, name.size() - 5) + ".index"))) others.insert(name);
+    if (name == kCheckpointIndexSwapFile) continue;
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, ".data") == 0) {
+      prefixes.insert(name.substr(0, name.size() - 5));
     } else {
       others.insert(name);
     }
@@ -165,6 +165,27 @@ TEST_F(SaverTest, SavesEveryEpochAndWritesTheIndexLast) {
   EXPECT_TRUE(log.contains("Model saved to " + prefix("model-2") + "."));
   EXPECT_TRUE(log.contains("Model saved to " + prefix("model-6") + "."));
   EXPECT_EQ(saver->tracked().back(), std::make_pair(std::string("model-6"), 1180.0));
+}
+
+// The index is written into its swap file, which then holds the index of the save before.
+TEST_F(SaverTest, TheIndexSwapFileHoldsThePreviousIndex) {
+  auto now = std::make_shared<double>(1000);
+  ModelTrainer m;
+  m.train({clock_mover(now, 60),
+           std::make_shared<ModelSaver>(options().max_to_keep(2).clock(clock_of(now)))},
+          2, 3);
+  EXPECT_EQ(read_text(dir_ / "checkpoint"),
+            "model_checkpoint_path: \"model-6\"\n"
+            "all_model_checkpoint_paths: \"model-4\"\n"
+            "all_model_checkpoint_paths: \"model-6\"\n"
+            "all_model_checkpoint_timestamps: 1120\n"
+            "all_model_checkpoint_timestamps: 1180\n");
+  EXPECT_EQ(read_text(dir_ / "checkpoint.previous"),
+            "model_checkpoint_path: \"model-4\"\n"
+            "all_model_checkpoint_paths: \"model-2\"\n"
+            "all_model_checkpoint_paths: \"model-4\"\n"
+            "all_model_checkpoint_timestamps: 1060\n"
+            "all_model_checkpoint_timestamps: 1120\n");
 }
 
 TEST_F(SaverTest, TheCheckpointHoldsTheTrainingState) {
@@ -303,11 +324,19 @@ TEST_F(SaverTest, AFailedSaveKeepsThePreviousCheckpointAndIndexAndTrainingGoesOn
 
 TEST_F(SaverTest, AFailedIndexWriteRemovesTheNewCheckpoint) {
   ModelTrainer m;
-  // A directory named `checkpoint.tmp` makes the index's temporary file impossible to create.
+  // Directories named `checkpoint.previous` and `checkpoint.tmp` make both ways of writing the
+  // index impossible: the swap file is not a file, and the temporary file of the fallback cannot
+  // be created.
   auto blocker = std::make_shared<ActionCallback>();
   blocker->before_epoch_fn = [&](ActionCallback& self) {
-    if (self.epoch_num() == 2) fs::create_directories(dir_ / "checkpoint.tmp" / "x");
-    if (self.epoch_num() == 3) fs::remove_all(dir_ / "checkpoint.tmp");
+    if (self.epoch_num() == 2) {
+      fs::create_directories(dir_ / "checkpoint.tmp" / "x");
+      fs::create_directories(dir_ / "checkpoint.previous" / "x");
+    }
+    if (self.epoch_num() == 3) {
+      fs::remove_all(dir_ / "checkpoint.tmp");
+      fs::remove_all(dir_ / "checkpoint.previous");
+    }
   };
   std::vector<std::string> seen;
   LogCapture log;

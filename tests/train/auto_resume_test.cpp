@@ -104,8 +104,8 @@ class AutoResumeTest : public ::testing::Test {
     auto saver = std::make_shared<ModelSaver>(ModelSaverOptions().fsync(false));
     std::vector<CallbackPtr> callbacks{recorder};
     if (save_every_step) {
-      callbacks.push_back(std::make_shared<PeriodicTrigger>(
-          saver, PeriodicTriggerOptions().every_k_steps(1)));
+      callbacks.push_back(
+          std::make_shared<PeriodicTrigger>(saver, PeriodicTriggerOptions().every_k_steps(1)));
     } else {
       callbacks.push_back(saver);
     }
@@ -131,7 +131,7 @@ TEST_F(AutoResumeTest, AnEmptyDirectoryStartsFromScratch) {
   auto rec = run(1, false, nullptr, &found);
   EXPECT_EQ(found, "");
   EXPECT_EQ(rec->steps, (std::vector<int64_t>{1, 2, 3}));
-  EXPECT_TRUE(fs::exists(dir_ / "model-3.index"));
+  EXPECT_TRUE(fs::exists(dir_ / "model-3.data"));
 }
 
 TEST_F(AutoResumeTest, ContinuesFromTheLatestCheckpointsCountersAndAppendsToStatsJson) {
@@ -145,9 +145,9 @@ TEST_F(AutoResumeTest, ContinuesFromTheLatestCheckpointsCountersAndAppendsToStat
   EXPECT_TRUE(log.contains("Will load checkpoint at " + (dir_ / "model-6").string() + "."));
   EXPECT_EQ(rec->epochs, (std::vector<int64_t>{3, 4}));
   EXPECT_EQ(rec->steps, (std::vector<int64_t>{7, 8, 9, 10, 11, 12}));
-  const std::vector<std::pair<int64_t, int64_t>> expected{
-      {1, 1}, {1, 2}, {1, 3}, {2, 4}, {2, 5}, {2, 6},
-      {3, 7}, {3, 8}, {3, 9}, {4, 10}, {4, 11}, {4, 12}};
+  const std::vector<std::pair<int64_t, int64_t>> expected{{1, 1}, {1, 2},  {1, 3},  {2, 4},
+                                                          {2, 5}, {2, 6},  {3, 7},  {3, 8},
+                                                          {3, 9}, {4, 10}, {4, 11}, {4, 12}};
   EXPECT_EQ(stats_counters(dir_), expected);
   EXPECT_TRUE(log.contains("will append to it"));
 }
@@ -221,7 +221,6 @@ TEST_F(AutoResumeTest, MidEpochResumeRunsTheRestOfTheEpoch) {
   // Keep model-4 only, and an index naming it, as a crash right after that save leaves them.
   for (int step : {5, 6}) {
     fs::remove(dir_ / ("model-" + std::to_string(step) + ".data"));
-    fs::remove(dir_ / ("model-" + std::to_string(step) + ".index"));
   }
   {
     std::ofstream index(dir_ / "checkpoint", std::ios::trunc);

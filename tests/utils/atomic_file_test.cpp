@@ -110,6 +110,72 @@ TEST_F(AtomicFileTest, TwoWritersCommitAfterBothAreWritten) {
   EXPECT_FALSE(fs::exists(a.string() + ".tmp"));
 }
 
+// ---- replace_file_by_swap ----
+
+ino_t inode_of(const fs::path& p) {
+  struct stat st {};
+  EXPECT_EQ(::lstat(p.c_str(), &st), 0) << p;
+  return st.st_ino;
+}
+
+TEST_F(AtomicFileTest, ReplaceBySwapLeavesThePreviousContentInTheSwapFile) {
+  const fs::path p = dir_ / "checkpoint", swap = dir_ / "checkpoint.previous";
+  replace_file_by_swap(p.string(), swap.string(), "first, long content");
+  EXPECT_EQ(read_text(p), "first, long content");
+  EXPECT_FALSE(fs::exists(swap));  // nothing to swap with yet: written as write_file_atomically
+  const ino_t first = inode_of(p);
+  replace_file_by_swap(p.string(), swap.string(), "second", /*durable=*/false);
+  EXPECT_EQ(read_text(p), "second");
+  EXPECT_EQ(read_text(swap), "first, long content");
+  EXPECT_EQ(inode_of(swap), first);
+  const ino_t second = inode_of(p);
+  replace_file_by_swap(p.string(), swap.string(), "third");  // written into the first's inode
+  EXPECT_EQ(read_text(p), "third");
+  EXPECT_EQ(read_text(swap), "second");
+  EXPECT_EQ(inode_of(p), first);
+  EXPECT_EQ(inode_of(swap), second);
+  EXPECT_FALSE(fs::exists(p.string() + ".tmp"));
+}
+
+// A swap file with another name (a hard-linked backup of the directory) is not written into.
+TEST_F(AtomicFileTest, ReplaceBySwapDoesNotWriteIntoAHardLinkedSwapFile) {
+  const fs::path p = dir_ / "checkpoint", swap = dir_ / "checkpoint.previous";
+  write_file_atomically(p.string(), "current");
+  write_file_atomically(swap.string(), "backed up");
+  fs::create_hard_link(swap, dir_ / "backup");
+  replace_file_by_swap(p.string(), swap.string(), "next");
+  EXPECT_EQ(read_text(p), "next");
+  EXPECT_EQ(read_text(dir_ / "backup"), "backed up");
+}
+
+TEST_F(AtomicFileTest, ReplaceBySwapDoesNotFollowASymlink) {
+  const fs::path p = dir_ / "checkpoint", swap = dir_ / "checkpoint.previous";
+  write_file_atomically(p.string(), "current");
+  write_file_atomically((dir_ / "target").string(), "not to be touched");
+  fs::create_symlink(dir_ / "target", swap);
+  replace_file_by_swap(p.string(), swap.string(), "next");
+  EXPECT_EQ(read_text(p), "next");
+  EXPECT_EQ(read_text(dir_ / "target"), "not to be touched");
+  EXPECT_TRUE(fs::is_symlink(swap));
+}
+
+TEST_F(AtomicFileTest, ReplaceBySwapBeyondTheFileSizeLimitFailsAndKeepsTheFile) {
+  const fs::path p = dir_ / "checkpoint", swap = dir_ / "checkpoint.previous";
+  write_file_atomically(p.string(), "current");
+  std::string msg;
+  {
+    FileSizeLimit limit(1000);
+    msg = message_of<std::runtime_error>(
+        [&] { replace_file_by_swap(p.string(), swap.string(), std::string(5000, 'x')); });
+  }
+  EXPECT_EQ(msg, "cannot write " + swap.string() + ": File too large");
+  EXPECT_EQ(read_text(p), "current");
+  replace_file_by_swap(p.string(), swap.string(),
+                       "next");  // the partly written swap file is reused
+  EXPECT_EQ(read_text(p), "next");
+  EXPECT_EQ(read_text(swap), "current");
+}
+
 TEST_F(AtomicFileTest, FsyncDirectoryNamesAMissingDirectory) {
   const std::string d = (dir_ / "missing").string();
   EXPECT_EQ(message_of<std::runtime_error>([&] { fsync_directory(d); }),

@@ -1,4 +1,4 @@
-// Checkpoint files (utils/checkpoint.h): the data and index files, the checks on load, the
+// Checkpoint files (utils/checkpoint.h): the data file and its trailer, the checks on load, the
 // directory's `checkpoint` index in TensorFlow's text form, and resolve_checkpoint_path.
 #include <signal.h>
 #include <sys/resource.h>
@@ -75,12 +75,36 @@ class CheckpointTest : public ::testing::Test {
   fs::path dir_;
 };
 
-// ---- data and index files ----
+// ---- the data file and its trailer ----
+
+// The trailer at the end of a data file (the zip comment), or "" when the file has none.
+std::string trailer_of(const std::string& data) {
+  const size_t at = data.rfind("trainpack-checkpoint ");
+  return at == std::string::npos ? "" : data.substr(at);
+}
+
+// `archive` (a zip whose end record says "no comment", as pickle_save makes it) with `comment`
+// as its zip comment: the comment length set and the text appended.
+std::string with_comment(std::string archive, const std::string& comment) {
+  const size_t n = archive.size();
+  archive[n - 2] = static_cast<char>(comment.size() & 0xff);
+  archive[n - 1] = static_cast<char>(comment.size() >> 8);
+  return archive + comment;
+}
+
+// `data` with its trailer replaced by `head` followed by the CRC-32C that a writer would put
+// there (so that only what `head` says is wrong).
+std::string with_trailer_head(const std::string& data, const std::string& head) {
+  const std::string archive = data.substr(0, data.size() - trailer_of(data).size());
+  const std::string patched = with_comment(archive, std::string(head.size() + 8, ' '));
+  const std::string covered = patched.substr(0, archive.size());
+  return covered + head + fmt::format("{:08x}", crc32c::value(covered));
+}
 
 TEST_F(CheckpointTest, RoundTripsAMapOfTensors) {
   const TensorMap m = sample_map();
   write_checkpoint(prefix(), m);
-  EXPECT_EQ(files_in(dir_), (std::vector<std::string>{"model-600.data", "model-600.index"}));
+  EXPECT_EQ(files_in(dir_), (std::vector<std::string>{"model-600.data"}));
   expect_same(m, read_checkpoint(prefix()));
   EXPECT_EQ(verify_checkpoint(prefix()), "");
   EXPECT_TRUE(checkpoint_exists(prefix()));
@@ -90,17 +114,47 @@ TEST_F(CheckpointTest, RoundTripsAMapOfTensors) {
 TEST_F(CheckpointTest, RoundTripsAnEmptyMapWithoutFsync) {
   write_checkpoint(prefix(), {}, CheckpointWriteOptions().fsync(false));
   EXPECT_TRUE(read_checkpoint(prefix()).empty());
+  EXPECT_EQ(trailer_of(read_text(prefix() + ".data")).rfind("trainpack-checkpoint 2 entries=0 ", 0),
+            0u);
 }
 
-TEST_F(CheckpointTest, TheIndexHoldsTheFormatSizeChecksumAndEntryCount) {
+TEST_F(CheckpointTest, TheTrailerIsTheZipCommentWithTheEntryCountAndTheChecksum) {
   write_checkpoint(prefix(), sample_map());
   const std::string data = read_text(prefix() + ".data");
-  const std::string expected = fmt::format(
-      "format: trainpack-checkpoint 1\ndata_bytes: {}\ndata_crc32c: 0x{:08x}\nentries: 7\n",
-      data.size(), crc32c::value(data));
-  EXPECT_EQ(read_text(prefix() + ".index"), expected);
   // The data file is a zip (PyTorch's format), as torch.save writes it.
   EXPECT_EQ(data.substr(0, 4), std::string("PK\x03\x04", 4));
+  const std::string trailer = trailer_of(data);
+  const std::string head = "trainpack-checkpoint 2 entries=7 crc32c=";
+  ASSERT_EQ(trailer.size(), head.size() + 8) << trailer;
+  const size_t covered = data.size() - trailer.size();
+  EXPECT_EQ(trailer, head + fmt::format("{:08x}", crc32c::value(data.data(), covered)));
+  // The 22-byte zip end record right before it, its comment length the trailer's.
+  const std::string end_record = data.substr(covered - 22, 22);
+  EXPECT_EQ(end_record.substr(0, 4), std::string("PK\x05\x06", 4));
+  EXPECT_EQ(static_cast<unsigned char>(end_record[20]) |
+                (static_cast<unsigned char>(end_record[21]) << 8),
+            static_cast<int>(trailer.size()));
+  EXPECT_EQ(checkpoint_fingerprint(prefix()), trailer);
+}
+
+// Python's zipfile (a zip reader trainpack did not write) sees a valid archive: the comment is
+// the trailer, and every member passes its zip CRC-32.
+TEST_F(CheckpointTest, PythonsZipfileReadsTheArchiveAndItsComment) {
+  if (std::system("python3 -c 'import zipfile' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "python3 is not installed";
+  }
+  write_checkpoint(prefix(), sample_map());
+  const fs::path out = dir_ / "zip.txt";
+  const std::string cmd =
+      "python3 -c \"import zipfile, sys\n"
+      "z = zipfile.ZipFile(sys.argv[1])\n"
+      "lines = [z.comment.decode(), repr(z.testzip())]\n"
+      "lines += sorted(n.split('/', 1)[1] for n in z.namelist())[:3]\n"
+      "open(sys.argv[2], 'w').write(chr(10).join(lines))\n\" " +
+      prefix() + ".data " + out.string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const std::string data = read_text(prefix() + ".data");
+  EXPECT_EQ(read_text(out), trailer_of(data) + "\nNone\ndata.pkl\ndata/0\ndata/1");
 }
 
 TEST_F(CheckpointTest, AnUndefinedTensorIsRejectedBeforeAnythingIsWritten) {
@@ -153,83 +207,121 @@ TEST_F(CheckpointTest, ATruncatedDataFileIsRefusedNamingTheFile) {
   write_checkpoint(prefix(), sample_map());
   const std::string data_path = prefix() + ".data";
   const auto size = fs::file_size(data_path);
-  fs::resize_file(data_path, size - 10);
-  const std::string msg = message_of<CheckpointError>([&] { read_checkpoint(prefix()); });
-  EXPECT_EQ(msg, fmt::format("{}: truncated ({} bytes, but its index says {})", data_path,
-                             size - 10, size));
-  EXPECT_EQ(verify_checkpoint(prefix()), msg);
-  try {
-    read_checkpoint(prefix());
-  } catch (const CheckpointError& e) {
-    EXPECT_EQ(e.path(), data_path);
+  for (const uintmax_t cut : {uintmax_t{1}, uintmax_t{10}, uintmax_t{60}, size / 2, size - 1}) {
+    write_checkpoint(prefix(), sample_map());
+    fs::resize_file(data_path, size - cut);
+    const std::string msg = message_of<CheckpointError>([&] { read_checkpoint(prefix()); });
+    EXPECT_EQ(msg, data_path +
+                       ": truncated or not a checkpoint: it does not end with a zip end record "
+                       "and trainpack's checksum trailer")
+        << "cut " << cut;
+    EXPECT_EQ(verify_checkpoint(prefix()), msg);
+    EXPECT_FALSE(checkpoint_fingerprint(prefix()).has_value());
+    try {
+      read_checkpoint(prefix());
+    } catch (const CheckpointError& e) {
+      EXPECT_EQ(e.path(), data_path);
+    }
   }
 }
 
 TEST_F(CheckpointTest, AFlippedByteIsRefusedNamingTheFile) {
   write_checkpoint(prefix(), sample_map());
   const std::string data_path = prefix() + ".data";
-  std::string data = read_text(data_path);
-  data[data.size() / 2] = static_cast<char>(data[data.size() / 2] ^ 0x01);
-  write_text(data_path, data);
-  const std::string msg = message_of<CheckpointError>([&] { read_checkpoint(prefix()); });
-  EXPECT_EQ(msg.rfind(data_path + ": checksum mismatch (CRC-32C 0x", 0), 0u) << msg;
-  EXPECT_NE(msg.find("the file is corrupt"), std::string::npos) << msg;
-  EXPECT_EQ(verify_checkpoint(prefix()), msg);
+  const std::string good = read_text(data_path);
+  const size_t trailer_at = good.size() - trailer_of(good).size();
+  // In the tensors, in the zip's central directory, in the end record's comment length (which
+  // then no longer reaches the end of the file), and in the trailer's checksum.
+  for (const size_t at : {good.size() / 2, trailer_at - 30, trailer_at - 2, good.size() - 1}) {
+    std::string data = good;
+    if (at == good.size() - 1) {
+      data[at] = data[at] == '0' ? '1' : '0';  // another hex digit: a well-formed trailer
+    } else {
+      data[at] = static_cast<char>(data[at] ^ 0x01);
+    }
+    write_text(data_path, data);
+    const std::string msg = message_of<CheckpointError>([&] { read_checkpoint(prefix()); });
+    EXPECT_EQ(msg.rfind(data_path + ": ", 0), 0u) << msg;
+    if (at == trailer_at - 2) {
+      EXPECT_NE(msg.find("truncated or not a checkpoint"), std::string::npos) << msg;
+    } else {
+      EXPECT_NE(msg.find(": checksum mismatch (CRC-32C 0x"), std::string::npos) << at << msg;
+      EXPECT_NE(msg.find("the file is corrupt"), std::string::npos) << msg;
+    }
+    EXPECT_EQ(verify_checkpoint(prefix()), msg);
+  }
 }
 
-TEST_F(CheckpointTest, MissingFilesAreRefusedNamingTheFile) {
-  EXPECT_EQ(message_of<CheckpointError>([&] { read_checkpoint(prefix()); }),
-            prefix() + ".index: the checkpoint's index file does not exist");
-  write_checkpoint(prefix(), sample_map());
-  fs::remove(prefix() + ".data");
+TEST_F(CheckpointTest, MissingAndEmptyFilesAreRefusedNamingTheFile) {
   EXPECT_EQ(message_of<CheckpointError>([&] { read_checkpoint(prefix()); }),
             prefix() + ".data: the checkpoint's data file does not exist");
+  write_text(prefix() + ".data", "");
+  EXPECT_EQ(message_of<CheckpointError>([&] { read_checkpoint(prefix()); }),
+            prefix() + ".data: the checkpoint's data file is empty");
 }
 
-TEST_F(CheckpointTest, MalformedIndexFilesAreRefusedNamingTheFile) {
+TEST_F(CheckpointTest, MalformedTrailersAreRefusedNamingTheFile) {
   write_checkpoint(prefix(), sample_map());
-  const std::string index_path = prefix() + ".index";
-  const std::string good = read_text(index_path);
-  const std::string crc_line = good.substr(good.find("data_crc32c"));
+  const std::string data_path = prefix() + ".data";
+  const std::string good = read_text(data_path);
+  const std::string archive = good.substr(0, good.size() - trailer_of(good).size());
   struct Case {
-    std::string text;
+    std::string data;
     std::string reason;
   };
+  const std::string no_trailer =
+      "has no trainpack checksum trailer (a zip archive, but not written by trainpack's "
+      "write_checkpoint: a torch.save file?)";
+  const auto malformed = [](const std::string& t) {
+    return "malformed checksum trailer '" + t + "'";
+  };
   const std::vector<Case> cases = {
-      {"", "the index file is empty"},
-      {"format: trainpack-checkpoint 1\ndata_bytes: 5",
-       "the index file is truncated (no final "
-       "newline)"},
-      {"hello\n", "line 1: expected 'key: value', got 'hello'"},
-      {"data_bytes: 5\n", "not a trainpack checkpoint index (the first line is not 'format: ...')"},
-      {"format: trainpack-checkpoint 2\n",
-       "unsupported format 'trainpack-checkpoint 2' (this trainpack reads 'trainpack-checkpoint "
-       "1')"},
-      {"format: trainpack-checkpoint 1\ndata_bytes: 5\n", "the index file lacks 'data_crc32c'"},
-      {"format: trainpack-checkpoint 1\ndata_bytes: 5\ndata_bytes: 5\n",
-       "line 3: 'data_bytes' appears twice"},
-      {"format: trainpack-checkpoint 1\ndata_bytes: -5\n", "line 2: bad data_bytes '-5'"},
-      {"format: trainpack-checkpoint 1\ndata_crc32c: 1234\n", "line 2: bad data_crc32c '1234'"},
-      {"format: trainpack-checkpoint 1\ncolour: blue\n", "line 2: unknown field 'colour'"},
+      {with_comment(archive, ""), no_trailer},
+      {with_comment(archive, "hello"), no_trailer},
+      {with_trailer_head(good, "trainpack-checkpoint 3 entries=7 crc32c="),
+       "unsupported checkpoint format 'trainpack-checkpoint 3' (this trainpack reads "
+       "'trainpack-checkpoint 2')"},
+      {with_comment(archive, "trainpack-checkpoint 2"), malformed("trainpack-checkpoint 2")},
+      {with_comment(archive, "trainpack-checkpoint 2 entries=7"),
+       malformed("trainpack-checkpoint 2 entries=7")},
+      {with_comment(archive, "trainpack-checkpoint 2 entries=x crc32c=00000000"),
+       malformed("trainpack-checkpoint 2 entries=x crc32c=00000000")},
+      {with_comment(archive, "trainpack-checkpoint 2 entries=7 crc32c=ABCDEF01"),
+       malformed("trainpack-checkpoint 2 entries=7 crc32c=ABCDEF01")},
+      {with_comment(archive, "trainpack-checkpoint 2 entries=7 crc32c=123"),
+       malformed("trainpack-checkpoint 2 entries=7 crc32c=123")},
+      {with_comment(archive, "trainpack-checkpoint 2 crc32c=12345678 entries=7"),
+       malformed("trainpack-checkpoint 2 crc32c=12345678 entries=7")},
+      // A valid trailer with the wrong entry count: decoded, then refused.
+      {with_trailer_head(good, "trainpack-checkpoint 2 entries=8 crc32c="),
+       "holds 7 entries, but its trailer says 8"},
   };
   for (const Case& c : cases) {
-    write_text(index_path, c.text);
+    write_text(data_path, c.data);
     EXPECT_EQ(message_of<CheckpointError>([&] { read_checkpoint(prefix()); }),
-              index_path + ": " + c.reason)
-        << c.text;
+              data_path + ": " + c.reason)
+        << trailer_of(c.data);
   }
-  // A valid index with the wrong entry count: decoded, then refused.
-  std::string wrong = good;
-  wrong.replace(wrong.find("entries: 7"), 10, "entries: 8");
-  write_text(index_path, wrong);
+}
+
+// trainpack's format 1 kept the checksum in `model-<step>.index` beside a plain pickle_save file.
+TEST_F(CheckpointTest, AFormat1CheckpointIsRefusedSayingSo) {
+  const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(at::ones({2})));
+  write_text(prefix() + ".data", std::string(bytes.begin(), bytes.end()));
+  write_text(
+      prefix() + ".index",
+      "format: trainpack-checkpoint 1\ndata_bytes: 5\ndata_crc32c: 0x00000000\nentries: 1\n");
   EXPECT_EQ(message_of<CheckpointError>([&] { read_checkpoint(prefix()); }),
-            prefix() + ".data: holds 7 entries, but its index says 8");
+            prefix() +
+                ".data: written by an earlier trainpack (checkpoint format 1, with its checksum "
+                "in model-600.index), which this version does not read; start a new run "
+                "(--no-resume) or load it with torch.load in Python");
 }
 
 TEST_F(CheckpointTest, AFailedWriteLeavesTheExistingCheckpointAsItWas) {
   const TensorMap small = {{"a", at::ones({4})}};
   write_checkpoint(prefix(), small);
-  const std::string before_index = read_text(prefix() + ".index");
+  const std::string before = read_text(prefix() + ".data");
   std::string msg;
   {
     FileSizeLimit limit(2000);
@@ -238,13 +330,14 @@ TEST_F(CheckpointTest, AFailedWriteLeavesTheExistingCheckpointAsItWas) {
     });
   }
   EXPECT_EQ(msg, "cannot write " + prefix() + ".data.tmp: File too large");
-  EXPECT_EQ(read_text(prefix() + ".index"), before_index);
+  EXPECT_EQ(read_text(prefix() + ".data"), before);
   expect_same(small, read_checkpoint(prefix()));
-  EXPECT_EQ(files_in(dir_), (std::vector<std::string>{"model-600.data", "model-600.index"}));
+  EXPECT_EQ(files_in(dir_), (std::vector<std::string>{"model-600.data"}));
 }
 
-// The data file is streamed into the file (tensors written from their own memory): the same
-// bytes as torch::jit::pickle_save of the dict, which builds the archive in memory.
+// The data file is streamed into the file (tensors written from their own memory): the bytes of
+// torch::jit::pickle_save of the dict, which builds the archive in memory, with the trailer as
+// its zip comment.
 TEST_F(CheckpointTest, TheDataFileHoldsTheBytesOfPickleSave) {
   TensorMap m = sample_map();
   m["big"] = at::arange(100000, at::kFloat);  // over the writer's 64 KiB buffer
@@ -255,7 +348,10 @@ TEST_F(CheckpointTest, TheDataFileHoldsTheBytesOfPickleSave) {
   // the pickler (a BINPUT more), which changes the bytes but not what they mean.
   for (const auto& [name, t] : m) dict.insert(name, t.detach());
   const std::vector<char> expected = torch::jit::pickle_save(c10::IValue(dict));
-  EXPECT_EQ(read_text(prefix() + ".data"), std::string(expected.begin(), expected.end()));
+  const std::string data = read_text(prefix() + ".data");
+  const std::string trailer = trailer_of(data);
+  EXPECT_EQ(trailer.rfind("trainpack-checkpoint 2 entries=9 crc32c=", 0), 0u) << trailer;
+  EXPECT_EQ(data, with_comment(std::string(expected.begin(), expected.end()), trailer));
   expect_same(m, read_checkpoint(prefix()));
 }
 
@@ -273,7 +369,7 @@ TEST_F(CheckpointTest, AWriteThatFailsInsideALargeTensorReplacesNothing) {
   }
   EXPECT_EQ(msg, "cannot write " + prefix() + ".data.tmp: File too large");
   expect_same(small, read_checkpoint(prefix()));
-  EXPECT_EQ(files_in(dir_), (std::vector<std::string>{"model-600.data", "model-600.index"}));
+  EXPECT_EQ(files_in(dir_), (std::vector<std::string>{"model-600.data"}));
 }
 
 TEST_F(CheckpointTest, AnUnwritableDirectoryIsAnErrorNamingTheFile) {
@@ -290,8 +386,7 @@ TEST_F(CheckpointTest, CopyAndRemove) {
   EXPECT_EQ(read_text(prefix() + ".data"), read_text(prefix("min-val-error") + ".data"));
   remove_checkpoint(prefix());
   remove_checkpoint(prefix());  // nothing left: not an error
-  EXPECT_EQ(files_in(dir_),
-            (std::vector<std::string>{"min-val-error.data", "min-val-error.index"}));
+  EXPECT_EQ(files_in(dir_), (std::vector<std::string>{"min-val-error.data"}));
 }
 
 TEST_F(CheckpointTest, ACorruptCheckpointIsNotCopied) {
@@ -302,7 +397,21 @@ TEST_F(CheckpointTest, ACorruptCheckpointIsNotCopied) {
             }).rfind(prefix() + ".data: truncated", 0),
             0u);
   EXPECT_FALSE(fs::exists(prefix("best") + ".data"));
-  EXPECT_FALSE(fs::exists(prefix("best") + ".index"));
+}
+
+TEST_F(CheckpointTest, FingerprintsTellCopiesFromOtherCheckpoints) {
+  write_checkpoint(prefix(), sample_map());
+  copy_checkpoint(prefix(), prefix("best"));
+  TensorMap other = sample_map();
+  other["conv1.weight"] = other["conv1.weight"] + 1;
+  write_checkpoint(prefix("model-700"), other);
+  const auto a = checkpoint_fingerprint(prefix());
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(checkpoint_fingerprint(prefix("best")), a);
+  EXPECT_NE(checkpoint_fingerprint(prefix("model-700")), a);
+  EXPECT_FALSE(checkpoint_fingerprint(prefix("model-800")).has_value());  // no file
+  write_text(prefix("plain") + ".data", "not a checkpoint");
+  EXPECT_FALSE(checkpoint_fingerprint(prefix("plain")).has_value());
 }
 
 // ---- the `checkpoint` index file ----
@@ -433,7 +542,7 @@ TEST_F(CheckpointTest, ResolvesABareNameInTheCurrentDirectory) {
   }
   fs::current_path(cwd);
   EXPECT_EQ(resolved, "./model-600");
-  EXPECT_EQ(missing, "./model-7: no such checkpoint (./model-7.index does not exist)");
+  EXPECT_EQ(missing, "./model-7: no such checkpoint (./model-7.data does not exist)");
 }
 
 TEST_F(CheckpointTest, ResolveRefusesWhatNamesNoCheckpoint) {
@@ -441,7 +550,7 @@ TEST_F(CheckpointTest, ResolveRefusesWhatNamesNoCheckpoint) {
             dir_.string() + ": no checkpoint index file 'checkpoint' in " + dir_.string());
   write_checkpoint_index(dir_.string(), sample_index());  // names model-600, which is not there
   EXPECT_EQ(message_of<CheckpointError>([&] { resolve_checkpoint_path(dir_.string()); }),
-            prefix() + ": no such checkpoint (" + prefix() + ".index does not exist)");
+            prefix() + ": no such checkpoint (" + prefix() + ".data does not exist)");
   EXPECT_EQ(message_of<CheckpointError>([&] { resolve_checkpoint_path(""); }),
             ": the checkpoint path is empty");
 }

@@ -56,8 +56,8 @@ struct ModelSaverOptions {
 // global_step in a run: a trigger at a step that was already saved does nothing.
 // What a save does, in this order (a crash at any point leaves a usable directory):
 //   1. collect_training_state(trainer) (parameters, buffers, optimizer state, graph variables,
-//      counters, RNG states, callback states) and write it as `model-<gs>.data` and
-//      `model-<gs>.index` (write_checkpoint: temporary files, fsync, rename, directory fsync);
+//      counters, RNG states, callback states) and write it as `model-<gs>.data`, checksum
+//      trailer included (write_checkpoint: temporary file, fsync, rename, directory fsync);
 //   2. append `model-<gs>` to the tracked list (a name already there moves to the end) and
 //      replace the `checkpoint` index file (last, atomically);
 //   3. only then delete the checkpoints that retention drops;
@@ -65,7 +65,7 @@ struct ModelSaverOptions {
 // Retention (TensorFlow Saver's): when the tracked list is longer than max_to_keep, its oldest
 // entry leaves it; that checkpoint stays on disk (untracked) if it was saved later than
 // `next_keep_time` (construction time + keep_checkpoint_every_n_hours; advanced by that much
-// each time one is kept), otherwise its files are deleted. The latest checkpoint is never
+// each time one is kept), otherwise its file is deleted. The latest checkpoint is never
 // deleted. A new run (a new ModelSaver) starts with an empty tracked list, so checkpoints of
 // earlier runs in the directory are never deleted.
 // Errors: a save that fails (disk full, file-size limit, permission, any std::exception while
@@ -80,9 +80,9 @@ struct ModelSaverOptions {
 // chief_only: true.
 //
 // Differences from tensorpack:
-// - The files are `model-<gs>.data` (torch::pickle_save of a str -> Tensor dict; Python's
-//   `torch.load` reads it) and `model-<gs>.index` (its size, CRC-32C and entry count), not
-//   TensorFlow's `.data-00000-of-00001`/`.index`; no `graph-*.meta` is exported.
+// - A checkpoint is one file, `model-<gs>.data` (torch::pickle_save of a str -> Tensor dict;
+//   Python's `torch.load` reads it; its zip comment holds the CRC-32C and entry count), not
+//   TensorFlow's `.data-00000-of-00001` + `.index`; no `graph-*.meta` is exported.
 // - Checkpoints hold the whole training state (callback states and the data position included),
 //   so a resume continues exactly; every file is fsynced and renamed into place, and each
 //   checkpoint is checksummed (tensorpack relies on TF's saver, which does neither).
@@ -123,7 +123,7 @@ class ModelSaver : public Callback {
 struct MinSaverOptions {
   // Keep the maximum instead of the minimum (MaxSaver sets it).
   TORCH_ARG(bool, reverse) = false;
-  // File name (in checkpoint_dir) of the copy: `<filename>.data` / `<filename>.index`. Unset:
+  // File name (in checkpoint_dir) of the copy: `<filename>.data`. Unset:
   // `min-<stat>` (`max-<stat>` with reverse), the stat name made safe for a file name. A file
   // name, not a path: '/' is std::invalid_argument.
   TORCH_ARG(std::optional<std::string>, filename);
@@ -140,7 +140,7 @@ struct MinSaverOptions {
 //   callbacks = {..., std::make_shared<InferenceRunner>(...),  // puts "val-error-top1"
 //                std::make_shared<ModelSaver>(),
 //                std::make_shared<MinSaver>("val-error-top1")};
-//   // -> <logger dir>/min-val-error-top1.data, min-val-error-top1.index
+//   // -> <logger dir>/min-val-error-top1.data
 //
 // Needs a ModelSaver writing to the same directory earlier in the callback list, and the
 // producer of the stat earlier still: both must have run at the same step.
@@ -160,8 +160,9 @@ struct MinSaverOptions {
 // trigger has looked at the new value; so state() also holds the value this trigger is about to
 // consider (`pending_step`, `pending_value`: the stat's last value when it was put at the
 // current step, is better than the best, and this trigger has not run at this step yet), and
-// load_state takes it as the best only if the copy really happened: `<filename>.index` is
-// byte-identical to `model-<pending_step>.index` in the directory. A run resumed from the
+// load_state takes it as the best only if the copy really happened: `<filename>.data` has the
+// same checksum trailer as `model-<pending_step>.data` in the directory
+// (checkpoint_fingerprint). A run resumed from the
 // checkpoint of its best epoch therefore keeps that epoch as the best.
 // Errors: no `checkpoint` index in the directory is std::runtime_error("[MinSaver] Cannot find a
 // checkpoint state. Do you forget to use ModelSaver?"), which stops training as in tensorpack. A
@@ -173,11 +174,11 @@ struct MinSaverOptions {
 //
 // Differences from tensorpack (spec 22 #5, fixed):
 // - the latest checkpoint must be `model-<step>` exactly (tensorpack tests whether its path ends
-//   with the step's digits, so step 50 matched `model-150`), and only its own two files are
-//   copied (tensorpack's `path*` glob also copied `model-500.*`);
+//   with the step's digits, so step 50 matched `model-150`), and only its own checkpoint
+//   file is copied (tensorpack's `path*` glob also copied `model-500.*`);
 // - the best is updated only when the copy succeeded (tensorpack updated it first, so a skipped
 //   copy lost the best checkpoint for good);
-// - the copy is `min-<stat>.data`/`.index` with '/' and control characters of the stat replaced
+// - the copy is `min-<stat>.data` with '/' and control characters of the stat replaced
 //   by '_' (and a leading '.' of the stat too);
 // - the best is part of the checkpoint (state()), so a resumed run keeps it; a NaN value is never
 //   a new best.
@@ -221,7 +222,7 @@ struct MaxSaverOptions {
 };
 
 // MinSaver for a stat to maximise (tensorpack's `MaxSaver(monitor_stat)` = `MinSaver(stat,
-// reverse=True)`): copies to `max-<stat>.data`/`.index`, logs `... with maximum ...`.
+// reverse=True)`): copies to `max-<stat>.data`, logs `... with maximum ...`.
 //
 //   callbacks.push_back(std::make_shared<MaxSaver>("val-accuracy"));
 //

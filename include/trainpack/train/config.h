@@ -99,7 +99,7 @@ void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trai
 // When the directory holds checkpoints (and `always_resume`, or no session_init was given), the
 // session_init becomes SaverRestore of the latest VALID one: the one the `checkpoint` index names
 // if it passes its checksum, else (with a warning naming the file and the reason) the newest
-// valid one among those the index lists and the `model-<step>.index` files in the directory.
+// valid one among those the index lists and the `model-<step>.data` files in the directory.
 // Logs `Will load checkpoint at {path}.` (or `Found checkpoint at {path}. session_init arguments
 // will be overwritten.`). The run then continues from the checkpoint's counters: epoch, step in
 // the epoch and global_step (Trainer::set_resume_point), and JSONWriter appends to stats.json.

@@ -4,11 +4,11 @@
 //
 //   trainpack::write_file_atomically("/logs/checkpoint", text);
 //
-// Several files that belong together (a checkpoint's data and index) are written with one
+// Several files that belong together (say a data file and its index) are written with one
 // AtomicFileWriter each: every temporary file is written completely first, and only then are
 // they renamed in turn, so that a failed write (disk full, a file-size limit) replaces nothing.
 //
-//   AtomicFileWriter data(prefix + ".data"), index(prefix + ".index");
+//   AtomicFileWriter data(prefix + ".data"), index(prefix + ".index");  // illustration
 //   data.write(bytes); data.finish();
 //   index.write(text); index.finish();
 //   data.commit(); index.commit();
@@ -31,6 +31,24 @@ namespace trainpack {
 // std::runtime_error naming the file and the system's reason ("No space left on device", "File
 // too large", "Permission denied"); the temporary file is removed and `path` is left as it was.
 void write_file_atomically(const std::string& path, std::string_view data, bool durable = true);
+
+// Replaces `path` with `data` as write_file_atomically does, through a long-lived swap file
+// (`swap_path`, in the same directory) instead of a new temporary one: `data` is written into
+// the swap file in place and fsynced (when `durable`), the two names are exchanged atomically
+// (Linux's renameat2 with RENAME_EXCHANGE), and the directory is fsynced (when `durable`). The
+// swap file then holds the previous content, and is written into at the next call. For a small
+// file that is replaced often (the `checkpoint` index, at every save): no disk block is
+// allocated or freed per call, where a temporary file renamed over `path` frees the old one's
+// block, which costs about 0.2 ms on a filesystem that discards freed blocks synchronously
+// (BENCHMARKS.md, "Checkpoints"). A crash at any moment leaves `path` with the old content or
+// the new one, as write_file_atomically does; the swap file may be left partly written.
+// Falls back to write_file_atomically when `path` does not exist yet or is not a plain file, and
+// when the swap file is not a plain file of its own (a symlink, a directory, a file with other
+// hard links: writing into it in place would change another file); a filesystem that cannot
+// exchange names gets the swap file renamed over `path`. Errors: std::runtime_error naming the
+// file and the system's reason; `path` is left as it was.
+void replace_file_by_swap(const std::string& path, const std::string& swap_path,
+                          std::string_view data, bool durable = true);
 
 // fsyncs a directory, so that renames and unlinks in it survive a crash. Throws
 // std::runtime_error naming the directory.

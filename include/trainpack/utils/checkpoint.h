@@ -1,13 +1,10 @@
 // Checkpoint files: the on-disk form of a name -> tensor map (ModelSaver writes them, the
 // SessionInit family and MinSaver read them). docs/save-load.md describes them for users.
 //
-// A checkpoint is named by its prefix, `<dir>/model-600`, and is two files sharing it, as
-// TensorFlow's are:
+// A checkpoint is named by its prefix, `<dir>/model-600`, and is one file:
 //   model-600.data   the tensors: torch::pickle_save of a Dict[str, Tensor] (PyTorch's zip
-//                    format), so that Python's `torch.load("model-600.data")` returns a dict
-//   model-600.index  a small text file written after the data file: the format version, the
-//                    data file's size and CRC-32C, and the entry count; it is what makes the
-//                    checkpoint exist (a data file without its index is an unfinished save)
+//                    format), so that Python's `torch.load("model-600.data")` returns a dict;
+//                    the zip's archive comment is trainpack's checksum trailer (below)
 // and the directory's `checkpoint` index file, in TensorFlow's text form:
 //   model_checkpoint_path: "model-600"
 //   all_model_checkpoint_paths: "model-500"
@@ -17,16 +14,16 @@
 //   last_preserved_timestamp: 1763849940
 // with paths relative to the directory, oldest first.
 //
-// Durability: every file is written to a temporary name in the same directory, fsynced, renamed,
-// and the directory fsynced (utils/atomic_file.h), so a crash leaves either the old file or the
-// new one, never a partial one under the final name.
+// The trailer, exactly: the last bytes of the file are the zip comment
+//   trainpack-checkpoint 2 entries=42 crc32c=1a2b3c4d
+// (the format and its version, the number of tensors, and the CRC-32C, 8 lowercase hex digits,
+// of every byte of the file before the trailer, the zip end record with the comment's length
+// included). The reader is strict: the zip end record must be followed by exactly this text.
+// A truncated file has lost its trailer; a flipped byte fails the CRC.
 //
-// The `.index` file, exactly (one `key: value` per line, each ended by '\n'; the reader is strict:
-// the format line first, then each other key exactly once, no other key):
-//   format: trainpack-checkpoint 1
-//   data_bytes: 864666
-//   data_crc32c: 0x1a2b3c4d          (CRC-32C of the whole .data file, 8 lowercase hex digits)
-//   entries: 42
+// Durability: the file is written to a temporary name in the same directory, fsynced, renamed,
+// and the directory fsynced (utils/atomic_file.h), so a crash leaves either the old file or the
+// new one, never a partial one under the final name: a `model-600.data` exists only complete.
 //
 //   write_checkpoint("train_log/run/model-600", collect_training_state(trainer));
 //   TensorMap m = read_checkpoint(resolve_checkpoint_path("train_log/run"));  // the latest
@@ -35,10 +32,14 @@
 // naming the file; std::runtime_error naming the file and the system's reason for a failed
 // write; std::invalid_argument for bad arguments.
 //
-// Differences from tensorpack (TensorFlow's checkpoints): the data file is PyTorch's zip format
-// (`torch.load` reads it) instead of TF's `.data-00000-of-00001` bundle, and the `.index` is a
-// text file holding a checksum; TF checks per-block CRCs, tensorpack adds no check of its own.
-// The `checkpoint` index keeps TF's text form, so tools that read it keep working.
+// Differences from tensorpack (TensorFlow's checkpoints): the checkpoint is one file in PyTorch's
+// zip format (`torch.load` reads it) instead of TF's `.index` + `.data-00000-of-00001` bundle,
+// and it carries a checksum of the whole file; TF checks per-block CRCs, tensorpack adds no check
+// of its own. The `checkpoint` index keeps TF's text form, so tools that read it keep working.
+// Format 1 (trainpack before 2026-11-23) kept the checksum in a separate `model-600.index`; it is
+// refused with a message that says so. (One file instead of two: each file that a save creates
+// and a later save deletes costs a block free, which on some disks is a synchronous discard;
+// BENCHMARKS.md, "Checkpoints".)
 #pragma once
 
 #include <map>
@@ -72,34 +73,42 @@ struct CheckpointWriteOptions {
   TORCH_ARG(bool, fsync) = true;
 };
 
-// Writes `tensors` as the checkpoint `prefix` (`<prefix>.data`, then `<prefix>.index`), each
-// atomically and durably. Tensors are saved from the CPU (moved there first); the data file's
-// zip archive is streamed into the temporary file from the tensors' own memory (the bytes that
-// torch::jit::pickle_save would return), its CRC-32C computed on the way. Throws
-// std::runtime_error naming the file and the system's reason (e.g. "No space left on device",
-// "File too large") when a file cannot be written; the temporary files are removed and an
-// existing checkpoint under `prefix` is left as it was.
+// Writes `tensors` as the checkpoint `prefix` (`<prefix>.data`), atomically and durably. Tensors
+// are saved from the CPU (moved there first); the data file's zip archive is streamed into the
+// temporary file from the tensors' own memory (the bytes that torch::jit::pickle_save would return,
+// plus the trailer), its CRC-32C computed on the way. Throws std::runtime_error naming the file and
+// the system's reason (e.g. "No space left on device", "File too large") when the file cannot be
+// written; the temporary file is removed and an existing checkpoint under `prefix` is left as it
+// was.
 void write_checkpoint(const std::string& prefix, const TensorMap& tensors,
                       const CheckpointWriteOptions& options = {});
 
-// Reads the checkpoint `prefix` and checks it (the index's size and CRC-32C against the data
-// file). Throws CheckpointError naming the file: a missing index or data file, a truncated data
-// file, a checksum mismatch, a malformed index, data that PyTorch cannot decode.
+// Reads the checkpoint `prefix` and checks it against its trailer (CRC-32C, entry count). Throws
+// CheckpointError naming the file: a missing or empty data file, a truncated one, a checksum
+// mismatch, a malformed or missing trailer (format 1 is named as such), data that PyTorch cannot
+// decode.
 TensorMap read_checkpoint(const std::string& prefix);
 
 // Checks the checkpoint `prefix` like read_checkpoint without decoding the tensors: returns an
 // empty string when it is valid, else the reason (the same text CheckpointError would carry).
 std::string verify_checkpoint(const std::string& prefix);
 
-// True when `<prefix>.index` exists (the checkpoint was completely written, valid or not).
+// True when `<prefix>.data` exists (the checkpoint was completely written, valid or not).
 bool checkpoint_exists(const std::string& prefix);
 
-// Deletes the files of checkpoint `prefix` (index first, so that a crash halfway leaves no
-// index without data). Missing files are not an error; other failures are logged as warnings.
+// The trailer of checkpoint `prefix` (`trainpack-checkpoint 2 entries=... crc32c=...`), read
+// from the end of the file without reading the rest; nullopt when the file is missing or has no
+// valid trailer. Two checkpoints with the same fingerprint hold the same bytes, up to a CRC
+// collision (MinSaver uses it to tell whether its copy is of a given checkpoint).
+std::optional<std::string> checkpoint_fingerprint(const std::string& prefix);
+
+// Deletes checkpoint `prefix`. A missing file is not an error; other failures are logged as
+// warnings.
 void remove_checkpoint(const std::string& prefix);
 
 // Copies checkpoint `from` to `to` (another prefix, same or other directory), atomically and
-// durably, data file first; MinSaver's copy. Throws std::runtime_error naming the file.
+// durably, after checking it; MinSaver's copy. Throws CheckpointError for a bad source,
+// std::runtime_error naming the file when the copy cannot be written.
 void copy_checkpoint(const std::string& from, const std::string& to,
                      const CheckpointWriteOptions& options = {});
 
@@ -117,6 +126,10 @@ struct CheckpointIndex {
 
 // The file name of the index in a checkpoint directory.
 constexpr const char* kCheckpointIndexFile = "checkpoint";
+// The index's swap file beside it: write_checkpoint_index writes the new index into it and
+// exchanges the two names (replace_file_by_swap), so it holds the index as it was before the
+// latest write, which may name checkpoints deleted since. Nothing reads it.
+constexpr const char* kCheckpointIndexSwapFile = "checkpoint.previous";
 
 // Reads `<dir>/checkpoint`; nullopt when there is none. Throws CheckpointError naming the file
 // when it is malformed (an unknown field, a bad quote, timestamps not matching the paths, no
@@ -124,7 +137,8 @@ constexpr const char* kCheckpointIndexFile = "checkpoint";
 // around the ':', single or double quotes with C escapes, and no timestamps (older TF).
 std::optional<CheckpointIndex> read_checkpoint_index(const std::string& dir);
 
-// Replaces `<dir>/checkpoint` atomically and durably (with options.fsync). Writes the fields in
+// Replaces `<dir>/checkpoint` atomically and durably (with options.fsync), through the swap file
+// `<dir>/checkpoint.previous` (utils/atomic_file.h: replace_file_by_swap). Writes the fields in
 // the order shown at the top, strings escaped as protobuf's text format does (\" \\ \n and octal
 // for bytes outside printable ASCII), numbers in their shortest exact form; a
 // last_preserved_timestamp of 0 is left out, as proto3 leaves out zero fields. Throws
@@ -135,10 +149,11 @@ void write_checkpoint_index(const std::string& dir, const CheckpointIndex& index
 
 // tensorpack's get_checkpoint_path: turns what a user may give into a checkpoint prefix.
 //   "<dir>/checkpoint" or "<dir>"      -> the latest checkpoint that the index names
-//   "<dir>/model-600.data" / ".index"  -> "<dir>/model-600" (logged as auto-corrected)
+//   "<dir>/model-600.data" / ".index"  -> "<dir>/model-600" (logged as auto-corrected; `.index`
+//                                         is what TensorFlow users name a checkpoint by)
 //   "model-600"                        -> "./model-600"
 // Throws CheckpointError naming the path when nothing usable is there (no index in a directory,
-// an index naming nothing, no `<prefix>.index` file).
+// an index naming nothing, no `<prefix>.data` file).
 std::string resolve_checkpoint_path(const std::string& path);
 
 }  // namespace trainpack
