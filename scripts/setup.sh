@@ -19,14 +19,15 @@ cd "$ROOT"
 # Debian 12 packages the project needs (DESIGN.md: dependencies). libopenblas0-pthread replaces
 # the slow reference BLAS that Debian's LibTorch loads otherwise; dataset-fashion-mnist holds the
 # data of the Fashion-MNIST example. libprotobuf-dev/protobuf-compiler build the event files'
-# messages; python3-pil lets the tests decode the PNG inside an image event.
+# messages; python3-pil lets the tests decode the PNG inside an image event; python3-torch lets
+# them check that Python's torch.load reads a checkpoint (it is skipped without it).
 PACKAGES=(
   cmake g++ make
   libtorch-dev libopenblas0-pthread
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libfmt-dev libpng-dev zlib1g-dev libcli11-dev
   libprotobuf-dev protobuf-compiler
-  dataset-fashion-mnist python3-numpy python3-pil
+  dataset-fashion-mnist python3-numpy python3-pil python3-torch
 )
 
 BUILD_DIR=build
