@@ -59,7 +59,8 @@ struct ModelSaverOptions {
 //      counters, RNG states, callback states) and write it as `model-<gs>.data`, checksum
 //      trailer included (write_checkpoint: temporary file, fsync, rename, directory fsync);
 //   2. append `model-<gs>` to the tracked list (a name already there moves to the end) and
-//      replace the `checkpoint` index file (last, atomically);
+//      replace the `checkpoint` index file (last, atomically, through its swap file
+//      `checkpoint.previous`: write_checkpoint_index);
 //   3. only then delete the checkpoints that retention drops;
 //   4. log `Model saved to <dir>/model-<gs>.`
 // Retention (TensorFlow Saver's): when the tracked list is longer than max_to_keep, its oldest
