@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "../examples/fashion_mnist/model.h"
+#include "support.h"
 #include "trainpack/callbacks/saver.h"
 #include "trainpack/train/state.h"
 #include "trainpack/train/trainer.h"
@@ -55,6 +56,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using trainpack::bench::median;
 
 // A trainer whose global step the benchmark sets (each save needs a new step).
 class BenchTrainer : public trainpack::NoOpTrainer {
@@ -69,12 +71,6 @@ void fsync_file(const std::string& path) {
     std::exit(1);
   }
   ::close(fd);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 uint64_t bytes_of(const fs::path& p) {
@@ -92,28 +88,11 @@ uint64_t bytes_of(const fs::path& p) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int reps = 30;
-  std::string base = ".";
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--reps" && i + 1 < argc) {
-      reps = std::max(1, std::atoi(argv[++i]));
-    } else if (a == "--dir" && i + 1 < argc) {
-      base = argv[++i];
-    } else {
-      std::fprintf(stderr, "usage: %s [--reps R] [--dir DIR]\n", argv[0]);
-      return 2;
-    }
-  }
+  const auto [reps, base] = trainpack::bench::parse_reps_and_dir(argc, argv, 30);
   torch::set_num_threads(1);
   trainpack::logger::set_level(trainpack::logger::Level::kWarning);  // no "Model saved to" lines
 
-  std::string tmpl = (fs::path(base) / "bench-checkpoint.XXXXXX").string();
-  if (::mkdtemp(tmpl.data()) == nullptr) {
-    std::fprintf(stderr, "cannot create a directory under %s\n", base.c_str());
-    return 1;
-  }
-  const fs::path root = tmpl;
+  const fs::path root = trainpack::bench::make_scratch_dir(base, "bench-checkpoint");
   for (const char* d : {"saver_nofsync", "saver_fsync", "bare"}) fs::create_directories(root / d);
 
   // The main job's model and optimizer, after one step.

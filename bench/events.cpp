@@ -33,11 +33,14 @@
 #include <string>
 #include <vector>
 
+#include "support.h"
 #include "trainpack/callbacks/tf_event_writer.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/logger.h"
 
 namespace {
+
+using trainpack::bench::median;
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -115,12 +118,6 @@ int64_t count_records(const std::string& path, uintmax_t* bytes) {
   std::fclose(f);
   *bytes = fs::file_size(path);
   return n;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 int64_t parse_positive(const char* flag, const char* s) {

@@ -29,12 +29,14 @@
 #include <string>
 #include <vector>
 
+#include "support.h"
 #include "trainpack/utils/atomic_file.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using trainpack::bench::median;
 
 void write_new_file(const std::string& path, size_t bytes) {
   const std::string data(bytes, 'x');
@@ -46,34 +48,11 @@ void write_new_file(const std::string& path, size_t bytes) {
   ::close(fd);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  int reps = 100;
-  std::string base = ".";
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--reps" && i + 1 < argc) {
-      reps = std::max(1, std::atoi(argv[++i]));
-    } else if (a == "--dir" && i + 1 < argc) {
-      base = argv[++i];
-    } else {
-      std::fprintf(stderr, "usage: %s [--reps R] [--dir DIR]\n", argv[0]);
-      return 2;
-    }
-  }
-  std::string tmpl = (fs::path(base) / "bench-fs-ops.XXXXXX").string();
-  if (::mkdtemp(tmpl.data()) == nullptr) {
-    std::fprintf(stderr, "cannot create a directory under %s\n", base.c_str());
-    return 1;
-  }
-  const fs::path root = tmpl;
+  const auto [reps, base] = trainpack::bench::parse_reps_and_dir(argc, argv, 100);
+  const fs::path root = trainpack::bench::make_scratch_dir(base, "bench-fs-ops");
   const auto at = [&](const std::string& name) { return (root / name).string(); };
   const std::string index_text(400, 'i');
   trainpack::write_file_atomically(at("by_rename"), index_text, false);
