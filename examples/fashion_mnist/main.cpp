@@ -22,8 +22,9 @@
 // crash or a finished run with a larger --max-epoch continues it. --no-resume starts over and
 // moves an existing --logdir aside to <logdir>.<MMDD-HHMMSS>.
 //
-// At start it says which threads, BLAS, malloc and OpenMP settings it uses (OMP_WAIT_POLICY is
-// set to PASSIVE by re-executing itself once, unless the environment sets it). At the end it prints
+// At start trainpack::configure_runtime sets the threads, BLAS, malloc and OpenMP settings and says
+// which (OMP_WAIT_POLICY is set to PASSIVE by re-executing the program once, unless the
+// environment sets it; trainpack/utils/runtime.h). At the end it prints
 // the per-epoch table of this run and the final val-error-top1; it exits with status 1 when that is
 // above --max-val-error (or training failed), 2 on a bad flag or missing data, and 130/143 when
 // stopped by SIGINT/SIGTERM: training stops at the next step boundary, a checkpoint of that step is
@@ -32,8 +33,6 @@
 //   fashion_mnist [--max-epoch N] [--batch-size 128] [--lr 0.1] [--data DIR] [--threads 2] ...
 //   fashion_mnist --no-resume ...   # start over in --logdir
 //   fashion_mnist --help
-#include <dlfcn.h>
-#include <malloc.h>
 #include <sys/resource.h>
 #include <torch/torch.h>
 
@@ -48,15 +47,12 @@
 #include <fstream>
 #include <memory>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
 #include <variant>
 #include <vector>
-
-#include <ATen/Parallel.h>
 
 #include "model.h"
 #include "trainpack/callbacks/base.h"
@@ -72,6 +68,7 @@
 #include "trainpack/train/single_cost.h"
 #include "trainpack/utils/checkpoint.h"
 #include "trainpack/utils/logger.h"
+#include "trainpack/utils/runtime.h"
 #include "trainpack/utils/stats_json.h"
 
 namespace {
@@ -86,127 +83,6 @@ int64_t minor_faults() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return usage.ru_minflt;
-}
-
-// ---- start-up settings: OpenMP waiting, malloc, threads, BLAS ----
-
-// OpenMP's threads spin while they wait for work (libgomp's default): on an idle machine that is
-// what makes 2 threads fastest, but when another process takes one of the 2 cores a step takes
-// about 5 times as long (BENCHMARKS.md, "Main job"); with OMP_WAIT_POLICY=PASSIVE they sleep
-// instead, for about 10% on an idle machine. libgomp reads the variable only when it is loaded,
-// before main(), so when it is unset the program sets it and executes itself again, once. A value
-// in the environment (ACTIVE to spin) is respected.
-constexpr const char* kWaitPolicySetHere = "FASHION_MNIST_SET_OMP_WAIT_POLICY";
-
-void set_passive_wait_policy_and_reexec(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  setenv(kWaitPolicySetHere, "1", 1);
-  execv("/proc/self/exe", argv);
-  // Not reached unless execv failed: go on with libgomp's default, and say so.
-  std::fprintf(stderr,
-               "fashion_mnist: warning: could not re-execute with OMP_WAIT_POLICY=PASSIVE "
-               "(execv /proc/self/exe failed); OpenMP threads spin\n");
-  unsetenv("OMP_WAIT_POLICY");
-  unsetenv(kWaitPolicySetHere);
-}
-
-// DESIGN.md, "Memory allocator": with glibc's default (dynamic) thresholds, the activation
-// buffers of every step (hundreds of KB to a few MB) are mmap'ed and unmapped, or trimmed from
-// the heap top, and fault back in at the next step. Fixed thresholds keep them in the heap.
-// BENCHMARKS.md ("Main job") has the measurements behind the values.
-// Allocations below the mmap threshold come from the heap; the largest threshold glibc accepts is
-// 32 MiB on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX). Free memory at the heap top is returned to the
-// OS only beyond the trim threshold.
-constexpr int kMmapThreshold = 32 * 1024 * 1024;
-constexpr int kTrimThreshold = 512 * 1024 * 1024;
-
-std::string apply_malloc_setting(const std::string& mode) {
-  if (mode == "default") return "glibc malloc, default thresholds (dynamic mmap threshold)";
-  // Fixing either threshold also turns off glibc's dynamic adjustment of both.
-  const bool mmap_ok = mallopt(M_MMAP_THRESHOLD, kMmapThreshold) == 1;
-  const bool trim_ok = mallopt(M_TRIM_THRESHOLD, kTrimThreshold) == 1;
-  if (!mmap_ok || !trim_ok) {
-    TP_LOG_WARN(
-        "mallopt refused M_MMAP_THRESHOLD={} or M_TRIM_THRESHOLD={}; malloc keeps its "
-        "defaults",
-        kMmapThreshold, kTrimThreshold);
-    return "glibc malloc, default thresholds (mallopt refused the fixed ones)";
-  }
-  return fmt::format("glibc malloc, mallopt M_MMAP_THRESHOLD={} MiB, M_TRIM_THRESHOLD={} MiB",
-                     kMmapThreshold >> 20, kTrimThreshold >> 20);
-}
-
-// The BLAS and LAPACK libraries mapped into the process (LibTorch links libblas.so.3, which
-// Debian's alternatives resolve to OpenBLAS or the reference BLAS).
-std::vector<std::string> loaded_blas_libraries() {
-  std::ifstream maps("/proc/self/maps");
-  std::set<std::string> found;
-  std::string line;
-  while (std::getline(maps, line)) {
-    const auto slash = line.find('/');
-    if (slash == std::string::npos) continue;
-    const std::string path = line.substr(slash);
-    const std::string base = path.substr(path.rfind('/') + 1);
-    if (base.find("blas") != std::string::npos || base.find("lapack") != std::string::npos) {
-      found.insert(path);
-    }
-  }
-  return {found.begin(), found.end()};
-}
-
-// OpenBLAS's own thread pool, when OpenBLAS is the BLAS: its functions, looked up at run time
-// (they are not part of the BLAS interface that LibTorch links against).
-struct OpenBlas {
-  int (*get_num_threads)() = nullptr;
-  void (*set_num_threads)(int) = nullptr;
-  char* (*get_config)() = nullptr;
-};
-
-OpenBlas find_openblas() {
-  OpenBlas ob;
-  ob.get_num_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-  ob.set_num_threads =
-      reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  ob.get_config = reinterpret_cast<char* (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_config"));
-  return ob;
-}
-
-void log_settings(const std::string& malloc_setting, int blas_threads_requested) {
-  TP_LOG_INFO("Threads: {} intra-op (torch::get_num_threads), {} inter-op, {} hardware",
-              torch::get_num_threads(), torch::get_num_interop_threads(),
-              std::thread::hardware_concurrency());
-  const OpenBlas ob = find_openblas();
-  const auto libs = loaded_blas_libraries();
-  if (libs.empty()) {
-    TP_LOG_INFO("BLAS: no libblas/liblapack mapped (LibTorch uses its own kernels or MKL)");
-  }
-  bool openblas = false;
-  for (const auto& lib : libs) {
-    TP_LOG_INFO("BLAS library loaded: {}", lib);
-    if (lib.find("openblas") != std::string::npos) openblas = true;
-  }
-  if (ob.get_num_threads != nullptr) {
-    TP_LOG_INFO("OpenBLAS: {} thread(s){}; {}", ob.get_num_threads(),
-                blas_threads_requested > 0
-                    ? fmt::format(" (--blas-threads {})", blas_threads_requested)
-                    : std::string(" (its own default; --blas-threads 0)"),
-                ob.get_config != nullptr ? ob.get_config() : "");
-  } else if (!openblas && !libs.empty()) {
-    TP_LOG_WARN(
-        "BLAS: this is not OpenBLAS; training is several times slower. Install it: "
-        "apt-get install libopenblas0-pthread");
-  }
-  TP_LOG_INFO("Malloc: {}", malloc_setting);
-  const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
-  TP_LOG_INFO("OMP_WAIT_POLICY: {}{}", wait_policy != nullptr ? wait_policy : "[not set]",
-              std::getenv(kWaitPolicySetHere) != nullptr
-                  ? " (set by fashion_mnist: OpenMP threads sleep while they wait instead of "
-                    "spinning; OMP_WAIT_POLICY=ACTIVE makes them spin)"
-                  : "");
-  std::string info = at::get_parallel_info();
-  while (!info.empty() && info.back() == '\n') info.pop_back();
-  TP_LOG_INFO("at::get_parallel_info():\n{}", info);
 }
 
 // ---- data ----
@@ -358,7 +234,6 @@ void log_stop(const trainpack::Trainer& trainer, const trainpack::ModelSaver& sa
 }  // namespace
 
 int main(int argc, char** argv) {
-  set_passive_wait_policy_and_reexec(argv);
   std::string logdir = "train_log/fashion_mnist";
   std::string data_dir = trainpack::kFashionMnistDir;
   int64_t max_epoch = 10;
@@ -456,8 +331,16 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
-  // Before anything large is allocated.
-  const std::string malloc_setting = apply_malloc_setting(malloc_mode);
+  // Threads, BLAS, malloc and OpenMP's waiting (trainpack/utils/runtime.h): before anything
+  // large is allocated, and before the log directory is touched, since it may execute the program
+  // again. Logged once the log directory is set, so that the lines land in log.log.
+  const trainpack::RuntimeReport runtime =
+      trainpack::configure_runtime(argc, argv,
+                                   trainpack::RuntimeOptions()
+                                       .intra_op_threads(threads)
+                                       .blas_threads(blas_threads)
+                                       .tune_malloc(malloc_mode == "tuned")
+                                       .log(false));
 
   // The data first: a missing dataset fails before the log directory is touched.
   std::shared_ptr<trainpack::DataFromList> train_points, test_points;
@@ -488,18 +371,8 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  // Debian's LibTorch starts with one intra-op thread; set the count explicitly.
-  torch::set_num_threads(threads);
-  if (blas_threads > 0) {
-    const OpenBlas ob = find_openblas();
-    if (ob.set_num_threads != nullptr) {
-      ob.set_num_threads(blas_threads);
-    } else {
-      TP_LOG_WARN("--blas-threads {}: the BLAS is not OpenBLAS; ignored", blas_threads);
-    }
-  }
+  runtime.log();
   torch::manual_seed(seed);
-  log_settings(malloc_setting, blas_threads);
 
   auto train = std::make_shared<trainpack::BatchData>(train_points, batch_size);
   auto val =

@@ -120,7 +120,7 @@ int64_t Callback::local_step() const { return trainer().local_step(); }
 ProxyCallback::ProxyCallback(CallbackPtr callback, const char* class_name)
     : callback_(std::move(callback)) {
   if (!callback_) throw std::invalid_argument(std::string(class_name) + ": callback is null");
-  set_chief_only_flag(callback_->chief_only());
+  set_chief_only(callback_->chief_only());
 }
 
 CallbackPtr detail::unowned_plain_callback() {

@@ -289,7 +289,7 @@ StartProcOrThread::StartProcOrThread(std::vector<StartablePtr> startables,
     throw std::invalid_argument(fmt::format("StartProcOrThread: grace must be >= 0 ms, got {} ms",
                                             options_.grace().count()));
   }
-  set_chief_only_flag(false);
+  set_chief_only(false);
 }
 
 void StartProcOrThread::_before_train() {

@@ -13,13 +13,13 @@ namespace trainpack {
 
 RunOp::RunOp(Op op, RunOpOptions options) : options_(options), op_name_("op"), op_(std::move(op)) {
   if (!op_) throw std::invalid_argument("RunOp: op is empty; pass a callable or an op name");
-  set_chief_only_flag(false);
+  set_chief_only(false);
 }
 
 RunOp::RunOp(std::string op_name, RunOpOptions options)
     : options_(options), op_name_(std::move(op_name)) {
   if (op_name_.empty()) throw std::invalid_argument("RunOp: op_name is empty");
-  set_chief_only_flag(false);
+  set_chief_only(false);
 }
 
 void RunOp::_setup_graph() {

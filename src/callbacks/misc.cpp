@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <numeric>
 #include <stdexcept>
 
@@ -17,7 +16,7 @@ namespace trainpack {
 
 // ---- EstimatedTimeLeft ----
 
-EstimatedTimeLeft::EstimatedTimeLeft(int last_k_epochs, bool median, std::function<double()> clock)
+EstimatedTimeLeft::EstimatedTimeLeft(int last_k_epochs, bool median, Clock clock)
     : median_(median), clock_(std::move(clock)) {
   if (last_k_epochs < 1) {
     throw std::invalid_argument(
@@ -26,10 +25,7 @@ EstimatedTimeLeft::EstimatedTimeLeft(int last_k_epochs, bool median, std::functi
   last_k_epochs_ = static_cast<size_t>(last_k_epochs);
 }
 
-double EstimatedTimeLeft::now() const {
-  if (clock_) return clock_();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double EstimatedTimeLeft::now() const { return read_clock(clock_, monotonic_seconds); }
 
 void EstimatedTimeLeft::_before_train() {
   max_epoch_ = trainer().max_epoch();

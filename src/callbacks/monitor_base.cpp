@@ -87,7 +87,7 @@ Monitors::Monitors(std::vector<MonitorPtr> monitors) : monitors_(std::move(monit
   for (const auto& m : monitors_) {
     if (!m) throw std::invalid_argument("Monitors: a monitor is null");
   }
-  set_chief_only_flag(false);
+  set_chief_only(false);
 }
 
 void Monitors::record(const std::string& name, double value) {

@@ -128,7 +128,7 @@ HyperParamSetter::HyperParamSetter(HyperParamRef param)
 
 HyperParamSetter::HyperParamSetter(HyperParamRef param, const char* class_name)
     : param_(checked_param(param, class_name)) {
-  set_chief_only_flag(false);
+  set_chief_only(false);
 }
 
 std::optional<double> HyperParamSetter::get_value_to_set() {

@@ -2,31 +2,23 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
-namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
-
 // ---- ThroughputTracker ----
 
-ThroughputTracker::ThroughputTracker(std::optional<double> samples_per_step)
-    : samples_per_step_(samples_per_step) {
-  set_chief_only_flag(false);
+ThroughputTracker::ThroughputTracker(std::optional<double> samples_per_step, Clock clock)
+    : samples_per_step_(samples_per_step), clock_(std::move(clock)) {
+  set_chief_only(false);
   if (samples_per_step_ && !(*samples_per_step_ > 0)) {
     throw std::invalid_argument(fmt::format(
         "ThroughputTracker: samples_per_step must be positive, got {}", *samples_per_step_));
@@ -34,26 +26,28 @@ ThroughputTracker::ThroughputTracker(std::optional<double> samples_per_step)
 }
 
 double ThroughputTracker::timer_seconds() const {
-  return accumulated_ + (running_ ? now_seconds() - running_since_ : 0.0);
+  return accumulated_ + (running_ ? now() - running_since_ : 0.0);
 }
 
 void ThroughputTracker::reset_mark() {
   accumulated_ = 0;
-  if (running_) running_since_ = now_seconds();
+  if (running_) running_since_ = now();
   last_step_ = global_step();
 }
+
+double ThroughputTracker::now() const { return read_clock(clock_, monotonic_seconds); }
 
 void ThroughputTracker::_before_train() { reset_mark(); }
 
 void ThroughputTracker::_before_epoch() {
   if (running_) return;
   running_ = true;
-  running_since_ = now_seconds();
+  running_since_ = now();
 }
 
 void ThroughputTracker::_after_epoch() {
   if (!running_) return;
-  accumulated_ += now_seconds() - running_since_;
+  accumulated_ += now() - running_since_;
   running_ = false;
 }
 

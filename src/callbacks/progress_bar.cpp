@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -222,7 +221,7 @@ ProgressBar::ProgressBar(std::vector<std::string> names)
     : ProgressBar(ProgressBarOptions().names(std::move(names))) {}
 
 ProgressBar::ProgressBar(ProgressBarOptions options) : options_(std::move(options)) {
-  set_chief_only_flag(false);
+  set_chief_only(false);
   for (const auto& name : options_.names()) {
     if (name.empty()) throw std::invalid_argument("ProgressBar: a name in names is empty");
     tags_.push_back(tag_of(name));
@@ -242,10 +241,7 @@ ProgressBar::ProgressBar(ProgressBarOptions options) : options_(std::move(option
   }
 }
 
-double ProgressBar::now() const {
-  if (options_.clock()) return options_.clock()();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double ProgressBar::now() const { return read_clock(options_.clock(), monotonic_seconds); }
 
 void ProgressBar::_before_train() {
   if (options_.force_terminal()) {

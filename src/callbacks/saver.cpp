@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
@@ -43,10 +42,6 @@ std::string resolve_dir(const std::optional<std::string>& dir) {
 std::string join(const std::string& dir, const std::string& name) {
   if (fs::path(name).is_absolute()) return name;
   return (fs::path(dir) / name).string();
-}
-
-double wall_clock() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // The step of a checkpoint named exactly `model-<digits>` (any directory), else nullopt.
@@ -116,7 +111,7 @@ ModelSaver::ModelSaver(ModelSaverOptions options) : options_(std::move(options))
   next_keep_time_ = now() + hours * 3600;
 }
 
-double ModelSaver::now() const { return options_.clock() ? options_.clock()() : wall_clock(); }
+double ModelSaver::now() const { return read_clock(options_.clock(), wall_seconds); }
 
 void ModelSaver::_setup_graph() {
   if (dir_.empty()) throw std::invalid_argument(fmt::format(kNoDirMessage, "ModelSaver"));

@@ -264,7 +264,7 @@ DumpTensorAsImage::DumpTensorAsImage(std::string tensor_name, DumpTensorAsImageO
     if (c == '/' || c == '\\') c = '_';
   }
   dir_ = resolve_dir(options_.dir(), "DumpTensorAsImage", "DumpTensorAsImageOptions");
-  set_chief_only_flag(true);
+  set_chief_only(true);
 }
 
 void DumpTensorAsImage::_before_train() {
@@ -376,7 +376,7 @@ CheckNumerics::CheckNumerics(CheckNumericsOptions options) : options_(std::move(
         "CheckNumericsOptions().run_step(true)");
   }
   fetch_ = RunArgs(options_.names());
-  set_chief_only_flag(true);
+  set_chief_only(true);
 }
 
 bool CheckNumerics::overrides(Hook hook) const {

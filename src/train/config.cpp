@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "trainpack/train/single_cost.h"
+#include "trainpack/train/state.h"
 #include "trainpack/utils/checkpoint.h"
 #include "trainpack/utils/logger.h"
 
@@ -36,6 +37,10 @@ void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trai
   if (config.starting_epoch() < 1) {
     throw std::invalid_argument(
         fmt::format("TrainConfig: starting_epoch must be >= 1, got {}", config.starting_epoch()));
+  }
+  if (config.starting_global_step() && *config.starting_global_step() < 0) {
+    throw std::invalid_argument(fmt::format(
+        "TrainConfig: starting_global_step must be >= 0, got {}", *config.starting_global_step()));
   }
   if (config.max_epoch() < config.starting_epoch() - 1) {
     throw std::invalid_argument(
@@ -88,6 +93,7 @@ void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trai
                                   .session_init(config.session_init())
                                   .steps_per_epoch(steps_per_epoch)
                                   .starting_epoch(config.starting_epoch())
+                                  .starting_global_step(config.starting_global_step())
                                   .max_epoch(config.max_epoch()));
 }
 
@@ -169,6 +175,11 @@ AutoResumeTrainConfig::AutoResumeTrainConfig(TrainConfig config, bool always_res
     }
     session_init(std::make_shared<SaverRestore>(*found));
   }
+}
+
+std::optional<ResumePoint> AutoResumeTrainConfig::resume_point() const {
+  if (found_checkpoint_.empty()) return std::nullopt;
+  return saved_resume_point(read_checkpoint(found_checkpoint_), "checkpoint " + found_checkpoint_);
 }
 
 }  // namespace trainpack

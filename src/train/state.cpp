@@ -315,11 +315,7 @@ RestoreReport restore_training_state(Trainer& trainer, const TensorMap& state,
     if (state.count(entry)) used.insert(entry);
   }
   if (has_counters && options.restore_counters() && !ignored(kGlobalStep)) {
-    ResumePoint point;
-    point.global_step = scalar_int(state, kGlobalStep, source);
-    point.epoch = scalar_int(state, kEpoch, source);
-    point.step_in_epoch = scalar_int(state, kStepInEpoch, source);
-    trainer.set_resume_point(point);
+    trainer.set_resume_point(*saved_resume_point(state, source));
     for (const char* entry : {kGlobalStep, kEpoch, kStepInEpoch}) report.restored.push_back(entry);
   } else if (!has_counters) {
     report.missing_training_only.push_back("trainer/*");
@@ -348,6 +344,17 @@ RestoreReport restore_training_state(Trainer& trainer, const TensorMap& state,
                 join_names(report.missing_training_only));
   }
   return report;
+}
+
+std::optional<ResumePoint> saved_resume_point(const TensorMap& state, const std::string& source) {
+  if (!state.count(kGlobalStep) || !state.count(kEpoch) || !state.count(kStepInEpoch)) {
+    return std::nullopt;
+  }
+  ResumePoint point;
+  point.global_step = scalar_int(state, kGlobalStep, source);
+  point.epoch = scalar_int(state, kEpoch, source);
+  point.step_in_epoch = scalar_int(state, kStepInEpoch, source);
+  return point;
 }
 
 }  // namespace trainpack

@@ -143,6 +143,18 @@ void Trainer::set_resume_point(ResumePoint point) {
   global_step_ = point.global_step;
 }
 
+void Trainer::set_starting_global_step(int64_t step) {
+  if (loop_started_) {
+    throw std::logic_error("Trainer::set_starting_global_step must be called before main_loop");
+  }
+  if (step < 0) {
+    throw std::invalid_argument(
+        fmt::format("Trainer::set_starting_global_step: the step must be >= 0, got {}", step));
+  }
+  starting_global_step_ = step;
+  if (!restored_) global_step_ = step;
+}
+
 bool Trainer::should_stop() {
   if (int sig = detail::pending_signal()) {  // reported even when a stop was also requested
     received_signal_ = sig;
@@ -179,6 +191,12 @@ void Trainer::main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t
           "{} of it, global_step {}). The checkpoint's counters are used.",
           starting_epoch, restored_->epoch, restored_->step_in_epoch, restored_->global_step);
     }
+    if (starting_global_step_ && *starting_global_step_ != restored_->global_step) {
+      TP_LOG_WARN(
+          "starting_global_step={} was given, but the restored checkpoint continues at "
+          "global_step {}. The checkpoint's counters are used.",
+          *starting_global_step_, restored_->global_step);
+    }
     if (steps_per_epoch > 0 && restored_->step_in_epoch >= steps_per_epoch) {
       throw std::invalid_argument(fmt::format(
           "Trainer::main_loop: the restored checkpoint continues at step {} of epoch {}, but "
@@ -192,6 +210,9 @@ void Trainer::main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t
       TP_LOG_INFO("Resuming at epoch {}, step {} of it (global_step {}).", starting_epoch,
                   first_step, global_step_);
     }
+  } else if (starting_global_step_) {
+    global_step_ = *starting_global_step_;
+    TP_LOG_INFO("Starting at epoch {} with global_step {}.", starting_epoch, global_step_);
   }
   loop_started_ = true;
   steps_per_epoch_ = steps_per_epoch;
@@ -273,6 +294,7 @@ void Trainer::train_with_defaults(TrainOptions options) {
       options.extra_callbacks() ? *options.extra_callbacks() : DEFAULT_CALLBACKS();
   callbacks.insert(callbacks.end(), extra.begin(), extra.end());
   std::vector<MonitorPtr> monitors = options.monitors() ? *options.monitors() : DEFAULT_MONITORS();
+  if (options.starting_global_step()) set_starting_global_step(*options.starting_global_step());
   train(callbacks, monitors, *options.steps_per_epoch(), options.starting_epoch(),
         options.max_epoch(), options.session_init());
 }

@@ -3,10 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "support/trace.h"
 #include "trainpack/callbacks/graph.h"
 #include "trainpack/callbacks/group.h"
 #include "trainpack/graph.h"
+#include "trainpack/testing.h"
 
 namespace trainpack {
 namespace {

@@ -21,11 +21,11 @@
 
 #include "support/errors.h"
 #include "support/temp_dir.h"
-#include "support/trace.h"
 #include "trainpack/callbacks/misc.h"
 #include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/callbacks/param.h"
 #include "trainpack/callbacks/summary.h"
+#include "trainpack/testing.h"
 #include "trainpack/train/tower.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/logger.h"

@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "support/trace.h"
+#include "trainpack/testing.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/logger.h"
 

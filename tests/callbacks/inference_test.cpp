@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "support/errors.h"
-#include "support/trace.h"
 #include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/input/dataflow.h"
 #include "trainpack/input/input_source.h"
+#include "trainpack/testing.h"
 #include "trainpack/train/single_cost.h"
 
 namespace trainpack {

@@ -17,8 +17,8 @@
 
 #include "support/files.h"
 #include "support/temp_dir.h"
-#include "support/trace.h"
 #include "trainpack/callbacks/monitor.h"
+#include "trainpack/testing.h"
 
 namespace trainpack {
 namespace {

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "support/trace.h"
 #include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/callbacks/trigger.h"
+#include "trainpack/testing.h"
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {

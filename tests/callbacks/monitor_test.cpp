@@ -2,8 +2,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "support/trace.h"
 #include "trainpack/callbacks/monitor.h"
+#include "trainpack/testing.h"
 
 namespace trainpack {
 namespace {

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "support/trace.h"
 #include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/callbacks/trigger.h"
+#include "trainpack/testing.h"
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {
@@ -63,6 +63,26 @@ TEST(ThroughputTracker, TriggerWithoutMeasuredTimePutsNothing) {
   const auto history = train_and_get({wrapped}, "Throughput (steps/sec)", 5, 1);
   ASSERT_EQ(history.size(), 1u);  // the epoch end only
   EXPECT_GT(history[0].second, 0);
+}
+
+// With a FakeClock the figure is exact: 4 steps of 0.25 s per epoch are 4 steps/sec, and the time
+// spent before the timer starts (an earlier callback's before_epoch) and at the epoch end (after
+// after_epoch) is not counted.
+TEST(ThroughputTracker, CountsOnlyTheEpochsStepsOnAFakeClock) {
+  testing::FakeClock clock(1000);
+  auto slow_epoch_ends = std::make_shared<testing::ActionCallback>();
+  slow_epoch_ends->before_epoch_fn = [&](testing::ActionCallback&) { clock.advance(7); };
+  slow_epoch_ends->trigger_step_fn = [&](testing::ActionCallback&) { clock.advance(0.25); };
+  slow_epoch_ends->trigger_epoch_fn = [&](testing::ActionCallback&) { clock.advance(30); };
+  auto tracker = std::make_shared<ThroughputTracker>(std::nullopt, clock);
+  const auto history = train_and_get({slow_epoch_ends, tracker}, "Throughput (steps/sec)", 4, 2);
+  ASSERT_EQ(history.size(), 2u);
+  EXPECT_EQ(history[0], (std::pair<int64_t, double>{4, 4.0}));
+  EXPECT_EQ(history[1], (std::pair<int64_t, double>{8, 4.0}));
+
+  auto samples = std::make_shared<ThroughputTracker>(32, clock);
+  EXPECT_DOUBLE_EQ(
+      train_and_get({slow_epoch_ends, samples}, "Throughput (samples/sec)", 4, 1)[0].second, 128);
 }
 
 TEST(ThroughputTracker, BadSamplesPerStepIsAnError) {

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "support/trace.h"
+#include "trainpack/testing.h"
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "support/trace.h"
 #include "trainpack/callbacks/monitor.h"
+#include "trainpack/testing.h"
 
 namespace trainpack {
 namespace {

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "support/trace.h"
 #include "trainpack/callbacks/monitor.h"
+#include "trainpack/testing.h"
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {

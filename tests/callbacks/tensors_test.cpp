@@ -20,11 +20,11 @@
 #include <utility>
 #include <vector>
 
-#include "support/temp_dir.h"
 #include "support/errors.h"
-#include "support/trace.h"
+#include "support/temp_dir.h"
 #include "trainpack/callbacks/graph.h"
 #include "trainpack/callbacks/trigger.h"
+#include "trainpack/testing.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/logger.h"
 

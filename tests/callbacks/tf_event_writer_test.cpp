@@ -17,10 +17,10 @@
 #include <thread>
 #include <vector>
 
-#include "support/temp_dir.h"
 #include "support/event_reader.h"
-#include "support/trace.h"
+#include "support/temp_dir.h"
 #include "trainpack/callbacks/monitor.h"
+#include "trainpack/testing.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/histogram.h"
 #include "trainpack/utils/logger.h"

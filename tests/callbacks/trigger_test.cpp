@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "support/errors.h"
-#include "support/trace.h"
 #include "trainpack/callbacks/trigger.h"
+#include "trainpack/testing.h"
 
 namespace trainpack {
 namespace {

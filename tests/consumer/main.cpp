@@ -1,12 +1,15 @@
-// Uses the installed trainpack package: trains a NoOpTrainer for 3 epochs of 4 steps with one
-// custom callback, and checks the counters it saw. Exits non-zero on any mismatch.
+// Uses the installed trainpack package through its two installed entry headers,
+// trainpack/trainpack.h and trainpack/testing.h: trains a NoOpTrainer for 3 epochs of 4 steps with
+// one custom callback, a recorder and a ThroughputTracker on a fake clock, and checks what they
+// saw. Exits non-zero on any mismatch.
 #include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <string>
 
-#include "trainpack/callbacks/base.h"
-#include "trainpack/train/trainer.h"
+#include <trainpack/testing.h>
+#include <trainpack/trainpack.h>
 
 namespace {
 
@@ -41,8 +44,21 @@ int main() {
   constexpr int64_t kMaxEpoch = 3;
   try {
     auto cb = std::make_shared<CountSteps>();
+    auto trace = std::make_shared<trainpack::testing::Trace>();
+    trainpack::testing::FakeClock clock;
+    auto tick = std::make_shared<trainpack::testing::ActionCallback>();
+    tick->trigger_step_fn = [&](trainpack::testing::ActionCallback&) { clock.advance(0.25); };
     trainpack::NoOpTrainer trainer;
-    trainer.train({cb}, {}, kStepsPerEpoch, /*starting_epoch=*/1, kMaxEpoch);
+    trainer.train({cb, tick, std::make_shared<trainpack::ThroughputTracker>(std::nullopt, clock),
+                   std::make_shared<trainpack::testing::TraceCallback>(trace)},
+                  {}, kStepsPerEpoch, /*starting_epoch=*/1, kMaxEpoch);
+    const std::string last = trace->empty() ? "" : trace->back();
+    const double speed = trainer.monitors().get_latest("Throughput (steps/sec)");
+    if (last != "after_train ep=3 ls=3 gs=12" || speed != 4.0) {
+      std::fprintf(stderr, "consumer: FAILED: last hook '%s', throughput %g (expected 4)\n",
+                   last.c_str(), speed);
+      return 1;
+    }
 
     const int64_t expected = kStepsPerEpoch * kMaxEpoch;
     if (trainer.global_step() != expected || cb->steps != expected || cb->epochs != kMaxEpoch ||

@@ -16,7 +16,7 @@
 #include <torch/cuda.h>
 
 #include "support/errors.h"
-#include "support/trace.h"
+#include "trainpack/testing.h"
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {

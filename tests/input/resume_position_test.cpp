@@ -20,10 +20,10 @@
 #include <ATen/ATen.h>
 
 #include "support/errors.h"
-#include "support/trace.h"
 #include "trainpack/input/dataflow.h"
 #include "trainpack/input/fashion_mnist.h"
 #include "trainpack/input/input_source.h"
+#include "trainpack/testing.h"
 #include "trainpack/train/state.h"
 #include "trainpack/train/trainer.h"
 

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "support/temp_dir.h"
-#include "support/trace.h"
 #include "trainpack/callbacks/json_writer.h"
 #include "trainpack/callbacks/saver.h"
 #include "trainpack/callbacks/trigger.h"
 #include "trainpack/input/dataflow.h"
+#include "trainpack/testing.h"
 #include "trainpack/train/config.h"
 #include "trainpack/train/single_cost.h"
 #include "trainpack/utils/logger.h"
@@ -257,6 +257,51 @@ TEST(AutoResumeErrors, NeedsTheLoggerDirectory) {
     FAIL() << "no error";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("set_logger_dir"), std::string::npos) << e.what();
+  }
+}
+
+// ---- where the run continues, known before initialize() ----
+
+AutoResumeTrainConfig auto_resume_config() {
+  return AutoResumeTrainConfig(TrainConfig()
+                                   .model(std::make_shared<LinearModel>())
+                                   .dataflow(batches())
+                                   .extra_callbacks({})
+                                   .monitors({})
+                                   .max_epoch(9));
+}
+
+TEST_F(AutoResumeTest, ReportsTheResumePointBeforeInitialize) {
+  EXPECT_FALSE(auto_resume_config().resume_point().has_value());  // nothing to resume yet
+  run(2);
+  const auto at = auto_resume_config().resume_point();
+  ASSERT_TRUE(at.has_value());
+  EXPECT_EQ(at->epoch, 3);
+  EXPECT_EQ(at->step_in_epoch, 0);
+  EXPECT_EQ(at->global_step, 6);
+}
+
+TEST_F(AutoResumeTest, ReportsAMidEpochResumePoint) {
+  run(1, /*save_every_step=*/true);
+  fs::remove(dir_ / "model-3.data");  // the newest left is model-2: step 2 of epoch 1 runs next
+  const auto at = auto_resume_config().resume_point();
+  ASSERT_TRUE(at.has_value());
+  EXPECT_EQ(at->epoch, 1);
+  EXPECT_EQ(at->step_in_epoch, 2);
+  EXPECT_EQ(at->global_step, 2);
+}
+
+TEST_F(AutoResumeTest, ANegativeStartingGlobalStepIsAnError) {
+  SimpleTrainer trainer;
+  try {
+    launch_train_with_config(TrainConfig()
+                                 .model(std::make_shared<LinearModel>())
+                                 .dataflow(batches())
+                                 .starting_global_step(-2),
+                             trainer);
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "TrainConfig: starting_global_step must be >= 0, got -2");
   }
 }
 

@@ -5,7 +5,7 @@
 
 #include <ATen/ATen.h>
 
-#include "support/trace.h"
+#include "trainpack/testing.h"
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "support/errors.h"
-#include "support/trace.h"
 #include "trainpack/callbacks/param.h"
 #include "trainpack/input/dataflow.h"
 #include "trainpack/input/input_source.h"
+#include "trainpack/testing.h"
 #include "trainpack/train/config.h"
 
 namespace trainpack {

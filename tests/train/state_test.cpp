@@ -11,8 +11,8 @@
 
 #include "support/errors.h"
 #include "support/temp_dir.h"
-#include "support/trace.h"
 #include "trainpack/session_init.h"
+#include "trainpack/testing.h"
 #include "trainpack/train/optimizer_state.h"
 #include "trainpack/train/state.h"
 #include "trainpack/train/trainer.h"

@@ -4,8 +4,8 @@
 
 #include <csignal>
 
-#include "support/trace.h"
 #include "trainpack/callbacks/steps.h"
+#include "trainpack/testing.h"
 #include "trainpack/train/defaults.h"
 #include "trainpack/train/trainer.h"
 
@@ -235,7 +235,34 @@ TEST(TrainerRegistration, ANonChiefSkipsChiefOnlyCallbacksWithAWarning) {
 TEST(TrainerRegistration, CallbacksAreChiefOnlyByDefault) {
   EXPECT_TRUE(TraceCallback(nullptr).chief_only());
   EXPECT_FALSE(MaintainStepCounter().chief_only());
-  EXPECT_FALSE(TraceCallback(nullptr).set_chief_only(false).chief_only());
+  TraceCallback unowned(nullptr);
+  unowned.set_chief_only(false);
+  EXPECT_FALSE(unowned.chief_only());
+}
+
+TEST(TrainerRegistration, SetChiefOnlyChainsOnACallbackPtr) {
+  auto trace = std::make_shared<Trace>();
+  // The result goes straight into the list: it is the same callback, flag set.
+  std::vector<CallbackPtr> list{std::make_shared<TraceCallback>(trace)->set_chief_only(false)};
+  ASSERT_EQ(list.size(), 1u);
+  ASSERT_NE(list[0], nullptr);
+  EXPECT_NE(dynamic_cast<TraceCallback*>(list[0].get()), nullptr);
+  EXPECT_FALSE(list[0]->chief_only());
+  EXPECT_TRUE(list[0]->set_chief_only()->chief_only());
+  EXPECT_EQ(list[0]->set_chief_only(true), list[0]);
+  // A non-chief trainer keeps it once the flag is cleared through the chain.
+  NoOpTrainer trainer;
+  trainer.set_is_chief(false);
+  trainer.setup_callbacks({list[0]->set_chief_only(false)}, {});
+  const auto& r = trainer.registered_callbacks();
+  EXPECT_EQ(std::count(r.begin(), r.end(), list[0]), 1);
+}
+
+TEST(TrainerRegistration, SetChiefOnlyInAConstructorReturnsNoPointerButSetsTheFlag) {
+  EXPECT_FALSE(std::make_shared<Tagged>(false)->chief_only());
+  Tagged on_stack(false);
+  EXPECT_EQ(on_stack.set_chief_only(true), nullptr);
+  EXPECT_TRUE(on_stack.chief_only());
 }
 
 // ---- signals ----

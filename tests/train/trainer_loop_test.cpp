@@ -1,7 +1,7 @@
 // The main loop's timing (spec 2.1, 2.4, section 22 #1 and #14) as exact traces.
 #include <gtest/gtest.h>
 
-#include "support/trace.h"
+#include "trainpack/testing.h"
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {

@@ -19,7 +19,7 @@
 #include "support/errors.h"
 #include "support/files.h"
 #include "support/temp_dir.h"
-#include "support/trace.h"
+#include "trainpack/testing.h"
 #include "trainpack/utils/checkpoint.h"
 #include "trainpack/utils/crc32c.h"
 

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "support/trace.h"
+#include "trainpack/testing.h"
 #include "trainpack/utils/demangle.h"
 #include "trainpack/utils/humanize.h"
 

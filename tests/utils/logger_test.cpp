@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "support/trace.h"
+#include "trainpack/testing.h"
 
 namespace trainpack {
 namespace {

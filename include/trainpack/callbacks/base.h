@@ -39,8 +39,11 @@
 
 namespace trainpack {
 
+class Callback;
 class Graph;
 class Trainer;
+
+using CallbackPtr = std::shared_ptr<Callback>;
 
 // A callback's resumable state: named tensors (scalars as 0-d tensors), saved in every checkpoint
 // by ModelSaver and handed back by the restoring SessionInit (docs/save-load.md).
@@ -62,7 +65,9 @@ enum class Hook : uint8_t {
 constexpr int kNumHooks = 10;
 const char* hook_name(Hook hook);
 
-class Callback {
+// A callback is held by std::shared_ptr (CallbackPtr); enable_shared_from_this lets
+// set_chief_only return that pointer, so it chains where a CallbackPtr is expected.
+class Callback : public std::enable_shared_from_this<Callback> {
  public:
   Callback() = default;
   virtual ~Callback() = default;
@@ -84,11 +89,16 @@ class Callback {
   // ---- properties ----
   // Whether only the chief worker runs this callback (tensorpack's default: true).
   bool chief_only() const { return chief_only_; }
-  void set_chief_only_flag(bool v) { chief_only_ = v; }
-  // tensorpack's `set_chief_only(v=True)`: sets the flag and returns this callback.
-  Callback& set_chief_only(bool v = true) {
+  // tensorpack's `set_chief_only(v=True)`: sets the flag and returns this callback, so that it
+  // chains on the pointer:
+  //
+  //   callbacks.push_back(std::make_shared<MyCallback>()->set_chief_only(false));
+  //
+  // The returned pointer shares ownership with the std::shared_ptr that holds the callback; it
+  // is empty when none does yet (in a constructor, which may call it to set its default).
+  CallbackPtr set_chief_only(bool v = true) {
     chief_only_ = v;
-    return *this;
+    return weak_from_this().lock();
   }
 
   // What logs print for this callback: the class name (tensorpack's `__str__`).
@@ -150,8 +160,6 @@ class Callback {
   bool chief_only_ = true;
   std::string name_scope_;
 };
-
-using CallbackPtr = std::shared_ptr<Callback>;
 
 namespace detail {
 // A callback that overrides nothing (the reference for override detection), and a non-owning

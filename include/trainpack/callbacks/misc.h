@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "trainpack/callbacks/base.h"
+#include "trainpack/utils/clock.h"
 #include "trainpack/utils/command_template.h"
 
 namespace trainpack {
@@ -31,8 +32,7 @@ namespace trainpack {
 // Differences from tensorpack: none (`clock` is for tests: seconds from any fixed point).
 class EstimatedTimeLeft : public Callback {
  public:
-  explicit EstimatedTimeLeft(int last_k_epochs = 5, bool median = true,
-                             std::function<double()> clock = {});
+  explicit EstimatedTimeLeft(int last_k_epochs = 5, bool median = true, Clock clock = {});
 
   CallbackState state() const override;
   void load_state(const CallbackState& state) override;
@@ -46,7 +46,7 @@ class EstimatedTimeLeft : public Callback {
 
   size_t last_k_epochs_;
   bool median_;
-  std::function<double()> clock_;
+  Clock clock_;
   int64_t max_epoch_ = 0;
   double last_time_ = 0;
   std::deque<double> times_;

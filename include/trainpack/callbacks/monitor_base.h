@@ -49,7 +49,7 @@ namespace trainpack {
 class MonitorBase : public Callback {
  public:
   MonitorBase() {
-    set_chief_only_flag(false);
+    set_chief_only(false);
     enter_name_scope_ = false;
   }
   // Called for every scalar put to the monitors, in put order (also for each scalar of a

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "trainpack/callbacks/base.h"
+#include "trainpack/utils/clock.h"
 
 namespace trainpack {
 
@@ -27,7 +28,10 @@ namespace trainpack {
 // zero).
 class ThroughputTracker : public Callback {
  public:
-  explicit ThroughputTracker(std::optional<double> samples_per_step = std::nullopt);
+  // `clock`: seconds from any fixed point (trainpack/testing.h's FakeClock in tests); unset: a
+  // steady clock.
+  explicit ThroughputTracker(std::optional<double> samples_per_step = std::nullopt,
+                             Clock clock = {});
 
  protected:
   void _before_train() override;
@@ -38,9 +42,11 @@ class ThroughputTracker : public Callback {
  private:
   // tensorpack's pausable timer: seconds accumulate only while running.
   double timer_seconds() const;
+  double now() const;
   void reset_mark();
 
   std::optional<double> samples_per_step_;
+  Clock clock_;
   double accumulated_ = 0;
   double running_since_ = 0;
   bool running_ = false;
@@ -61,7 +67,7 @@ class ThroughputTracker : public Callback {
 // warning is logged once and nothing is put.
 class HostMemoryTracker : public Callback {
  public:
-  HostMemoryTracker() { set_chief_only_flag(false); }
+  HostMemoryTracker() { set_chief_only(false); }
 
  protected:
   void _setup_graph() override;

@@ -58,6 +58,7 @@
 #include <torch/arg.h>
 
 #include "trainpack/callbacks/base.h"
+#include "trainpack/utils/clock.h"
 
 namespace trainpack {
 
@@ -80,7 +81,7 @@ struct ProgressBarOptions {
   // `stream` is a terminal, else a bar of 10 characters.
   TORCH_ARG(int, ncols) = 0;
   // Seconds since any fixed point; unset: a steady clock. For tests.
-  TORCH_ARG(std::function<double()>, clock);
+  TORCH_ARG(Clock, clock);
 };
 
 class ProgressBar : public Callback {

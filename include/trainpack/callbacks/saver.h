@@ -17,6 +17,7 @@
 
 #include "trainpack/callbacks/base.h"
 #include "trainpack/utils/checkpoint.h"
+#include "trainpack/utils/clock.h"
 
 namespace trainpack {
 
@@ -40,7 +41,7 @@ struct ModelSaverOptions {
   TORCH_ARG(bool, save_on_signal) = true;
   // Seconds since the Unix epoch, for the save times (the index's timestamps and the hours
   // rule); unset: the wall clock. Tests inject one.
-  TORCH_ARG(std::function<double()>, clock);
+  TORCH_ARG(Clock, clock);
 };
 
 // Saves the training state as the checkpoint `<dir>/model-<global_step>` and updates the

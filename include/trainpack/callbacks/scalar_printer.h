@@ -30,6 +30,8 @@
 
 #include <torch/arg.h>
 
+#include "trainpack/utils/arg.h"
+
 #include "trainpack/callbacks/monitor_base.h"
 
 namespace trainpack {
@@ -39,8 +41,9 @@ struct ScalarPrinterOptions {
   TORCH_ARG(bool, enable_step) = false;
   // Print at the end of every epoch.
   TORCH_ARG(bool, enable_epoch) = true;
-  // Print only names in which one of these regular expressions is found; unset: every name.
-  TORCH_ARG(std::optional<std::vector<std::string>>, whitelist);
+  // Print only names in which one of these regular expressions is found; unset: every name; an
+  // empty list (`{}` too): none.
+  TRAINPACK_LIST_ARG(std::string, whitelist);
   // Never print names in which one of these regular expressions is found.
   TORCH_ARG(std::vector<std::string>, blacklist);
 };

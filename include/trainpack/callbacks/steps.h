@@ -11,7 +11,7 @@ namespace trainpack {
 
 class MaintainStepCounter : public Callback {
  public:
-  MaintainStepCounter() { set_chief_only_flag(false); }
+  MaintainStepCounter() { set_chief_only(false); }
 
  protected:
   // Logs "Start training with global_step=N" when training does not start from 0.

@@ -42,8 +42,10 @@
 #include <vector>
 
 #include <torch/arg.h>
+
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
+#include "trainpack/utils/arg.h"
 
 #include "trainpack/callbacks/base.h"
 #include "trainpack/callbacks/monitor_base.h"
@@ -51,6 +53,7 @@
 #include "trainpack/input/input_source.h"
 #include "trainpack/session_init.h"
 #include "trainpack/train/tower.h"
+#include "trainpack/train/trainer.h"
 
 namespace trainpack {
 
@@ -76,12 +79,14 @@ struct TrainConfig {
   TORCH_ARG(InputSourcePtr, data);
   TORCH_ARG(std::shared_ptr<ModelDesc>, model);
   TORCH_ARG(std::vector<CallbackPtr>, callbacks);
-  // Unset: DEFAULT_CALLBACKS().
-  TORCH_ARG(std::optional<std::vector<CallbackPtr>>, extra_callbacks);
-  // Unset: DEFAULT_MONITORS().
-  TORCH_ARG(std::optional<std::vector<MonitorPtr>>, monitors);
+  // Unset: DEFAULT_CALLBACKS(); an empty list (`{}` too): none.
+  TRAINPACK_LIST_ARG(CallbackPtr, extra_callbacks);
+  // Unset: DEFAULT_MONITORS(); an empty list (`{}` too): none.
+  TRAINPACK_LIST_ARG(MonitorPtr, monitors);
   TORCH_ARG(std::shared_ptr<SessionInit>, session_init);
   TORCH_ARG(int64_t, starting_epoch) = 1;
+  // Unset: 0 (or the restored checkpoint's). See TrainOptions::starting_global_step.
+  TORCH_ARG(std::optional<int64_t>, starting_global_step);
   // Unset: the input's size (one pass per epoch).
   TORCH_ARG(std::optional<int64_t>, steps_per_epoch);
   TORCH_ARG(int64_t, max_epoch) = 99999;
@@ -114,6 +119,14 @@ class AutoResumeTrainConfig : public TrainConfig {
   explicit AutoResumeTrainConfig(TrainConfig config, bool always_resume = true);
   // The checkpoint prefix that will be restored; empty when the run starts from scratch.
   const std::string& found_checkpoint() const { return found_checkpoint_; }
+  // Where the run will continue, known before initialize(): the found checkpoint's counters
+  // (the epoch, the 0-based step in it that runs next, global_step), read from the checkpoint
+  // file on each call. nullopt when the run starts from scratch or the checkpoint holds no
+  // counters (a weights-only one). Throws CheckpointError when the file cannot be read any more.
+  //
+  //   AutoResumeTrainConfig config(TrainConfig()...);
+  //   if (auto at = config.resume_point()) TP_LOG_INFO("continuing at epoch {}", at->epoch);
+  std::optional<ResumePoint> resume_point() const;
 
   // The newest checkpoint in `dir` that passes verify_checkpoint, as described above; nullopt
   // when there is none (each unusable one is logged as a warning).

@@ -30,11 +30,13 @@
 // leaves optimizer slots out of its warnings, and are reported in one line when absent.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <torch/arg.h>
 
+#include "trainpack/train/resume_point.h"
 #include "trainpack/utils/checkpoint.h"
 
 namespace trainpack {
@@ -87,5 +89,11 @@ struct RestoreReport {
 // LibTorch's Optimizer::load does (the per-parameter state).
 RestoreReport restore_training_state(Trainer& trainer, const TensorMap& state,
                                      const RestoreOptions& options = {});
+
+// The resume point a training state holds (its trainer/* entries): where a run restored from it
+// continues. nullopt when the state has no counters (e.g. a weights-only dict). Throws
+// std::invalid_argument naming the entry and `source` when one is not an integer scalar.
+std::optional<ResumePoint> saved_resume_point(const TensorMap& state,
+                                              const std::string& source = "the checkpoint");
 
 }  // namespace trainpack

@@ -43,12 +43,15 @@
 
 #include <torch/arg.h>
 
+#include "trainpack/utils/arg.h"
+
 #include "trainpack/callbacks/base.h"
 #include "trainpack/callbacks/group.h"
 #include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/graph.h"
 #include "trainpack/session_init.h"
 #include "trainpack/train/exceptions.h"
+#include "trainpack/train/resume_point.h"
 #include "trainpack/train/step_context.h"
 #include "trainpack/train/tower.h"
 
@@ -58,24 +61,21 @@ namespace trainpack {
 struct TrainOptions {
   // The user's callbacks, in the order they should run.
   TORCH_ARG(std::vector<CallbackPtr>, callbacks);
-  // Appended after `callbacks`; unset means DEFAULT_CALLBACKS() (an empty list means none).
-  TORCH_ARG(std::optional<std::vector<CallbackPtr>>, extra_callbacks);
-  // Unset means DEFAULT_MONITORS() (an empty list means none).
-  TORCH_ARG(std::optional<std::vector<MonitorPtr>>, monitors);
+  // Appended after `callbacks`; unset means DEFAULT_CALLBACKS(); an empty list (`{}` too) means
+  // none.
+  TRAINPACK_LIST_ARG(CallbackPtr, extra_callbacks);
+  // Unset means DEFAULT_MONITORS(); an empty list (`{}` too) means none.
+  TRAINPACK_LIST_ARG(MonitorPtr, monitors);
   // Unset means JustCurrentSession.
   TORCH_ARG(std::shared_ptr<SessionInit>, session_init);
   // Required.
   TORCH_ARG(std::optional<int64_t>, steps_per_epoch);
   TORCH_ARG(int64_t, starting_epoch) = 1;
+  // The global_step that training starts from (Trainer::set_starting_global_step); unset: 0.
+  // With starting_epoch, this starts a run part-way without a checkpoint, as tensorpack's
+  // starting_epoch and a restored global_step do. A checkpoint's counters win over both.
+  TORCH_ARG(std::optional<int64_t>, starting_global_step);
   TORCH_ARG(int64_t, max_epoch) = 9999999;
-};
-
-// Where training continues: the epoch, the 0-based step in it that runs next, and the global
-// step at that point. A checkpoint stores the trainer's resume_point(); a resumed run starts there.
-struct ResumePoint {
-  int64_t epoch = 1;
-  int64_t step_in_epoch = 0;
-  int64_t global_step = 0;
 };
 
 class Trainer {
@@ -106,6 +106,13 @@ class Trainer {
   // std::invalid_argument on negative or inconsistent values, std::logic_error once the loop
   // has started.
   void set_resume_point(ResumePoint point);
+  // Starts global_step at `step` instead of 0 (call before main_loop; train_with_defaults calls
+  // it for TrainOptions::starting_global_step). Together with main_loop's starting_epoch this
+  // starts a run part-way without a checkpoint: the first step is step 0 of starting_epoch and
+  // sees global_step == `step`. A restored checkpoint's counters win, with a warning naming both
+  // when they disagree. Throws std::invalid_argument when `step` < 0, std::logic_error once the
+  // loop has started.
+  void set_starting_global_step(int64_t step);
   // The point set by set_resume_point, if any.
   const std::optional<ResumePoint>& restored_resume_point() const { return restored_; }
 
@@ -200,8 +207,9 @@ class Trainer {
   int64_t starting_epoch_ = 1;
   int64_t max_epoch_ = 0;
   int64_t steps_per_epoch_ = 0;
-  ResumePoint next_{};                     // resume_point() once the loop runs
-  std::optional<ResumePoint> restored_;    // set_resume_point
+  ResumePoint next_{};                           // resume_point() once the loop runs
+  std::optional<ResumePoint> restored_;          // set_resume_point
+  std::optional<int64_t> starting_global_step_;  // set_starting_global_step
   bool loop_started_ = false;
 
   StepContext step_context_;

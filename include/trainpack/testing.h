@@ -1,18 +1,39 @@
-// Test support: a callback that records every hook call as "(hook ep=E ls=L gs=G)" lines, and
-// helpers to run a NoOpTrainer over a list of callbacks.
+// trainpack/testing.h: what a user needs to test their own callbacks without a model.
+//
+//   - TraceCallback records every hook call as "hook ep=E ls=L gs=G" (epoch_num, local_step,
+//     global_step at that moment), so that a timing test is one comparison of lists;
+//   - ActionCallback is a callback made of one function per hook;
+//   - LogCapture collects what is logged while it lives;
+//   - FakeClock drives the time-based callbacks' clocks by hand;
+//   - run_noop runs a NoOpTrainer (hooks and counters, no model) over a list of callbacks.
+//
+//   #include <gtest/gtest.h>
+//   #include <trainpack/testing.h>
+//
+//   TEST(MyCallback, FiresEverySecondEpoch) {
+//     auto trace = std::make_shared<trainpack::testing::Trace>();
+//     auto mine = std::make_shared<MyCallback>();
+//     trainpack::testing::run_noop({mine,
+//     std::make_shared<trainpack::testing::TraceCallback>(trace)},
+//                                  /*steps_per_epoch=*/2, /*starting_epoch=*/1, /*max_epoch=*/4);
+//     EXPECT_EQ(mine->fired_at(), (std::vector<int64_t>{2, 4}));
+//   }
+//
+// Nothing here depends on a test framework; docs/callbacks.md ("Testing a callback") has a
+// complete example.
 #pragma once
 
 #include <fmt/format.h>
 
 #include <functional>
-#include <string_view>
-
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "trainpack/callbacks/base.h"
 #include "trainpack/train/trainer.h"
+#include "trainpack/utils/clock.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
@@ -65,13 +86,23 @@ class TriggerRecorder : public Callback {
   std::shared_ptr<Trace> trace_;
 };
 
-// A callback whose hooks run the given functions (unset ones do nothing). Overrides every hook.
+// A callback made of functions, one per hook (unset ones do nothing); each gets the callback, so
+// it can read the counters (self.global_step()), the trainer and, in before_run/after_run, the
+// step's context and values. Overrides every hook.
+//
+//   auto probe = std::make_shared<ActionCallback>();
+//   probe->run_args = RunArgs({"cost"});
+//   probe->after_run_fn = [&](ActionCallback& self) {
+//     costs.push_back((*self.values)["cost"].item<double>());
+//   };
 class ActionCallback : public Callback {
  public:
   using Fn = std::function<void(ActionCallback&)>;
   Fn setup_graph_fn, before_train_fn, before_epoch_fn, after_epoch_fn, before_run_fn, after_run_fn,
       trigger_step_fn, trigger_epoch_fn, trigger_fn, after_train_fn;
-  const StepContext* ctx = nullptr;  // the context of the run in progress (before/after_run)
+  const StepContext* ctx = nullptr;   // the context of the run in progress (before/after_run)
+  RunArgs run_args;                   // what before_run returns: the tensors/ops to ask for
+  const RunValues* values = nullptr;  // in after_run_fn: the tensors asked for, of this run
 
  protected:
   static void call(const Fn& f, ActionCallback& self) {
@@ -84,11 +115,13 @@ class ActionCallback : public Callback {
   RunArgs _before_run(const StepContext& c) override {
     ctx = &c;
     call(before_run_fn, *this);
-    return RunArgs();
+    return run_args;
   }
-  void _after_run(const StepContext& c, const RunValues&) override {
+  void _after_run(const StepContext& c, const RunValues& v) override {
     ctx = &c;
+    values = &v;
     call(after_run_fn, *this);
+    values = nullptr;
   }
   void _trigger_step() override { call(trigger_step_fn, *this); }
   void _trigger_epoch() override {
@@ -99,7 +132,11 @@ class ActionCallback : public Callback {
   void _after_train() override { call(after_train_fn, *this); }
 };
 
-// Collects the messages logged while it lives.
+// Collects the messages logged while it lives (warnings prefixed "WRN ", errors "ERR ").
+//
+//   LogCapture log;
+//   run_noop({callback}, 2, 1, 1);
+//   EXPECT_TRUE(log.contains("WRN ..."));
 class LogCapture {
  public:
   LogCapture() {
@@ -122,6 +159,30 @@ class LogCapture {
  private:
   int id_;
   std::vector<std::string> lines_;
+};
+
+// A clock that moves only when told: what the time-based callbacks' `clock` argument takes
+// (ThroughputTracker, EstimatedTimeLeft, ProgressBarOptions::clock, ModelSaverOptions::clock), so
+// that a test of timing sleeps for nothing and gives the same result every time. Copies share
+// the time; the Clock it converts to stays valid after this object is gone.
+//
+//   FakeClock clock;
+//   auto speed = std::make_shared<ThroughputTracker>(std::nullopt, clock);
+//   ActionCallback tick;  tick.trigger_step_fn = [&](ActionCallback&) { clock.advance(0.5); };
+class FakeClock {
+ public:
+  explicit FakeClock(double start_seconds = 0)
+      : seconds_(std::make_shared<double>(start_seconds)) {}
+  double now() const { return *seconds_; }
+  void advance(double seconds) { *seconds_ += seconds; }
+  void set(double seconds) { *seconds_ = seconds; }
+  // The Clock the callbacks take.
+  operator Clock() const {  // NOLINT(google-explicit-constructor): passed where a Clock is
+    return [seconds = seconds_] { return *seconds; };
+  }
+
+ private:
+  std::shared_ptr<double> seconds_;
 };
 
 // Runs a fresh NoOpTrainer with `callbacks`, no monitors and signal handling off.

@@ -1,0 +1,76 @@
+// configure_runtime: the machine settings that make LibTorch training on a CPU fast, in one call
+// at the top of main().
+//
+//   int main(int argc, char** argv) {
+//     trainpack::configure_runtime(argc, argv, trainpack::RuntimeOptions().intra_op_threads(2));
+//     ...
+//   }
+//
+// What it does, in this order, and logs (one line each, "Threads: ...", "BLAS library loaded:
+// ...", "OpenBLAS: ...", "Malloc: ...", "OMP_WAIT_POLICY: ..."):
+//   1. OpenMP's waiting (passive_omp_wait): LibTorch's OpenMP threads spin while they wait for
+//      work (libgomp's default). On an idle machine that is a little faster, but when another
+//      process takes a core a step takes several times as long; with OMP_WAIT_POLICY=PASSIVE they
+//      sleep instead. libgomp reads the variable only when it is loaded, before main(), so when
+//      it is unset this sets it and executes the program again (execv of /proc/self/exe with the
+//      same argv), once; the second start sees it set and goes on. A value already in the
+//      environment (ACTIVE to spin) is respected. Call it before anything with side effects
+//      (threads, files): the process image is replaced.
+//   2. malloc (tune_malloc): with glibc's default, dynamic thresholds, the activation buffers of
+//      every step (hundreds of KB to a few MB) are mmap'ed and unmapped, or trimmed from the heap
+//      top, and fault back in at the next step (thousands of minor page faults per step of a
+//      small CNN). Fixed thresholds (M_MMAP_THRESHOLD 32 MiB, the largest glibc accepts on 64-bit;
+//      M_TRIM_THRESHOLD 512 MiB) keep them in the heap. Refused by the allocator (e.g. under a
+//      sanitizer): a warning, and the defaults stay.
+//   3. intra-op threads (torch::set_num_threads): Debian's LibTorch starts with one; 0 (the
+//      default) means one per hardware thread.
+//   4. OpenBLAS's threads (blas_threads): ATen already parallelises around its BLAS calls, and
+//      OpenBLAS's own threads would compete with those (1, the default, was 15 to 40% faster on
+//      a 2-core machine); 0 leaves OpenBLAS's setting. A BLAS that is not OpenBLAS is reported,
+//      with the package that replaces it (libopenblas0-pthread), since the reference BLAS is
+//      several times slower.
+//
+// The lines go to the logger as it is when called (stdout; log.log too once the logger directory
+// is set). With .log(false) nothing is logged, and RuntimeReport::log() logs the same lines
+// later, e.g. after logger::set_logger_dir so that they land in log.log.
+//
+// Errors: std::invalid_argument naming RuntimeOptions and the field for a negative thread count.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <torch/arg.h>
+
+namespace trainpack {
+
+struct RuntimeOptions {
+  // torch::set_num_threads; 0: one per hardware thread (std::thread::hardware_concurrency).
+  TORCH_ARG(int, intra_op_threads) = 0;
+  // openblas_set_num_threads when the BLAS is OpenBLAS; 0: leave OpenBLAS's own setting.
+  TORCH_ARG(int, blas_threads) = 1;
+  // Fixed mmap/trim thresholds for glibc's malloc (mallopt).
+  TORCH_ARG(bool, tune_malloc) = true;
+  // OMP_WAIT_POLICY=PASSIVE, re-executing the program once when the environment does not set it.
+  TORCH_ARG(bool, passive_omp_wait) = true;
+  // Log the settings now.
+  TORCH_ARG(bool, log) = true;
+};
+
+// What configure_runtime set, as the lines it logs.
+struct RuntimeReport {
+  std::vector<std::string> lines;
+  std::vector<std::string> warnings;
+  // Logs the lines (info) and warnings again, e.g. once the logger directory is set.
+  void log() const;
+};
+
+// Applies `options` as described at the top of this file and returns what it set. `argv` (of
+// `argc` arguments, argv[argc] == nullptr) is what the program is executed again with.
+RuntimeReport configure_runtime(int argc, char** argv, const RuntimeOptions& options = {});
+
+// The environment variable that the re-executed program finds set to "1" when configure_runtime
+// set OMP_WAIT_POLICY (and not the user).
+constexpr const char* kRuntimeSetWaitPolicyVariable = "TRAINPACK_SET_OMP_WAIT_POLICY";
+
+}  // namespace trainpack
