@@ -256,7 +256,8 @@ TEST(AutoResumeErrors, NeedsTheLoggerDirectory) {
     AutoResumeTrainConfig config(TrainConfig().model(std::make_shared<LinearModel>()));
     FAIL() << "no error";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("set_logger_dir"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("trainpack::logger::set_logger_dir"), std::string::npos)
+        << e.what();
   }
 }
 
