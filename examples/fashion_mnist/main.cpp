@@ -111,7 +111,7 @@ void set_passive_wait_policy_and_reexec(char** argv) {
   unsetenv(kWaitPolicySetHere);
 }
 
-// DESIGN.md, "Memory allocator": with glibc's default (dynamic) thresholds, the activation
+// The memory allocator: with glibc's default (dynamic) thresholds, the activation
 // buffers of every step (hundreds of KB to a few MB) are mmap'ed and unmapped, or trimmed from
 // the heap top, and fault back in at the next step. Fixed thresholds keep them in the heap.
 // BENCHMARKS.md ("Main job") has the measurements behind the values.
@@ -541,7 +541,7 @@ int main(int argc, char** argv) {
           max_epoch);
   if (steps_per_epoch > 0) config.steps_per_epoch(steps_per_epoch);
   // The run found in --logdir, if any, continues from its latest valid checkpoint (its counters
-  // are the truth: spec 22 #7); stats.json is appended to.
+  // are the truth: docs/tensorpack-differences.md #7); stats.json is appended to.
   std::string resumed_from;
   if (resume) {
     trainpack::AutoResumeTrainConfig auto_resume(config);

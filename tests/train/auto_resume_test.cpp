@@ -1,4 +1,4 @@
-// AutoResumeTrainConfig (spec 6.4 with the fix of spec 22 #7) and JSONWriter's part in a resume:
+// AutoResumeTrainConfig (docs/tensorpack-differences.md #7) and JSONWriter's part in a resume:
 // which checkpoint is picked, the fallback past a corrupt one, the counters the run continues
 // from, and what happens to stats.json.
 #include <gtest/gtest.h>

@@ -20,11 +20,11 @@
 //   started;
 // - when the run resumes from a checkpoint (Trainer::restored_resume_point(), set by SaverRestore
 //   or AutoResumeTrainConfig), appended to whatever its last epoch: the checkpoint's counters are
-//   the truth (spec 22 #7). Entries with a global_step after the checkpoint's (written by the run
-//   that stopped, for steps that now run again) are dropped with a warning that names both steps;
-//   the file as found is copied to `stats.json.before-resume-<MMDD-HHMMSS>` first and stats.json
-//   is rewritten once. A last entry whose epoch_num is neither the checkpoint's epoch nor the one
-//   before is a warning naming both;
+//   the truth (docs/tensorpack-differences.md #7). Entries with a global_step after the
+//   checkpoint's (written by the run that stopped, for steps that now run again) are dropped with a
+//   warning that names both steps; the file as found is copied to
+//   `stats.json.before-resume-<MMDD-HHMMSS>` first and stats.json is rewritten once. A last entry
+//   whose epoch_num is neither the checkpoint's epoch nor the one before is a warning naming both;
 // - if it is malformed (not JSON, not an array, an entry that is not an object of numbers), moved
 //   to `stats.json.malformed-<MMDD-HHMMSS>` with a warning naming both paths, and a new file is
 //   started;
@@ -40,7 +40,7 @@
 //
 //   monitors.push_back(trainpack::JSONWriter::create());  // a NoOpMonitor without a logger dir
 //
-// Differences from tensorpack (spec 22 #8, fixed):
+// Differences from tensorpack (docs/tensorpack-differences.md #8, fixed):
 // - The cost of a write is proportional to the new entry, not to the whole history: the file is
 //   kept open and each entry replaces the closing `]` with `, {entry}]` (one pwrite). tensorpack
 //   dumps the whole list to `stats.json.tmp` and renames it at every trigger (quadratic over a

@@ -181,11 +181,12 @@ struct DumpTensorAsImageOptions {
 // called when no value was fetched since the last step (a step tensor outside an epoch's end,
 // e.g. under PeriodicTrigger(every_k_steps) or before training); a file that cannot be written.
 //
-// Differences from tensorpack (spec 22 #6, fixed): every file name carries its index (tensorpack:
-// `x-ep003.png`, `x-ep003-1.png`, ...); the monitors receive the scaled, clipped uint8 images
-// (tensorpack puts the unscaled value); channels are written as RGB (tensorpack writes with
-// OpenCV, which reads them as BGR). A step tensor is fetched from the epoch's last step instead of
-// being evaluated by a separate run at trigger time; a 4-D value with C not in 1, 3, 4 is an error.
+// Differences from tensorpack (docs/tensorpack-differences.md #6, fixed): every file name carries
+// its index (tensorpack: `x-ep003.png`, `x-ep003-1.png`, ...); the monitors receive the scaled,
+// clipped uint8 images (tensorpack puts the unscaled value); channels are written as RGB
+// (tensorpack writes with OpenCV, which reads them as BGR). A step tensor is fetched from the
+// epoch's last step instead of being evaluated by a separate run at trigger time; a 4-D value with
+// C not in 1, 3, 4 is an error.
 class DumpTensorAsImage : public Callback {
  public:
   explicit DumpTensorAsImage(std::string tensor_name,
@@ -244,8 +245,8 @@ struct CheckNumericsOptions {
 // for a name), which stops training as a CallbackError naming CheckNumerics and the hook.
 // std::invalid_argument at construction for an empty name, or names without run_step.
 //
-// Differences from tensorpack: none in timing (spec 22 #13: it also runs before training); the
-// `names` option is trainpack's.
+// Differences from tensorpack: none in timing (it also runs before training:
+// docs/tensorpack-differences.md #13); the `names` option is trainpack's.
 class CheckNumerics : public Callback {
  public:
   explicit CheckNumerics(CheckNumericsOptions options = CheckNumericsOptions());

@@ -13,8 +13,8 @@
 // before the increment, in trigger_step the one after. With every_k_steps=2, before/after_run are
 // enabled in the runs that start at global_step 0, 2, 4, ... and trigger_step at 2, 4, 6, ...
 //
-// Differences from tensorpack: none in timing (spec 22 #2 is faithful). A period is 0 for "not
-// set"; a negative period is an error.
+// Differences from tensorpack: none in timing (docs/tensorpack-differences.md #2: kept). A period
+// is 0 for "not set"; a negative period is an error.
 #pragma once
 
 #include <cstdint>

@@ -106,10 +106,10 @@ void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trai
 //
 // Errors: no logger directory is std::invalid_argument saying to call
 // logger::set_logger_dir first.
-// Differences from tensorpack (spec 22 #7): the counters come from the checkpoint, not from
-// stats.json (tensorpack takes starting_epoch from the last stats.json entry and asserts that
-// both exist); a checkpoint without stats.json, or stats.json without a checkpoint, is fine; a
-// corrupt latest checkpoint falls back to an older one.
+// Differences from tensorpack (docs/tensorpack-differences.md #7): the counters come from the
+// checkpoint, not from stats.json (tensorpack takes starting_epoch from the last stats.json entry
+// and asserts that both exist); a checkpoint without stats.json, or stats.json without a
+// checkpoint, is fine; a corrupt latest checkpoint falls back to an older one.
 class AutoResumeTrainConfig : public TrainConfig {
  public:
   explicit AutoResumeTrainConfig(TrainConfig config, bool always_resume = true);
