@@ -168,12 +168,14 @@ struct DumpTensorAsImageOptions {
 // epoch (local_step == steps_per_epoch - 1) and dumped at the next trigger, which must come before
 // another step runs (the epoch's end).
 //
-// At trigger: value -> map_func -> clip(value * scale, 0, 255) -> uint8 (NaN becomes 0), then by
-// shape: [H, W] one grey image; [H, W, C] with C in 1, 3, 4 one image (grey, RGB, RGBA);
-// [N, H, W] with another last dimension N grey images; [N, H, W, C] with C in 1, 3, 4 N images.
-// Image k is written to `<dir>/<prefix>-ep<epoch:03d>-<k>.png` (k from 0, also for a single
-// image: `filters-ep003-0.png`), then `monitors().put_image(prefix, images)` receives the same
-// uint8 NHWC images (tags `prefix`, or `prefix/<k>` for several).
+// At trigger: value -> map_func -> clip(value * scale, 0, 255) -> uint8 (NaN becomes 0, +inf
+// 255, -inf 0), then by shape: [H, W] one grey image; [H, W, C] with C in 1, 3, 4 one image
+// (grey, RGB, RGBA); [N, H, W] with another last dimension N grey images (tensorpack writes such
+// a value as one file: docs/tensorpack-differences.md #6); [N, H, W, C] with C in 1, 3, 4 N
+// images. Image k is written to `<dir>/<prefix>-ep<epoch:03d>-<k>.png` (k from 0, also for a
+// single image: `filters-ep003-0.png`; every `/` and `\` of the prefix becomes `_` in the file
+// name: `conv/W` gives `conv_W-ep001-0.png`), then `monitors().put_image(prefix, images)`
+// receives the same uint8 NHWC images (tags `prefix`, or `prefix/<k>` for several).
 // chief_only: true.
 // Errors: std::invalid_argument at construction for an empty tensor name or prefix, a scale
 // that is not finite, no `dir` and no logger directory. At trigger (training stops, naming the
