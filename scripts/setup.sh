@@ -16,7 +16,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-# Debian 12 packages the project needs (DESIGN.md: dependencies). libopenblas0-pthread replaces
+# Debian 12 packages the project needs. libopenblas0-pthread replaces
 # the slow reference BLAS that Debian's LibTorch loads otherwise; dataset-fashion-mnist holds the
 # data of the Fashion-MNIST example. libprotobuf-dev/protobuf-compiler build the event files'
 # messages; python3-pil lets the tests decode the PNG inside an image event; python3-torch lets

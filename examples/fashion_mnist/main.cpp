@@ -414,7 +414,7 @@ int main(int argc, char** argv) {
           max_epoch);
   if (steps_per_epoch > 0) config.steps_per_epoch(steps_per_epoch);
   // The run found in --logdir, if any, continues from its latest valid checkpoint (its counters
-  // are the truth: spec 22 #7); stats.json is appended to.
+  // are the truth: docs/tensorpack-differences.md #7); stats.json is appended to.
   std::string resumed_from;
   if (resume) {
     trainpack::AutoResumeTrainConfig auto_resume(config);

@@ -69,7 +69,8 @@ struct SaverRestoreOptions {
 // truncated or corrupt file is a CheckpointError naming the file (at run_init, before anything
 // is changed); a shape mismatch is std::invalid_argument naming the entry.
 // Differences from tensorpack: no `prefix` argument (names are the modules' own); the trainer
-// counters, the RNG and callback states are restored too (spec 22 #7).
+// counters, the RNG and callback states are restored too
+// (docs/tensorpack-differences.md #7, #32).
 class SaverRestore : public SessionInit {
  public:
   explicit SaverRestore(const std::string& path, SaverRestoreOptions options = {});

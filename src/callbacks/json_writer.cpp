@@ -311,7 +311,8 @@ void JSONWriter::adopt_existing_file() {
 
     bool drop_entries = false;
     if (const auto& resumed = trainer().restored_resume_point()) {
-      // Resumed from a checkpoint: its counters are the truth (spec 22 #7).
+      // Resumed from a checkpoint: its counters are the truth
+      // (docs/tensorpack-differences.md #7).
       drop_entries = keep_entries_up_to(p.entries, *resumed);
     } else if (!follows_starting_epoch(p.entries)) {
       const std::string backup = backup_path(path_, "");

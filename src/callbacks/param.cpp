@@ -359,7 +359,7 @@ void ScheduledHyperParamSetter::check_value_at_beginning() {
   // p = 0..point, which is value_at(point) when that exists (an exact or interpolated point), and
   // otherwise the value of the last scheduled point before it. Computed directly here, so that a
   // step-based schedule restored at step 10^6 does not scan every step; a scheduled 0.0 counts
-  // (spec 22 #3: tensorpack's `value or previous` skipped it).
+  // (docs/tensorpack-differences.md #3: tensorpack's `value or previous` skipped it).
   const int64_t point = current_point();
   std::optional<double> v = value_at(point);
   if (!v) {

@@ -258,7 +258,8 @@ void ProgressBar::_before_train() {
 
 void ProgressBar::_before_epoch() {
   close();
-  last_updated_ = local_step();  // -1 (spec 22 #1): the first step of every epoch fetches
+  last_updated_ = local_step();  // -1 (docs/tensorpack-differences.md #1): the first step of every
+                                 // epoch fetches
   decided_ = draw_due_ = false;
   if (total_ <= 0) return;
   open_ = true;

@@ -1,8 +1,9 @@
 // TFEventWriter (see the header). Encoding: the protobuf library (Debian's libprotobuf 3.21,
 // the one Debian's LibTorch links too) with a .proto of our own holding only the fields we write
 // (src/proto/trainpack_tfevent.proto). Chosen over a hand encoder because it is the well-kept
-// library for the format (DESIGN.md: dependencies) and linking it beside LibTorch gave no
-// trouble; the generated header stays private to this file and the tests' reader.
+// library for the format (trainpack writes by hand only what no such library does) and linking
+// it beside LibTorch gave no trouble; the generated header stays private to this file and the
+// tests' reader.
 #include "trainpack/callbacks/tf_event_writer.h"
 
 #include <fcntl.h>

@@ -162,7 +162,7 @@ AutoResumeTrainConfig::AutoResumeTrainConfig(TrainConfig config, bool always_res
   if (!dir) {
     throw std::invalid_argument(
         "AutoResumeTrainConfig: the logger directory is not set. Call "
-        "trainpack::set_logger_dir(dir) before constructing it: that directory is where its "
+        "trainpack::logger::set_logger_dir(dir) before constructing it: that directory is where its "
         "checkpoints are looked for.");
   }
   if (!always_resume && session_init()) return;

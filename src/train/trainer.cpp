@@ -227,12 +227,13 @@ void Trainer::main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t
     callbacks_->before_train();
     bool stopped = false;
     for (int64_t epoch = starting_epoch; epoch <= max_epoch && !stopped; ++epoch) {
-      if (should_stop()) {  // spec 22 #14: a stop request starts no new epoch
+      // A stop request starts no new epoch (docs/tensorpack-differences.md #14).
+      if (should_stop()) {
         stopped = true;
         break;
       }
       epoch_num_ = epoch;
-      local_step_ = -1;  // spec 22 #1
+      local_step_ = -1;  // docs/tensorpack-differences.md #1
       TP_LOG_INFO("Start Epoch {} ...", epoch);
       callbacks_->before_epoch();
       const auto start = std::chrono::steady_clock::now();

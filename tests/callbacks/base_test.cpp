@@ -1,5 +1,5 @@
 // Callback base class, ProxyCallback, CallbackFactory, the Callbacks group and its dispatch
-// lists, CallbackTimeLogger, RunOp and RunUpdateOps (spec 3, 12.5, 12.6).
+// lists, CallbackTimeLogger, RunOp and RunUpdateOps.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

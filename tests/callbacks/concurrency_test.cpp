@@ -1,4 +1,4 @@
-// StartProcOrThread, StoppableThread and ChildProcess (spec 12.8): what is started in
+// StartProcOrThread, StoppableThread and ChildProcess: what is started in
 // before_train is stopped in after_train, also when training fails, and nothing is left running.
 #include "trainpack/callbacks/concurrency.h"
 

@@ -1,5 +1,6 @@
-// JSONWriter (spec 7.4, 22 #8): stats.json byte for byte, append / back up on restart, truncated
-// and malformed files, load_existing_json / load_existing_epoch_number, the cost of a write.
+// JSONWriter (docs/tensorpack-differences.md #8): stats.json byte for byte, append / back up on
+// restart, truncated and malformed files, load_existing_json / load_existing_epoch_number, the cost
+// of a write.
 #include <sys/stat.h>
 #include <unistd.h>
 

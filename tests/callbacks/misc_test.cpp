@@ -1,4 +1,4 @@
-// EstimatedTimeLeft (spec 13.1) and SendStat (spec 13.3).
+// EstimatedTimeLeft and SendStat.
 #include "trainpack/callbacks/misc.h"
 
 #include <gmock/gmock.h>

@@ -1,4 +1,4 @@
-// The core of Monitors: put_scalar, get_history, get_latest (spec 7.2).
+// The core of Monitors: put_scalar, get_history, get_latest.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

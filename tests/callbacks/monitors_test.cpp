@@ -1,4 +1,4 @@
-// Monitors' put_scalar / put_image / put_summary / put_event (spec 7.2): what every monitor
+// Monitors' put_scalar / put_image / put_summary / put_event: what every monitor
 // receives, in which order, and the shape and tag rules.
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>

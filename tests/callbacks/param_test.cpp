@@ -275,7 +275,7 @@ TEST_F(ScheduledHyperParamSetterSchedule, NameIsTensorpacksStr) {
       "ScheduledHyperParamSetter(schedule=[(30, 0.01), (60, 0.001), (85, 1.0), (95, 1e-05)])");
 }
 
-// ---- the start-up check (spec 10.4, 22 #3) ----
+// ---- the start-up check (docs/tensorpack-differences.md #3) ----
 
 class ScheduledHyperParamSetterStartup : public ParamFixture {};
 
@@ -504,7 +504,7 @@ TEST_F(ObjAttrParamTest, EmptyReadableNameThrows) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// HyperParamSetterWithFunc (spec 10.5, 22 #4)
+// HyperParamSetterWithFunc (docs/tensorpack-differences.md #4)
 
 class HyperParamSetterWithFuncTest : public ParamFixture {};
 
@@ -547,7 +547,7 @@ TEST_F(HyperParamSetterWithFuncTest, NullParamThrows) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// StatMonitorParamSetter (spec 10.6)
+// StatMonitorParamSetter
 
 class StatMonitorParamSetterTest : public ParamFixture {
  protected:
@@ -652,7 +652,7 @@ TEST_F(StatMonitorParamSetterTest, NullParamThrows) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// HumanHyperParamSetter (spec 10.3)
+// HumanHyperParamSetter
 
 // Writes `text` to `path` during trigger() of epoch `epoch` (placed before the setter).
 class WriteFileAtEpoch : public Callback {

@@ -1,4 +1,4 @@
-// ThroughputTracker (spec 14.5) and HostMemoryTracker (spec 14.4).
+// ThroughputTracker and HostMemoryTracker.
 #include "trainpack/callbacks/prof.h"
 
 #include <gmock/gmock.h>

@@ -1,5 +1,5 @@
-// ProgressBar (spec 12.2, 17.2) and the tqdm formatting it draws with. The expected lines were
-// checked against tqdm 4.64's format_meter / format_num / format_interval.
+// ProgressBar (with tensorpack's refresh-interval rule) and the tqdm formatting it draws with. The
+// expected lines were checked against tqdm 4.64's format_meter / format_num / format_interval.
 #include "trainpack/callbacks/progress_bar.h"
 
 #include <gmock/gmock.h>
@@ -311,7 +311,8 @@ TEST(ProgressBar, WithoutNamesNothingIsFetched) {
 }
 
 TEST(ProgressBar, OneStepPerEpochStillRefreshesValues) {
-  // spec 22 #1: local_step is -1 in before_epoch, so every epoch's single step fetches.
+  // docs/tensorpack-differences.md #1: local_step is -1 in before_epoch, so every epoch's single
+  // step fetches.
   CostTrainer trainer({1});
   Captured out;
   auto bar =

@@ -1,4 +1,5 @@
-// ScalarPrinter (spec 7.5, with spec 22 #9 fixed): when it prints, what, and in which format.
+// ScalarPrinter (with docs/tensorpack-differences.md #9): when it prints, what, and in which
+// format.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -93,7 +94,7 @@ TEST(ScalarPrinter, StepOnlyPrintsEpochValuesWithTheNextStepAndTheLastOnesAtAfte
                           "loss: 4",                           //
                           "Epoch 2 (global_step 4) finished",  //
                           "Training has finished!",            //
-                          "epoch_stat: 2"));                   // after_train (spec 22 #9)
+                          "epoch_stat: 2"));                   // after_train (differences #9)
 }
 
 TEST(ScalarPrinter, NeitherPrintsBeforeTrainingAndTheLastValuesAtAfterTrain) {
@@ -104,7 +105,7 @@ TEST(ScalarPrinter, NeitherPrintsBeforeTrainingAndTheLastValuesAtAfterTrain) {
                           "Start Epoch 2 ...",                 //
                           "Epoch 2 (global_step 4) finished",  //
                           "Training has finished!",            //
-                          "epoch_stat: 2", "loss: 4"));        // after_train (spec 22 #9)
+                          "epoch_stat: 2", "loss: 4"));        // after_train (differences #9)
 }
 
 TEST(ScalarPrinter, ValuesPutAfterTheLastPrintAppearAtAfterTrain) {

@@ -1,4 +1,4 @@
-// SendMonitorData (spec 7.6): runs its command once every named stat has a fresh value.
+// SendMonitorData: runs its command once every named stat has a fresh value.
 #include "trainpack/callbacks/send_monitor_data.h"
 
 #include <gmock/gmock.h>

@@ -1,4 +1,4 @@
-// Summary callbacks (spec 8.1-8.4, 6.1, 12.6): MovingAverageSummary, MergeAllSummaries (with the
+// Summary callbacks: MovingAverageSummary, MergeAllSummaries (with the
 // op and alone), SimpleMovingAverage, the default callbacks, RunUpdateOps with the tower's update
 // ops, and the monitors at the end of the line (stats.json, event files).
 #include "trainpack/callbacks/summary.h"

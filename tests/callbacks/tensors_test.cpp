@@ -1,6 +1,6 @@
-// ProcessTensors, TensorPrinter, DumpTensors, DumpTensorAsImage, CheckNumerics (spec 12.3, 12.7,
-// 22 #6 and #13). Only callbacks/graph.h is included: it must bring these classes along, as
-// tensorpack's callbacks/graph.py does.
+// ProcessTensors, TensorPrinter, DumpTensors, DumpTensorAsImage, CheckNumerics
+// (docs/tensorpack-differences.md #6 and #13). Only callbacks/graph.h is included: it must bring
+// these classes along, as tensorpack's callbacks/graph.py does.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

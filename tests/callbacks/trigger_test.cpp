@@ -1,4 +1,4 @@
-// PeriodicTrigger, PeriodicCallback and EnableCallbackIf (spec 9) as exact traces.
+// PeriodicTrigger, PeriodicCallback and EnableCallbackIf as exact traces.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -147,7 +147,7 @@ TEST(PeriodicCallback, EpochPeriodEnablesWholeEpochsAndTheEndOfTheLastEpoch) {
       "after_epoch ep=2 ls=1 gs=4",
       "trigger_epoch ep=2 ls=1 gs=4",
       "trigger ep=2 ls=1 gs=4",
-      // the last epoch: its last step and its end (not its before_epoch: spec 22 #1)
+      // the last epoch: its last step and its end (not its before_epoch: differences #1)
       "before_run ep=3 ls=1 gs=5",
       "after_run ep=3 ls=1 gs=6",
       "trigger_step ep=3 ls=1 gs=6",

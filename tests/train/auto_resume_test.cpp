@@ -1,4 +1,4 @@
-// AutoResumeTrainConfig (spec 6.4 with the fix of spec 22 #7) and JSONWriter's part in a resume:
+// AutoResumeTrainConfig (docs/tensorpack-differences.md #7) and JSONWriter's part in a resume:
 // which checkpoint is picked, the fallback past a corrupt one, the counters the run continues
 // from, and what happens to stats.json.
 #include <gtest/gtest.h>
@@ -256,7 +256,8 @@ TEST(AutoResumeErrors, NeedsTheLoggerDirectory) {
     AutoResumeTrainConfig config(TrainConfig().model(std::make_shared<LinearModel>()));
     FAIL() << "no error";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("set_logger_dir"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("trainpack::logger::set_logger_dir"), std::string::npos)
+        << e.what();
   }
 }
 

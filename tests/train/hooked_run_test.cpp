@@ -1,5 +1,5 @@
 // Trainer::hooked_run: RunArgs from before_run, the step's published tensors, RunArgs ops, and
-// after_run with the values from that same step (spec 2.5).
+// after_run with the values from that same step.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

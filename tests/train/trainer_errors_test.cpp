@@ -197,7 +197,7 @@ TEST(TrainWithDefaults, PassesCountersThrough) {
   EXPECT_EQ(trace->back(), "after_train ep=2 ls=2 gs=3");
 }
 
-// ---- registration order and the chief filter (spec 2.2, 4) ----
+// ---- registration order and the chief filter ----
 
 class Tagged : public Callback {
  public:

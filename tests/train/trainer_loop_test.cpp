@@ -1,4 +1,4 @@
-// The main loop's timing (spec 2.1, 2.4, section 22 #1 and #14) as exact traces.
+// The main loop's timing (docs/tensorpack-differences.md #1 and #14) as exact traces.
 #include <gtest/gtest.h>
 
 #include "trainpack/testing.h"
@@ -43,7 +43,7 @@ using testing::run_noop;
 using testing::Trace;
 using testing::TraceCallback;
 
-// ---- StopTraining raised from each hook (spec 2.4): the hook in progress does not reach later
+// ---- StopTraining raised from each hook: the hook in progress does not reach later
 // callbacks, training ends cleanly, after_train runs. Raised at epoch 1, local step 1.
 struct StopCase {
   const char* hook;
@@ -120,7 +120,7 @@ INSTANTIATE_TEST_SUITE_P(
                                       "after_train ep=1 ls=1 gs=2"})}),
     [](const ::testing::TestParamInfo<StopCase>& info) { return std::string(info.param.hook); });
 
-// ---- stop requests (spec 2.4, 22 #14) ----
+// ---- stop requests (docs/tensorpack-differences.md #14) ----
 
 TEST(TrainerLoop, StopRequestedMidEpochEndsBeforeTheNextStep) {
   auto trace = std::make_shared<Trace>();
@@ -185,7 +185,7 @@ TEST(TrainerLoop, StopRequestedInBeforeTrainRunsNoEpoch) {
   EXPECT_EQ(*trace, expected);
 }
 
-// ---- degenerate ranges (spec 2.4) ----
+// ---- degenerate ranges ----
 
 TEST(TrainerLoop, ZeroEpochsStillRunBeforeAndAfterTrain) {
   auto trace = std::make_shared<Trace>();

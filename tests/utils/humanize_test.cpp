@@ -1,4 +1,4 @@
-// humanize_time_delta (spec 17.1) and the Python-style %g formatting.
+// humanize_time_delta and the Python-style %g formatting.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,4 +1,5 @@
-// The logger (spec 16, spec 22 #10): set_logger_dir with each action, log.log, the console format.
+// The logger (docs/tensorpack-differences.md #10): set_logger_dir with each action, log.log, the
+// console format.
 #include "trainpack/utils/logger.h"
 
 #include <fcntl.h>

@@ -169,7 +169,11 @@ CallbackPtr unowned_plain_callback();
 }  // namespace detail
 
 // A callback that forwards every hook to another one. Base of the wrappers (PeriodicTrigger,
-// EnableCallbackIf, ...). The inner callback's chief_only flag is copied at construction.
+// EnableCallbackIf, ...) and of your own (override the hooks to change, call the base for the
+// others). The inner callback's chief_only flag is copied at construction (later changes to it are
+// not seen). The inner callback's setup_graph enters its own name scope from the graph's root, as
+// if it were registered directly (its ops are `<InnerClass>/<op>`). name(): `Proxy-<inner name>`.
+// A null callback is std::invalid_argument `ProxyCallback: callback is null`.
 class ProxyCallback : public Callback {
  public:
   explicit ProxyCallback(CallbackPtr callback)
@@ -203,8 +207,12 @@ class ProxyCallback : public Callback {
   CallbackPtr callback_;
 };
 
-// A callback made of functions: each given function is called with the callback itself at
-// setup_graph, before_train, trigger (every epoch end by default) and after_train.
+// A callback made of functions: each given function is called with the callback itself (so it
+// can read the counters and the trainer) at setup_graph (inside the name scope CallbackFactory),
+// before_train, trigger (every epoch end by default, or whenever a wrapper triggers it) and
+// after_train (always, also after an error). A hook without a function does nothing.
+// chief_only: true (Callback's default). name(): the hooks given, `CallbackFactory(before_train,
+// trigger)`, or `CallbackFactory()` (tensorpack prints the functions' reprs).
 //
 //   trainer_callbacks.push_back(std::make_shared<CallbackFactory>(
 //       CallbackFactoryOptions().before_train([](CallbackFactory&) { load_vocab(); })));

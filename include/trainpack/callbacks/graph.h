@@ -32,6 +32,19 @@ struct RunOpOptions {
 
 // Runs an op (a closure, or a named op of the Graph resolved at setup_graph) before training,
 // at every trigger and/or with every step. chief_only: false.
+// When: setup_graph looks up an op name (the exact, full name, e.g. "ResetAccumulator/reset") and
+// builds the per-step request once; before_train (epoch_num = starting_epoch - 1) runs it if
+// run_before; before_run of every hooked run, if run_step, returns a RunArgs whose op runs in that
+// same run after the step function and before any after_run (it sees the step's results, before
+// global_step is incremented); trigger() runs it if run_as_trigger.
+// Logs: with verbose, `Running Op ema_update ...` (`Running Op op ...` for a closure).
+// Errors: std::invalid_argument at construction `RunOp: op is empty; pass a callable or an op
+// name` / `RunOp: op_name is empty`; at setup_graph, an unknown name is `Graph: 'nope' is not an
+// op in the graph. Ops that exist: ...`; an exception from the op stops training as a
+// CallbackError naming RunOp and the hook.
+// Differences from tensorpack: tensorpack's "callable that returns the op, called at setup" is
+// replaced by registering a named op in the Graph during setup; a step op runs right after the
+// step function in the same hooked run instead of being fetched in the same session.run.
 class RunOp : public Callback {
  public:
   using Op = std::function<void()>;
@@ -63,7 +76,12 @@ class RunOp : public Callback {
 // recorded). Logs "Applying collection UPDATE_OPS of N ops." at setup when the Graph collection
 // is not empty, and once, after the first hooked run in which the tower has recorded some,
 // "Applying the training tower's update ops: name1, name2." A step allocates nothing.
-// chief_only: false. A default callback.
+// Register the closures before setup_callbacks (in the trainer's constructor) or in the
+// setup_graph of a callback registered before it:
+// `graph().add_to_collection(Graph::kUpdateOps, [&] { ... });`. With another collection that is
+// empty it does nothing with the step (its before_run still returns an empty request). A closure
+// that throws stops training as a CallbackError naming RunUpdateOps in before_run.
+// chief_only: false. A default callback (the last).
 //
 // Differences from tensorpack: the ops are closures; the tower's update ops are recorded at
 // every step (LibTorch is eager), so they are logged after the first step, not at setup; with

@@ -5,8 +5,10 @@
 // hook, which callbacks override it; a hook is dispatched only to those, so a callback that does
 // not override a hook costs nothing there. `trigger_epoch` is timed per callback: when the round
 // takes 2 s or more, it logs `Callbacks took X.XXX sec in total. <name>: <time>; ...` naming the
-// callbacks that took over 30% of it and over 1 s. `after_train` is isolated: a callback that
-// throws is reported and the others still run.
+// callbacks that took over 30% of it and over 1 s (the line ends after `in total. ` when none
+// does). `after_train` is isolated: a callback that throws is logged as ERR `Exception in
+// <name>.after_train(): <what>` and the others still run. Users need this class only to write a
+// trainer-like driver.
 //
 // Differences from tensorpack: an exception thrown by a hook reaches the trainer as a
 // CallbackError naming the callback and the hook (StopTraining passes through unchanged).

@@ -30,8 +30,9 @@
 // Inferencers are callbacks (they get setup_graph with the trainer, so trainer() works) but are
 // driven only by their runner: they receive no other training hook.
 //
-// Differences from tensorpack: statistics are doubles by type, so the non-scalar case of spec 20
-// #11 cannot happen (spec 22 #11); fetch names are the tower's output names (no `:0`).
+// Differences from tensorpack: statistics are doubles by type, so a non-scalar statistic, which
+// tensorpack's float conversion handles badly, cannot happen (docs/tensorpack-differences.md #11);
+// fetch names are the tower's output names (no `:0`).
 #pragma once
 
 #include <ATen/core/Tensor.h>

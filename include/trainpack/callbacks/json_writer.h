@@ -16,18 +16,20 @@
 // On start (before_train), an existing stats.json is
 // - appended to when its last entry's `epoch_num` + 1 is the trainer's starting_epoch, or it has
 //   no usable `epoch_num` (INFO `Found existing JSON inside <dir>, will append to it.`);
-// - otherwise moved to `stats.json.<MMDD-HHMMSS>` (tensorpack's three warnings), and a new file is
-//   started;
+// - otherwise moved to `stats.json.<MMDD-HHMMSS>` with tensorpack's three warnings (`History
+//   epoch=5 from JSON is not the predecessor of the current starting_epoch=1`, `If you want to
+//   resume old training, ...`, `Now, we will train with starting_epoch=1 and backup old json to
+//   <path>`), and a new file is started;
 // - when the run resumes from a checkpoint (Trainer::restored_resume_point(), set by SaverRestore
 //   or AutoResumeTrainConfig), appended to whatever its last epoch: the checkpoint's counters are
-//   the truth (spec 22 #7). Entries with a global_step after the checkpoint's (written by the run
-//   that stopped, for steps that now run again) are dropped with a warning that names both steps;
-//   the file as found is copied to `stats.json.before-resume-<MMDD-HHMMSS>` first and stats.json
-//   is rewritten once. A last entry whose epoch_num is neither the checkpoint's epoch nor the one
-//   before is a warning naming both;
+//   the truth (docs/tensorpack-differences.md #7). Entries with a global_step after the
+//   checkpoint's (written by the run that stopped, for steps that now run again) are dropped with a
+//   warning that names both steps; the file as found is copied to
+//   `stats.json.before-resume-<MMDD-HHMMSS>` first and stats.json is rewritten once. A last entry
+//   whose epoch_num is neither the checkpoint's epoch nor the one before is a warning naming both;
 // - if it is malformed (not JSON, not an array, an entry that is not an object of numbers), moved
-//   to `stats.json.malformed-<MMDD-HHMMSS>` with a warning naming both paths, and a new file is
-//   started;
+//   to `stats.json.malformed-<MMDD-HHMMSS>` with the warning `<path> is not a valid stats file
+//   (<reason>); moved it to <backup> and starting a new stats.json.`, and a new file is started;
 // - if it is truncated (an append cut short: `[{...}, {"a": 1`), its complete entries are kept
 //   with a warning; the file as found is copied to `stats.json.truncated-<MMDD-HHMMSS>`, and
 //   stats.json is rewritten once (temporary file, fsync, rename) without the incomplete tail.
@@ -40,7 +42,7 @@
 //
 //   monitors.push_back(trainpack::JSONWriter::create());  // a NoOpMonitor without a logger dir
 //
-// Differences from tensorpack (spec 22 #8, fixed):
+// Differences from tensorpack (docs/tensorpack-differences.md #8, fixed):
 // - The cost of a write is proportional to the new entry, not to the whole history: the file is
 //   kept open and each entry replaces the closing `]` with `, {entry}]` (one pwrite). tensorpack
 //   dumps the whole list to `stats.json.tmp` and renames it at every trigger (quadratic over a

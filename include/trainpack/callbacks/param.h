@@ -272,8 +272,8 @@ struct ScheduledHyperParamSetterOptions {
 // Differences from tensorpack: the schedule must be strictly increasing and its points >= 0
 // (tensorpack sorts it and keeps the first of equal points; here an unsorted schedule is an error,
 // since it is almost always a typo); a scheduled 0.0 counts in the start-up check (tensorpack
-// ignores it, spec 22 #3); the start-up warning of a step-based schedule names the step
-// (`step 150`; tensorpack prints the bare word `step`).
+// ignores it; docs/tensorpack-differences.md #3); the start-up warning of a step-based schedule
+// names the step (`step 150`; tensorpack prints the bare word `step`).
 class ScheduledHyperParamSetter : public HyperParamSetter {
  public:
   using Schedule = std::vector<std::pair<int64_t, double>>;
@@ -310,7 +310,7 @@ class ScheduledHyperParamSetter : public HyperParamSetter {
 //
 // WHEN: before_train, with epoch_num = starting_epoch - 1 (0 for a fresh run), and every epoch
 // end with the finished epoch's number. So a function that decays on even epochs already decays
-// once before training (spec 22 #4: kept as in tensorpack).
+// once before training (docs/tensorpack-differences.md #4: kept as in tensorpack).
 //
 //   std::make_shared<HyperParamSetterWithFunc>(
 //       "learning_rate", [](int64_t e, double x) { return e % 2 == 0 ? x * 0.9 : x; });

@@ -41,10 +41,10 @@
 // Differences from tensorpack: the line is tqdm's default format (with the spaces tensorpack's
 // custom bar_format drops) and unicode blocks on a UTF-8 terminal; values are fetched only when
 // the bar is drawn (tensorpack fetches them and redraws at every step when names are given); the
-// bar fetches values in every epoch also with one step per epoch (spec 22 #1); lines rather than
-// `\r` redraws when not on a terminal, and no 0% line there; the environment variable is
-// TRAINPACK_PROGRESS_REFRESH and a bad value is a warning (tensorpack raises ValueError); no bar
-// when steps_per_epoch is 0.
+// bar fetches values in every epoch also with one step per epoch
+// (docs/tensorpack-differences.md #1); lines rather than `\r` redraws when not on a terminal, and
+// no 0% line there; the environment variable is TRAINPACK_PROGRESS_REFRESH and a bad value is a
+// warning (tensorpack raises ValueError); no bar when steps_per_epoch is 0.
 #pragma once
 
 #include <cstdint>
@@ -143,10 +143,11 @@ class ProgressBar : public Callback {
   bool draw_due_ = false;      // draw after this step
 };
 
-// The refresh interval when none is given (spec 17.2): TRAINPACK_PROGRESS_REFRESH if it holds a
-// non-negative number; else 0.5 s on a terminal; else, with SLURM_JOB_ID set, 60 s if
-// SLURM_JOB_NUM_NODES > 1 and 15 s otherwise; else 60 s with OMPI_COMM_WORLD_SIZE set; else
-// 180 s. A TRAINPACK_PROGRESS_REFRESH that is not a non-negative number logs a warning.
+// The refresh interval when none is given (tensorpack's get_tqdm_kwargs rule):
+// TRAINPACK_PROGRESS_REFRESH if it holds a non-negative number; else 0.5 s on a terminal; else,
+// with SLURM_JOB_ID set, 60 s if SLURM_JOB_NUM_NODES > 1 and 15 s otherwise; else 60 s with
+// OMPI_COMM_WORLD_SIZE set; else 180 s. A TRAINPACK_PROGRESS_REFRESH that is not a non-negative
+// number logs a warning.
 double default_progress_refresh_interval(bool terminal);
 
 // Whether the locale named by LC_ALL, LC_CTYPE or LANG (the first one set) uses UTF-8.

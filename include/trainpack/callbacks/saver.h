@@ -174,7 +174,7 @@ struct MinSaverOptions {
 // directory nor a logger directory was given.
 // chief_only: true.
 //
-// Differences from tensorpack (spec 22 #5, fixed):
+// Differences from tensorpack (docs/tensorpack-differences.md #5, fixed):
 // - the latest checkpoint must be `model-<step>` exactly (tensorpack tests whether its path ends
 //   with the step's digits, so step 50 matched `model-150`), and only its own checkpoint
 //   file is copied (tensorpack's `path*` glob also copied `model-500.*`);

@@ -13,9 +13,9 @@
 //       ScalarPrinterOptions().enable_step(true).blacklist({"^QueueInput/"})));
 //
 // Differences from tensorpack:
-// - spec 22 #9 fixed: values put after the last print (e.g. at the last epoch's end with
-//   enable_step=true, enable_epoch=false, or at all with both flags false) are printed in
-//   after_train instead of being dropped.
+// - docs/tensorpack-differences.md #9, fixed: values put after the last print (e.g. at the last
+//   epoch's end with enable_step=true, enable_epoch=false, or at all with both flags false) are
+//   printed in after_train instead of being dropped.
 // - Patterns use ECMAScript syntax (std::regex), which agrees with Python's `re` on the usual
 //   constructs; a pattern that does not compile is an error at construction.
 #pragma once

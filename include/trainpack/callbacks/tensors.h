@@ -168,12 +168,14 @@ struct DumpTensorAsImageOptions {
 // epoch (local_step == steps_per_epoch - 1) and dumped at the next trigger, which must come before
 // another step runs (the epoch's end).
 //
-// At trigger: value -> map_func -> clip(value * scale, 0, 255) -> uint8 (NaN becomes 0), then by
-// shape: [H, W] one grey image; [H, W, C] with C in 1, 3, 4 one image (grey, RGB, RGBA);
-// [N, H, W] with another last dimension N grey images; [N, H, W, C] with C in 1, 3, 4 N images.
-// Image k is written to `<dir>/<prefix>-ep<epoch:03d>-<k>.png` (k from 0, also for a single
-// image: `filters-ep003-0.png`), then `monitors().put_image(prefix, images)` receives the same
-// uint8 NHWC images (tags `prefix`, or `prefix/<k>` for several).
+// At trigger: value -> map_func -> clip(value * scale, 0, 255) -> uint8 (NaN becomes 0, +inf
+// 255, -inf 0), then by shape: [H, W] one grey image; [H, W, C] with C in 1, 3, 4 one image
+// (grey, RGB, RGBA); [N, H, W] with another last dimension N grey images (tensorpack writes such
+// a value as one file: docs/tensorpack-differences.md #6); [N, H, W, C] with C in 1, 3, 4 N
+// images. Image k is written to `<dir>/<prefix>-ep<epoch:03d>-<k>.png` (k from 0, also for a
+// single image: `filters-ep003-0.png`; every `/` and `\` of the prefix becomes `_` in the file
+// name: `conv/W` gives `conv_W-ep001-0.png`), then `monitors().put_image(prefix, images)`
+// receives the same uint8 NHWC images (tags `prefix`, or `prefix/<k>` for several).
 // chief_only: true.
 // Errors: std::invalid_argument at construction for an empty tensor name or prefix, a scale
 // that is not finite, no `dir` and no logger directory. At trigger (training stops, naming the
@@ -181,11 +183,12 @@ struct DumpTensorAsImageOptions {
 // called when no value was fetched since the last step (a step tensor outside an epoch's end,
 // e.g. under PeriodicTrigger(every_k_steps) or before training); a file that cannot be written.
 //
-// Differences from tensorpack (spec 22 #6, fixed): every file name carries its index (tensorpack:
-// `x-ep003.png`, `x-ep003-1.png`, ...); the monitors receive the scaled, clipped uint8 images
-// (tensorpack puts the unscaled value); channels are written as RGB (tensorpack writes with
-// OpenCV, which reads them as BGR). A step tensor is fetched from the epoch's last step instead of
-// being evaluated by a separate run at trigger time; a 4-D value with C not in 1, 3, 4 is an error.
+// Differences from tensorpack (docs/tensorpack-differences.md #6, fixed): every file name carries
+// its index (tensorpack: `x-ep003.png`, `x-ep003-1.png`, ...); the monitors receive the scaled,
+// clipped uint8 images (tensorpack puts the unscaled value); channels are written as RGB
+// (tensorpack writes with OpenCV, which reads them as BGR). A step tensor is fetched from the
+// epoch's last step instead of being evaluated by a separate run at trigger time; a 4-D value with
+// C not in 1, 3, 4 is an error.
 class DumpTensorAsImage : public Callback {
  public:
   explicit DumpTensorAsImage(std::string tensor_name,
@@ -244,8 +247,8 @@ struct CheckNumericsOptions {
 // for a name), which stops training as a CallbackError naming CheckNumerics and the hook.
 // std::invalid_argument at construction for an empty name, or names without run_step.
 //
-// Differences from tensorpack: none in timing (spec 22 #13: it also runs before training); the
-// `names` option is trainpack's.
+// Differences from tensorpack: none in timing (it also runs before training:
+// docs/tensorpack-differences.md #13); the `names` option is trainpack's.
 class CheckNumerics : public Callback {
  public:
   explicit CheckNumerics(CheckNumericsOptions options = CheckNumericsOptions());

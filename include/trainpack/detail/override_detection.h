@@ -1,11 +1,11 @@
 // Finding out, at run time, whether an object's class overrides a virtual member function.
 //
-// Why: a callback that does not override a hook must cost nothing in that hook (DESIGN.md,
-// "Hot path"), so the trainer builds per-hook dispatch lists once, at setup. C++ has no
-// portable way to ask "which function does this object's vtable slot hold?", so this reads
-// the slot under the Itanium C++ ABI (GCC and Clang on Linux and macOS; the ARM variant keeps
-// the virtual flag in the adjustment word). Elsewhere it answers "overridden", which is always
-// correct, only slower.
+// Why: a callback that does not override a hook must cost nothing in that hook (the per-step
+// path visits only the callbacks that do something in it), so the trainer builds per-hook dispatch
+// lists once, at setup. C++ has no portable way to ask "which function does this object's vtable
+// slot hold?", so this reads the slot under the Itanium C++ ABI (GCC and Clang on Linux and macOS;
+// the ARM variant keeps the virtual flag in the adjustment word). Elsewhere it answers
+// "overridden", which is always correct, only slower.
 #pragma once
 
 #include <cstddef>

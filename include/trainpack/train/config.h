@@ -95,9 +95,9 @@ struct TrainConfig {
 void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trainer);
 
 // tensorpack's AutoResumeTrainConfig: a TrainConfig that continues the run found in the logger
-// directory (set it first: trainpack::set_logger_dir).
+// directory (set it first: trainpack::logger::set_logger_dir).
 //
-//   trainpack::set_logger_dir("train_log/run1", "k");
+//   trainpack::logger::set_logger_dir("train_log/run1", "k");
 //   trainpack::launch_train_with_config(
 //       trainpack::AutoResumeTrainConfig(TrainConfig().model(...).dataflow(...)), trainer);
 //
@@ -109,11 +109,12 @@ void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trai
 // will be overwritten.`). The run then continues from the checkpoint's counters: epoch, step in
 // the epoch and global_step (Trainer::set_resume_point), and JSONWriter appends to stats.json.
 //
-// Errors: no logger directory is std::invalid_argument saying to call set_logger_dir first.
-// Differences from tensorpack (spec 22 #7): the counters come from the checkpoint, not from
-// stats.json (tensorpack takes starting_epoch from the last stats.json entry and asserts that
-// both exist); a checkpoint without stats.json, or stats.json without a checkpoint, is fine; a
-// corrupt latest checkpoint falls back to an older one.
+// Errors: no logger directory is std::invalid_argument saying to call
+// logger::set_logger_dir first.
+// Differences from tensorpack (docs/tensorpack-differences.md #7): the counters come from the
+// checkpoint, not from stats.json (tensorpack takes starting_epoch from the last stats.json entry
+// and asserts that both exist); a checkpoint without stats.json, or stats.json without a
+// checkpoint, is fine; a corrupt latest checkpoint falls back to an older one.
 class AutoResumeTrainConfig : public TrainConfig {
  public:
   explicit AutoResumeTrainConfig(TrainConfig config, bool always_resume = true);

@@ -37,8 +37,9 @@
 // tower as undefined tensors: a tower meant for prediction checks `in[i].defined()` for labels.
 //
 // Differences from tensorpack: the module and the optimizer are LibTorch objects passed in
-// (tensorpack builds them inside the tower function); predictors are per trainer (spec 22 #12);
-// a predict tower replicates the module instead of sharing TF variables.
+// (tensorpack builds them inside the tower function); predictors are per trainer
+// (docs/tensorpack-differences.md #12); a predict tower replicates the module instead of sharing
+// TF variables.
 #pragma once
 
 #include <functional>

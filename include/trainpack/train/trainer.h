@@ -30,9 +30,10 @@
 // `received_signal()` tells the caller, who can exit with `exit_code_for_signal()` (130 / 143).
 // A second signal while the first is pending terminates the process at once.
 //
-// Differences from tensorpack (spec section 22): local_step is -1 from before_epoch until the
-// first step of each epoch (#1); a stop requested during an epoch's last step does not start the
-// next epoch (#14); signals stop training cleanly instead of raising KeyboardInterrupt.
+// Differences from tensorpack (numbers of docs/tensorpack-differences.md): local_step is -1 from
+// before_epoch until the first step of each epoch (#1); a stop requested during an epoch's last
+// step does not start the next epoch (#14); signals stop training cleanly instead of raising
+// KeyboardInterrupt (#15).
 #pragma once
 
 #include <cstdint>
@@ -102,9 +103,9 @@ class Trainer {
   // SessionInit in initialize(). The loop then starts at epoch point.epoch (before_train sees
   // epoch_num = point.epoch - 1), runs that epoch's steps from point.step_in_epoch on, and
   // global_step starts at point.global_step. The checkpoint's counters are the truth: a
-  // starting_epoch other than 1 that disagrees is a warning naming both (spec 22 #7). Throws
-  // std::invalid_argument on negative or inconsistent values, std::logic_error once the loop
-  // has started.
+  // starting_epoch other than 1 that disagrees is a warning naming both
+  // (docs/tensorpack-differences.md #7). Throws std::invalid_argument on negative or inconsistent
+  // values, std::logic_error once the loop has started.
   void set_resume_point(ResumePoint point);
   // Starts global_step at `step` instead of 0 (call before main_loop; train_with_defaults calls
   // it for TrainOptions::starting_global_step). Together with main_loop's starting_epoch this

@@ -1,6 +1,6 @@
 // Durable file replacement: write to a temporary name in the same directory, fsync, rename over
-// the final name, fsync the directory (DESIGN.md section 3, "Files"). A crash at any moment
-// leaves either the old content or the new one under the final name, never a mix.
+// the final name, fsync the directory. Every file trainpack replaces goes through here. A crash at
+// any moment leaves either the old content or the new one under the final name, never a mix.
 //
 //   trainpack::write_file_atomically("/logs/checkpoint", text);
 //

@@ -12,7 +12,7 @@
 //   logger::set_logger_dir("train_log/mnist", 'k');  // keep what a previous run left there
 //   logger::auto_set_dir('d');                         // train_log/<program name>, emptied first
 //
-// Differences from tensorpack (spec 22 #10):
+// Differences from tensorpack (docs/tensorpack-differences.md #10):
 // - actions are case-insensitive (`'K'` is `'k'`); an action other than k, d, b, n, q is a
 //   std::invalid_argument that lists the valid ones, checked whether or not the directory exists;
 // - `q` throws a std::runtime_error that says the directory exists and lists the actions
@@ -54,9 +54,9 @@ void remove_sink(int id);
 // The logger directory (normalised: `a//b/` is `a/b`), or nullopt when none was set.
 std::optional<std::string> get_logger_dir();
 
-// Makes `dir` the logger directory (spec 16). First the log.log of a previous directory is
-// closed. If `dir` exists and holds an entry whose name does not start with `.`, `action` says
-// what to do with it (case-insensitive):
+// Makes `dir` the logger directory (tensorpack's logger.set_logger_dir). First the log.log of a
+// previous directory is closed. If `dir` exists and holds an entry whose name does not start with
+// `.`, `action` says what to do with it (case-insensitive):
 //   'k' keep it as it is;
 //   'd' delete it with everything inside, then start an empty one;
 //   'b' back it up: rename it to `<dir>.<MMDD-HHMMSS>`, then start an empty `dir`;
