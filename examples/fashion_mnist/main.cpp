@@ -55,21 +55,7 @@
 #include <vector>
 
 #include "model.h"
-#include "trainpack/callbacks/base.h"
-#include "trainpack/callbacks/inference.h"
-#include "trainpack/callbacks/inference_runner.h"
-#include "trainpack/callbacks/misc.h"
-#include "trainpack/callbacks/param.h"
-#include "trainpack/callbacks/prof.h"
-#include "trainpack/callbacks/saver.h"
-#include "trainpack/input/dataflow.h"
-#include "trainpack/input/fashion_mnist.h"
-#include "trainpack/train/config.h"
-#include "trainpack/train/single_cost.h"
-#include "trainpack/utils/checkpoint.h"
-#include "trainpack/utils/logger.h"
-#include "trainpack/utils/runtime.h"
-#include "trainpack/utils/stats_json.h"
+#include "trainpack/trainpack.h"
 
 namespace {
 

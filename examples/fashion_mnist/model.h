@@ -22,8 +22,7 @@
 #include <memory>
 #include <vector>
 
-#include "trainpack/train/config.h"
-#include "trainpack/train/tower.h"
+#include "trainpack/trainpack.h"
 
 namespace fashion_mnist {
 

@@ -32,16 +32,7 @@
 #include <utility>
 #include <vector>
 
-#include "trainpack/callbacks/graph.h"
-#include "trainpack/callbacks/param.h"
-#include "trainpack/callbacks/progress_bar.h"
-#include "trainpack/callbacks/summary.h"
-#include "trainpack/callbacks/tensors.h"
-#include "trainpack/input/dataflow.h"
-#include "trainpack/input/input_source.h"
-#include "trainpack/train/single_cost.h"
-#include "trainpack/train/tower.h"
-#include "trainpack/utils/logger.h"
+#include "trainpack/trainpack.h"
 
 namespace {
 

@@ -24,13 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "trainpack/callbacks/base.h"
-#include "trainpack/callbacks/graph.h"
-#include "trainpack/callbacks/param.h"
-#include "trainpack/callbacks/progress_bar.h"
-#include "trainpack/callbacks/trigger.h"
-#include "trainpack/train/trainer.h"
-#include "trainpack/utils/logger.h"
+#include "trainpack/trainpack.h"
 
 namespace {
 
