@@ -15,6 +15,7 @@
 #include <limits>
 #include <sstream>
 
+#include "support/command.h"
 #include "support/files.h"
 #include "support/temp_dir.h"
 #include "support/trace.h"
@@ -147,13 +148,7 @@ std::optional<std::string> python_load(const fs::path& path) {
       "PYTHONIOENCODING=utf-8 python3 -c \"import json,sys; print(json.load(open(sys.argv[1])))\" "
       "'" +
       path.string() + "' 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return std::nullopt;
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int rc = ::pclose(p);
+  const auto [out, rc] = testing::run_command(cmd);
   if (rc != 0) return "python3 failed: " + out;
   return out;
 }

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/command.h"
 #include "support/errors.h"
 #include "support/temp_dir.h"
 #include "support/trace.h"
@@ -65,15 +66,7 @@ class ImageRecorder : public MonitorBase {
   }
 };
 
-std::pair<std::string, int> run_command(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return {"", -1};
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  return {out, ::pclose(p)};
-}
+using testing::run_command;
 
 // True if /usr/bin/python3 can import `module`.
 bool python_has(const std::string& module) {

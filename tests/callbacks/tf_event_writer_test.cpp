@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/command.h"
 #include "support/event_reader.h"
 #include "support/temp_dir.h"
 #include "support/trace.h"
@@ -58,12 +59,8 @@ std::vector<std::string> event_files(const fs::path& dir) {
 
 // Runs a shell command; returns its exit status and stdout.
 int run_command(const std::string& cmd, std::string* out) {
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out->append(buf, n);
-  const int st = ::pclose(p);
+  const auto [text, st] = testing::run_command(cmd);
+  out->append(text);
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 

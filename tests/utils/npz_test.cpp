@@ -1,4 +1,5 @@
 #include "trainpack/utils/npz.h"
+#include "support/command.h"
 #include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
@@ -57,17 +58,7 @@ void expect_throw_with(F&& f, std::initializer_list<std::string> parts) {
   }
 }
 
-// Runs `cmd`, returning its stdout and exit status.
-std::pair<std::string, int> run(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return {"", -1};
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int rc = ::pclose(p);
-  return {out, rc};
-}
+using trainpack::testing::run_command;
 
 // Debian's python3-numpy installs into /usr/bin/python3's path; prefer that interpreter.
 std::string python_with_numpy() {
@@ -204,7 +195,8 @@ TEST_F(NpzTest, NumpyLoadsEveryDtype) {
                            "for k in d.files:\n"
                            "    a = d[k]\n"
                            "    print(k, a.dtype.str, a.shape, a.tolist())\n";
-  const auto [out, rc] = run(py + " " + script.string() + " " + path.string() + " </dev/null");
+  const auto [out, rc] =
+      run_command(py + " " + script.string() + " " + path.string() + " </dev/null");
   ASSERT_EQ(rc, 0) << out;
   EXPECT_EQ(out,
             "fc/W <f4 (2, 3) [[1.5, -2.0, 0.25], [3.0, 4.0, -0.125]]\n"
