@@ -41,6 +41,7 @@
 namespace {
 
 using trainpack::bench::median;
+using trainpack::bench::parse_positive;
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -120,16 +121,6 @@ int64_t count_records(const std::string& path, uintmax_t* bytes) {
   return n;
 }
 
-int64_t parse_positive(const char* flag, const char* s) {
-  char* end = nullptr;
-  const long long v = s ? std::strtoll(s, &end, 10) : 0;
-  if (s == nullptr || *end != '\0' || v <= 0) {
-    std::fprintf(stderr, "%s needs a positive integer\n", flag);
-    std::exit(2);
-  }
-  return v;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -153,12 +144,9 @@ int main(int argc, char** argv) {
   trainpack::logger::set_level(trainpack::logger::Level::kWarning);
   std::string base = dir_arg;
   if (base.empty()) {
-    std::string tmpl = (fs::temp_directory_path() / "trainpack_bench_events.XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) {
-      std::perror("mkdtemp");
-      return 1;
-    }
-    base = tmpl;
+    base = trainpack::bench::make_scratch_dir(fs::temp_directory_path().string(),
+                                              "trainpack_bench_events")
+               .string();
   }
 
   std::printf(

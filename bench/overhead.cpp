@@ -26,10 +26,7 @@
 #include <string>
 #include <vector>
 
-#include <stdlib.h>
-
-#include <filesystem>
-
+#include "support.h"
 #include "trainpack/callbacks/base.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/logger.h"
@@ -37,6 +34,8 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using trainpack::bench::median;
+using trainpack::bench::parse_positive;
 
 // The step's side effect: a volatile store the compiler must keep.
 volatile uint64_t g_counter = 0;
@@ -103,48 +102,20 @@ double run_trainer(int64_t steps, int idle_callbacks) {
 // Returns ns per step of train_with_defaults with the default callbacks and monitors, logging
 // into a fresh temporary directory (removed afterwards).
 double run_defaults(int64_t steps) {
-  char dir_template[] = "/tmp/trainpack_bench_overhead.XXXXXX";
-  if (mkdtemp(dir_template) == nullptr) {
-    std::perror("mkdtemp");
-    std::exit(1);
-  }
-  const std::string dir = dir_template;
-  trainpack::logger::set_logger_dir(dir, 'k');
+  trainpack::bench::ScratchLoggerDir dir("trainpack_bench_overhead");
   const Shape shape = shape_for(steps);
-  double ns = 0;
-  {
-    PuttingTrainer trainer;
-    const auto start = Clock::now();
-    trainer.train_with_defaults(
-        trainpack::TrainOptions().steps_per_epoch(shape.steps_per_epoch).max_epoch(shape.epochs));
-    const std::chrono::duration<double, std::nano> took = Clock::now() - start;
-    if (trainer.received_signal() != 0) {
-      std::exit(trainpack::exit_code_for_signal(trainer.received_signal()));
-    }
-    ns = took.count() / static_cast<double>(trainer.global_step());
+  PuttingTrainer trainer;
+  const auto start = Clock::now();
+  trainer.train_with_defaults(
+      trainpack::TrainOptions().steps_per_epoch(shape.steps_per_epoch).max_epoch(shape.epochs));
+  const std::chrono::duration<double, std::nano> took = Clock::now() - start;
+  if (trainer.received_signal() != 0) {
+    std::exit(trainpack::exit_code_for_signal(trainer.received_signal()));
   }
-  trainpack::logger::unset_logger_dir();
-  std::filesystem::remove_all(dir);
-  return ns;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  return took.count() / static_cast<double>(trainer.global_step());
 }
 
 double minimum(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
-
-int64_t parse_positive(const char* flag, const char* text) {
-  char* end = nullptr;
-  const long long v = std::strtoll(text, &end, 10);
-  if (end == text || *end != '\0' || v <= 0) {
-    std::fprintf(stderr, "%s: expected a positive integer, got '%s'\n", flag, text);
-    std::exit(2);
-  }
-  return static_cast<int64_t>(v);
-}
 
 void usage(std::FILE* out, const char* argv0) {
   std::fprintf(out,

@@ -1,15 +1,19 @@
 // Small helpers shared by the benchmark programs: the median of timings, the `--reps R --dir DIR`
-// command line of the file-writing benchmarks, and their scratch directory.
+// command line of the file-writing benchmarks, a positive integer argument, and scratch and logger
+// directories.
 #pragma once
 
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
+
+#include "trainpack/utils/logger.h"
 
 namespace trainpack::bench {
 
@@ -17,6 +21,17 @@ inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The value of `flag`, `text`, as a positive integer; prints why and exits with 2 when it is not.
+inline int64_t parse_positive(const char* flag, const char* text) {
+  char* end = nullptr;
+  const long long v = std::strtoll(text, &end, 10);
+  if (end == text || *end != '\0' || v <= 0) {
+    std::fprintf(stderr, "%s: expected a positive integer, got '%s'\n", flag, text);
+    std::exit(2);
+  }
+  return static_cast<int64_t>(v);
 }
 
 struct RepsAndDir {
@@ -50,5 +65,23 @@ inline std::filesystem::path make_scratch_dir(const std::string& base, const std
   }
   return tmpl;
 }
+
+// A fresh logger directory under /tmp for one trainer run (the default monitors write real files
+// there), unset and removed at the end of the scope.
+class ScratchLoggerDir {
+ public:
+  explicit ScratchLoggerDir(const std::string& name) : dir_(make_scratch_dir("/tmp", name)) {
+    logger::set_logger_dir(dir_.string(), 'k');
+  }
+  ~ScratchLoggerDir() {
+    logger::unset_logger_dir();
+    std::filesystem::remove_all(dir_);
+  }
+  ScratchLoggerDir(const ScratchLoggerDir&) = delete;
+  ScratchLoggerDir& operator=(const ScratchLoggerDir&) = delete;
+
+ private:
+  std::filesystem::path dir_;
+};
 
 }  // namespace trainpack::bench

@@ -256,8 +256,8 @@ TEST(CallbackState, StepBasedScheduleResumedMidEpochSetsAndLogsAsAnUninterrupted
 }
 
 TEST(CallbackState, HumanHyperParamSetterDoesNotReportAValueItAlreadyApplied) {
-  const auto dir = testing::make_temp_dir("callback_state");
-  const std::string file = (dir / "hyper.txt").string();
+  const testing::ScopedTempDir dir("callback_state");
+  const std::string file = (dir.path() / "hyper.txt").string();
   std::ofstream(file) << "param: 0.25\n";
   SetterRuns runs;
   runs.make = [file](Param& p) -> std::vector<CallbackPtr> {
@@ -286,7 +286,6 @@ TEST(CallbackState, HumanHyperParamSetterDoesNotReportAValueItAlreadyApplied) {
   trainer.main_loop(2, 7, 7);
   EXPECT_EQ(lines.lines, (std::vector<std::string>{"[HyperParamSetter] At global_step=0, param "
                                                    "changes from 0.250000 to 0.500000"}));
-  std::filesystem::remove_all(dir);
 }
 
 TEST(CallbackState, HyperParamSetterWithFuncContinuesFromTheSavedValue) {

@@ -16,6 +16,7 @@
 #include <limits>
 #include <sstream>
 
+#include "support/command.h"
 #include "support/files.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/monitor.h"
@@ -56,20 +57,14 @@ std::vector<fs::path> backups(const fs::path& dir, const std::string& prefix = "
   return out;
 }
 
-class JSONWriterTest : public ::testing::Test {
+class JSONWriterTest : public testing::TempDirTest {
  protected:
   void SetUp() override {
-    const std::string tmpl = testing::make_temp_dir("json_writer_test").string();
-    dir_ = fs::path(tmpl) / "log";  // a fresh directory: set_logger_dir needs no action
-    logger::set_logger_dir(dir_.string());
-  }
-  void TearDown() override {
-    logger::unset_logger_dir();
-    std::error_code ec;
-    fs::remove_all(dir_.parent_path(), ec);
+    testing::TempDirTest::SetUp();
+    logger::set_logger_dir(dir().string());  // empty: set_logger_dir needs no action
   }
 
-  fs::path stats_path() const { return dir_ / "stats.json"; }
+  fs::path stats_path() const { return dir() / "stats.json"; }
 
   // Trains `epochs` epochs of `spe` steps from `starting_epoch` with a PutScalars callback and a
   // fresh JSONWriter; returns the writer.
@@ -82,8 +77,6 @@ class JSONWriterTest : public ::testing::Test {
                   max_epoch);
     return writer;
   }
-
-  fs::path dir_;
 };
 
 // 2 epochs x 2 steps: the step-1 entry of each epoch, then the epoch entry (its last step merged).
@@ -96,7 +89,7 @@ TEST_F(JSONWriterTest, WritesTensorpacksLayoutByteForByte) {
   auto writer = train(2, 1, 2);
   EXPECT_EQ(read_text(stats_path()), kTwoEpochs);
   EXPECT_EQ(writer->stats().size(), 4u);
-  EXPECT_FALSE(fs::exists(dir_ / "stats.json.tmp"));
+  EXPECT_FALSE(fs::exists(dir() / "stats.json.tmp"));
 }
 
 TEST_F(JSONWriterTest, WritesWhatEarlierCallbacksPutInBeforeTrainWithThePreviousEpoch) {
@@ -156,13 +149,7 @@ std::optional<std::string> python_load(const fs::path& path) {
       "PYTHONIOENCODING=utf-8 python3 -c \"import json,sys; print(json.load(open(sys.argv[1])))\" "
       "'" +
       path.string() + "' 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return std::nullopt;
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int rc = ::pclose(p);
+  const auto [out, rc] = testing::run_command(cmd);
   if (rc != 0) return "python3 failed: " + out;
   return out;
 }
@@ -213,7 +200,7 @@ TEST_F(JSONWriterTest, ReadsBackWhatItWrites) {
   EXPECT_TRUE(std::holds_alternative<int64_t>(*stats->back().find("epoch_num")));
   EXPECT_TRUE(std::holds_alternative<double>(*stats->back().find("lr")));
   EXPECT_EQ(JSONWriter::load_existing_epoch_number(), 2);
-  EXPECT_EQ(JSONWriter::load_existing_epoch_number(dir_.string()), 2);
+  EXPECT_EQ(JSONWriter::load_existing_epoch_number(dir().string()), 2);
 
   // Python's non-finite literals, duplicate keys (the last value, the first position), an integer
   // that stays an integer and a float epoch (int() truncates).
@@ -232,7 +219,8 @@ TEST_F(JSONWriterTest, AppendsWhenTheStartingEpochFollows) {
   ASSERT_EQ(::stat(stats_path().c_str(), &st1), 0);
   LogCapture log;
   train(2, 3, 3);
-  EXPECT_TRUE(log.contains("Found existing JSON inside " + dir_.string() + ", will append to it."));
+  EXPECT_TRUE(
+      log.contains("Found existing JSON inside " + dir().string() + ", will append to it."));
   EXPECT_EQ(read_text(stats_path()),
             std::string(kTwoEpochs, std::strlen(kTwoEpochs) - 1) +
                 R"(, {"cost": 1.0, "epoch_num": 3, "global_step": 1}, )"
@@ -240,7 +228,7 @@ TEST_F(JSONWriterTest, AppendsWhenTheStartingEpochFollows) {
   struct stat st2 {};
   ASSERT_EQ(::stat(stats_path().c_str(), &st2), 0);
   EXPECT_EQ(st1.st_ino, st2.st_ino);  // appended to, not replaced
-  EXPECT_TRUE(backups(dir_).empty());
+  EXPECT_TRUE(backups(dir()).empty());
   EXPECT_EQ(JSONWriter::load_existing_epoch_number(), 3);
 }
 
@@ -255,7 +243,7 @@ TEST_F(JSONWriterTest, AppendsWhenTheLastEntryHasNoEpoch) {
   train(1, 5, 5);
   EXPECT_EQ(read_text(stats_path()),
             R"([{"cost": 1.0, "lr": 0.5, "epoch_num": 5, "global_step": 1}])");
-  EXPECT_TRUE(backups(dir_).empty());
+  EXPECT_TRUE(backups(dir()).empty());
 
   // Valid, but followed by a newline: rewritten once, the file as found kept.
   write_text(stats_path(), "[{\"epoch_num\": 4}]\n");
@@ -263,7 +251,7 @@ TEST_F(JSONWriterTest, AppendsWhenTheLastEntryHasNoEpoch) {
   train(1, 5, 5);
   EXPECT_EQ(read_text(stats_path()),
             R"([{"epoch_num": 4}, {"cost": 1.0, "lr": 0.5, "epoch_num": 5, "global_step": 1}])");
-  const auto kept = backups(dir_, "stats.json.orig-");
+  const auto kept = backups(dir(), "stats.json.orig-");
   ASSERT_EQ(kept.size(), 1u);
   EXPECT_EQ(read_text(kept[0]), "[{\"epoch_num\": 4}]\n");
   EXPECT_TRUE(log2.contains("the file as found is kept as " + kept[0].string()));
@@ -273,7 +261,7 @@ TEST_F(JSONWriterTest, BacksUpTheOldFileWhenTheStartingEpochDoesNotFollow) {
   train(2, 1, 2);
   LogCapture log;
   train(1, 1, 1);  // starts again at epoch 1: history epoch 2 is not its predecessor
-  const auto old = backups(dir_);
+  const auto old = backups(dir());
   ASSERT_EQ(old.size(), 1u);
   EXPECT_THAT(old[0].filename().string(),
               ::testing::MatchesRegex(R"(stats\.json\.[0-9]{4}-[0-9]{6})"));
@@ -291,7 +279,7 @@ TEST_F(JSONWriterTest, BacksUpTheOldFileWhenTheStartingEpochDoesNotFollow) {
   // A second back-up in the same second gets a name of its own: nothing is overwritten.
   train(1, 1, 1);
   train(1, 1, 1);
-  EXPECT_EQ(backups(dir_).size(), 3u);
+  EXPECT_EQ(backups(dir()).size(), 3u);
 }
 
 TEST_F(JSONWriterTest, KeepsTheCompleteEntriesOfATruncatedFile) {
@@ -316,7 +304,7 @@ TEST_F(JSONWriterTest, KeepsTheCompleteEntriesOfATruncatedFile) {
   EXPECT_EQ(
       read_text(stats_path()),
       good + R"(, {"cost": 1.0, "lr": 0.30000000000000004, "epoch_num": 3, "global_step": 1}])");
-  const auto kept = backups(dir_, "stats.json.truncated-");
+  const auto kept = backups(dir(), "stats.json.truncated-");
   ASSERT_EQ(kept.size(), 1u);
   EXPECT_EQ(read_text(kept[0]), cut);  // the file as found is kept
   EXPECT_TRUE(log.contains("the file as found is kept as " + kept[0].string()));
@@ -366,7 +354,7 @@ TEST_F(JSONWriterTest, MovesAMalformedFileAside) {
     EXPECT_EQ(JSONWriter::load_existing_epoch_number(), std::nullopt);
     LogCapture log;
     train(1, 1, 1);
-    const auto moved = backups(dir_, "stats.json.malformed-");
+    const auto moved = backups(dir(), "stats.json.malformed-");
     ASSERT_EQ(moved.size(), 1u);
     EXPECT_EQ(read_text(moved[0]), bad);
     EXPECT_TRUE(log.contains("WRN " + stats_path().string() + " is not a valid stats file"));
@@ -393,7 +381,7 @@ TEST_F(JSONWriterTest, LoadExistingEpochNumber) {
   write_text(stats_path(), R"([{"epoch_num": NaN}])");
   EXPECT_EQ(JSONWriter::load_existing_epoch_number(), std::nullopt);
   // Another directory, given explicitly.
-  const fs::path other = dir_ / "other";
+  const fs::path other = dir() / "other";
   fs::create_directories(other);
   write_text(other / "stats.json", R"([{"epoch_num": 11}])");
   EXPECT_EQ(JSONWriter::load_existing_epoch_number(other.string()), 11);
@@ -409,7 +397,7 @@ TEST_F(JSONWriterTest, WithoutALoggerDirectoryItIsANoOpMonitor) {
   EXPECT_EQ(m->name(), "NoOpMonitor(JSONWriter)");
   EXPECT_TRUE(log.contains("WRN logger directory was not set. Ignore JSONWriter."));
   EXPECT_THROW(JSONWriter(), std::invalid_argument);
-  logger::set_logger_dir(dir_.string(), 'k');
+  logger::set_logger_dir(dir().string(), 'k');
   EXPECT_EQ(JSONWriter::create()->name(), "JSONWriter");
   EXPECT_FALSE(JSONWriter().chief_only());
 }
@@ -473,11 +461,11 @@ TEST_F(JSONWriterTest, AWriteErrorIsLoggedAndTrainingGoesOn) {
     fs::path p_;
   };
   auto writer = std::make_shared<JSONWriter>();
-  fs::remove_all(dir_);
+  fs::remove_all(dir());
   NoOpTrainer trainer;
   trainer.set_handle_signals(false);
   LogCapture log;
-  EXPECT_NO_THROW(trainer.train({std::make_shared<Recreate>(dir_)}, {writer}, 3, 1, 1));
+  EXPECT_NO_THROW(trainer.train({std::make_shared<Recreate>(dir())}, {writer}, 3, 1, 1));
   int errors = 0;
   for (const auto& line : log.lines()) {
     if (line.rfind("ERR Exception in JSONWriter._write_stat()! ", 0) == 0) ++errors;

@@ -3,15 +3,14 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "support/files.h"
+#include "support/temp_dir.h"
 #include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/callbacks/trigger.h"
 #include "trainpack/testing.h"
@@ -96,25 +95,10 @@ TEST(EstimatedTimeLeft, BadLastKIsAnError) {
 
 // ---- SendStat ----
 
-class SendStatTest : public ::testing::Test {
+class SendStatTest : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    const char* base = std::getenv("TRAINPACK_TEST_TMP");
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::path(base != nullptr && *base != '\0' ? base : "/tmp") / "misc_test" /
-           (std::string(info->name()) + "-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::string out_path() const { return (dir_ / "out.txt").string(); }
-  std::string read_out() const {
-    std::ifstream in(out_path());
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
+  std::string out_path() const { return path("out.txt").string(); }
+  std::string read_out() const { return testing::read_text(out_path()); }
 
   // A callback that puts `name` = values[epoch - 1] at every epoch end (before SendStat's).
   static CallbackPtr putter(std::string name, std::vector<double> values) {
@@ -125,8 +109,6 @@ class SendStatTest : public ::testing::Test {
     };
     return cb;
   }
-
-  std::filesystem::path dir_;
 };
 
 TEST_F(SendStatTest, RunsTheFilledCommandAtEveryEpochEnd) {

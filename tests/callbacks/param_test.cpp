@@ -4,7 +4,6 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +16,7 @@
 #include <vector>
 
 #include "support/errors.h"
+#include "support/temp_dir.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/logger.h"
 
@@ -671,22 +671,14 @@ class WriteFileAtEpoch : public Callback {
   std::string text_;
 };
 
-class HumanHyperParamSetterTest : public ParamFixture {
+class HumanHyperParamSetterTest : public testing::TempDirFixture<ParamFixture> {
  protected:
   void SetUp() override {
-    const char* base = std::getenv("TRAINPACK_TEST_TMP");
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::path(base != nullptr && *base != '\0' ? base : "/tmp") / "param_test" /
-           (std::string(info->name()) + "-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(dir_);
-    logger::set_logger_dir(dir_.string());
-  }
-  void TearDown() override {
-    logger::unset_logger_dir();
-    std::filesystem::remove_all(dir_);
+    testing::TempDirFixture<ParamFixture>::SetUp();
+    logger::set_logger_dir(dir().string());
   }
 
-  std::string hyper_path() const { return (dir_ / "hyper.txt").string(); }
+  std::string hyper_path() const { return (dir() / "hyper.txt").string(); }
   void write(const std::string& text) { std::ofstream(hyper_path()) << text; }
   std::shared_ptr<HumanHyperParamSetter> setter() {
     return std::make_shared<HumanHyperParamSetter>(param());
@@ -700,8 +692,6 @@ class HumanHyperParamSetterTest : public ParamFixture {
     // before_train and the end of epoch 1 each read the file.
     EXPECT_EQ(log_.warnings(), (std::vector<std::string>{warning, warning}));
   }
-
-  std::filesystem::path dir_;
 };
 
 TEST_F(HumanHyperParamSetterTest, ReadsTheValueFromTheFile) {
@@ -775,8 +765,8 @@ TEST_F(HumanHyperParamSetterTest, WithoutLoggerDirThrows) {
 
 TEST_F(HumanHyperParamSetterTest, AbsoluteFileNameNeedsNoLoggerDir) {
   logger::unset_logger_dir();
-  const std::string path = (dir_ / "my-hyper.txt").string();
-  std::filesystem::create_directories(dir_);
+  const std::string path = (dir() / "my-hyper.txt").string();
+  std::filesystem::create_directories(dir());
   std::ofstream(path) << "param: 0.5\n";
   train({std::make_shared<HumanHyperParamSetter>(param(), path)}, 1, 1);
   EXPECT_EQ(sets_, (Sets{{0, 0.5}, {1, 0.5}}));

@@ -127,20 +127,12 @@ int count_lines(const LogCapture& log, const std::string& text) {
   return n;
 }
 
-class SaverTest : public ::testing::Test {
+class SaverTest : public testing::TempDirTest {
  protected:
-  void SetUp() override { dir_ = testing::make_temp_dir("saver_test"); }
-  void TearDown() override {
-    logger::unset_logger_dir();
-    std::error_code ec;
-    fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(dir_, ec);
-  }
   ModelSaverOptions options() const {
-    return ModelSaverOptions().checkpoint_dir(dir_.string()).fsync(false);
+    return ModelSaverOptions().checkpoint_dir(dir().string()).fsync(false);
   }
-  std::string prefix(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
+  std::string prefix(const std::string& name) const { return (dir() / name).string(); }
 };
 
 // ---- ModelSaver ----
@@ -151,10 +143,10 @@ TEST_F(SaverTest, SavesEveryEpochAndWritesTheIndexLast) {
   auto saver = std::make_shared<ModelSaver>(options().fsync(true).clock(clock_of(now)));
   std::vector<std::string> seen;
   LogCapture log;
-  m.train({clock_mover(now, 60), saver, lister(dir_, &seen)}, 2, 3);
+  m.train({clock_mover(now, 60), saver, lister(dir(), &seen)}, 2, 3);
   EXPECT_EQ(seen, (std::vector<std::string>{"model-2 | checkpoint", "model-2 model-4 | checkpoint",
                                             "model-2 model-4 model-6 | checkpoint"}));
-  EXPECT_EQ(read_text(dir_ / "checkpoint"),
+  EXPECT_EQ(read_text(dir() / "checkpoint"),
             "model_checkpoint_path: \"model-6\"\n"
             "all_model_checkpoint_paths: \"model-2\"\n"
             "all_model_checkpoint_paths: \"model-4\"\n"
@@ -174,13 +166,13 @@ TEST_F(SaverTest, TheIndexSwapFileHoldsThePreviousIndex) {
   m.train({clock_mover(now, 60),
            std::make_shared<ModelSaver>(options().max_to_keep(2).clock(clock_of(now)))},
           2, 3);
-  EXPECT_EQ(read_text(dir_ / "checkpoint"),
+  EXPECT_EQ(read_text(dir() / "checkpoint"),
             "model_checkpoint_path: \"model-6\"\n"
             "all_model_checkpoint_paths: \"model-4\"\n"
             "all_model_checkpoint_paths: \"model-6\"\n"
             "all_model_checkpoint_timestamps: 1120\n"
             "all_model_checkpoint_timestamps: 1180\n");
-  EXPECT_EQ(read_text(dir_ / "checkpoint.previous"),
+  EXPECT_EQ(read_text(dir() / "checkpoint.previous"),
             "model_checkpoint_path: \"model-4\"\n"
             "all_model_checkpoint_paths: \"model-2\"\n"
             "all_model_checkpoint_paths: \"model-4\"\n"
@@ -205,13 +197,13 @@ TEST_F(SaverTest, MaxToKeepKeepsTheNewestAndDeletesTheOlderOnes) {
   std::vector<std::string> seen;
   m.train(
       {std::make_shared<ModelSaver>(options().max_to_keep(2).keep_checkpoint_every_n_hours(1000)),
-       lister(dir_, &seen)},
+       lister(dir(), &seen)},
       2, 5);
   EXPECT_EQ(seen, (std::vector<std::string>{"model-2 | checkpoint", "model-2 model-4 | checkpoint",
                                             "model-4 model-6 | checkpoint",
                                             "model-6 model-8 | checkpoint",
                                             "model-8 model-10 | checkpoint"}));
-  const auto index = read_checkpoint_index(dir_.string());
+  const auto index = read_checkpoint_index(dir().string());
   EXPECT_EQ(index->all_model_checkpoint_paths, (std::vector<std::string>{"model-8", "model-10"}));
   EXPECT_EQ(index->last_preserved_timestamp, 0);
 }
@@ -221,7 +213,7 @@ TEST_F(SaverTest, MaxToKeepOneKeepsOnlyTheLatest) {
   std::vector<std::string> seen;
   m.train(
       {std::make_shared<ModelSaver>(options().max_to_keep(1).keep_checkpoint_every_n_hours(1000)),
-       lister(dir_, &seen)},
+       lister(dir(), &seen)},
       1, 3);
   EXPECT_EQ(seen, (std::vector<std::string>{"model-1 | checkpoint", "model-2 | checkpoint",
                                             "model-3 | checkpoint"}));
@@ -230,8 +222,8 @@ TEST_F(SaverTest, MaxToKeepOneKeepsOnlyTheLatest) {
 TEST_F(SaverTest, MaxToKeepZeroKeepsAndListsEveryCheckpoint) {
   ModelTrainer m;
   m.train({std::make_shared<ModelSaver>(options().max_to_keep(0))}, 1, 4);
-  EXPECT_EQ(listing(dir_), "model-1 model-2 model-3 model-4 | checkpoint");
-  EXPECT_EQ(read_checkpoint_index(dir_.string())->all_model_checkpoint_paths.size(), 4u);
+  EXPECT_EQ(listing(dir()), "model-1 model-2 model-3 model-4 | checkpoint");
+  EXPECT_EQ(read_checkpoint_index(dir().string())->all_model_checkpoint_paths.size(), 4u);
 }
 
 TEST_F(SaverTest, TheHoursRuleKeepsOneDroppedCheckpointEveryNHours) {
@@ -244,7 +236,7 @@ TEST_F(SaverTest, TheHoursRuleKeepsOneDroppedCheckpointEveryNHours) {
   m.train({clock_mover(now, 1200),
            std::make_shared<ModelSaver>(
                options().max_to_keep(2).keep_checkpoint_every_n_hours(1).clock(clock_of(now))),
-           lister(dir_, &seen)},
+           lister(dir(), &seen)},
           2, 9);
   EXPECT_EQ(seen, (std::vector<std::string>{
                       "model-2 | checkpoint", "model-2 model-4 | checkpoint",
@@ -256,7 +248,7 @@ TEST_F(SaverTest, TheHoursRuleKeepsOneDroppedCheckpointEveryNHours) {
                       "model-8 model-14 model-16 | checkpoint",  // model-12 (t=7200) deleted
                       "model-8 model-14 model-16 model-18 | checkpoint",  // model-14 kept
                   }));
-  EXPECT_EQ(read_text(dir_ / "checkpoint"),
+  EXPECT_EQ(read_text(dir() / "checkpoint"),
             "model_checkpoint_path: \"model-18\"\n"
             "all_model_checkpoint_paths: \"model-16\"\n"
             "all_model_checkpoint_paths: \"model-18\"\n"
@@ -272,10 +264,10 @@ TEST_F(SaverTest, ANewRunDoesNotDeleteTheCheckpointsOfAnEarlierRun) {
   }
   ModelTrainer run2;
   std::vector<std::string> seen;
-  run2.train({std::make_shared<ModelSaver>(options().max_to_keep(1)), lister(dir_, &seen)}, 1, 2);
+  run2.train({std::make_shared<ModelSaver>(options().max_to_keep(1)), lister(dir(), &seen)}, 1, 2);
   EXPECT_EQ(seen, (std::vector<std::string>{"model-1 model-3 model-6 | checkpoint",
                                             "model-2 model-3 model-6 | checkpoint"}));
-  EXPECT_EQ(read_checkpoint_index(dir_.string())->all_model_checkpoint_paths,
+  EXPECT_EQ(read_checkpoint_index(dir().string())->all_model_checkpoint_paths,
             std::vector<std::string>{"model-2"});
 }
 
@@ -303,18 +295,18 @@ TEST_F(SaverTest, AFailedSaveKeepsThePreviousCheckpointAndIndexAndTrainingGoesOn
   std::vector<std::string> indexes;
   unlimiter->trigger_fn = [&](ActionCallback&) {
     limit.reset();
-    indexes.push_back(read_text(dir_ / "checkpoint"));
+    indexes.push_back(read_text(dir() / "checkpoint"));
   };
   std::vector<std::string> seen;
   LogCapture log;
   m.train({limiter, std::make_shared<ModelSaver>(options().fsync(true)), unlimiter,
-           lister(dir_, &seen)},
+           lister(dir(), &seen)},
           2, 3);
   EXPECT_EQ(seen, (std::vector<std::string>{"model-2 | checkpoint", "model-2 | checkpoint",
                                             "model-2 model-6 | checkpoint"}));
   ASSERT_EQ(indexes.size(), 3u);
   EXPECT_EQ(indexes[1], indexes[0]);  // still names model-2
-  EXPECT_EQ(read_checkpoint_index(dir_.string())->all_model_checkpoint_paths,
+  EXPECT_EQ(read_checkpoint_index(dir().string())->all_model_checkpoint_paths,
             (std::vector<std::string>{"model-2", "model-6"}));
   EXPECT_TRUE(log.contains("ERR Exception in ModelSaver! cannot write " + prefix("model-4") +
                            ".data.tmp: File too large"));
@@ -330,26 +322,26 @@ TEST_F(SaverTest, AFailedIndexWriteRemovesTheNewCheckpoint) {
   auto blocker = std::make_shared<ActionCallback>();
   blocker->before_epoch_fn = [&](ActionCallback& self) {
     if (self.epoch_num() == 2) {
-      fs::create_directories(dir_ / "checkpoint.tmp" / "x");
-      fs::create_directories(dir_ / "checkpoint.previous" / "x");
+      fs::create_directories(dir() / "checkpoint.tmp" / "x");
+      fs::create_directories(dir() / "checkpoint.previous" / "x");
     }
     if (self.epoch_num() == 3) {
-      fs::remove_all(dir_ / "checkpoint.tmp");
-      fs::remove_all(dir_ / "checkpoint.previous");
+      fs::remove_all(dir() / "checkpoint.tmp");
+      fs::remove_all(dir() / "checkpoint.previous");
     }
   };
   std::vector<std::string> seen;
   LogCapture log;
-  m.train({blocker, std::make_shared<ModelSaver>(options()), lister(dir_, &seen)}, 2, 3);
+  m.train({blocker, std::make_shared<ModelSaver>(options()), lister(dir(), &seen)}, 2, 3);
   EXPECT_EQ(seen,
             (std::vector<std::string>{"model-2 | checkpoint", "model-2 | checkpoint checkpoint.tmp",
                                       "model-2 model-6 | checkpoint"}));
   EXPECT_TRUE(log.contains("ERR Exception in ModelSaver! cannot create " +
-                           (dir_ / "checkpoint.tmp").string() + ": Is a directory"));
+                           (dir() / "checkpoint.tmp").string() + ": Is a directory"));
 }
 
 TEST_F(SaverTest, AVanishedDirectoryIsAnErrorLineAndTrainingGoesOn) {
-  const fs::path sub = dir_ / "ckpt";
+  const fs::path sub = dir() / "ckpt";
   ModelTrainer m;
   auto saver = std::make_shared<ModelSaver>(options().checkpoint_dir(sub.string()));
   EXPECT_TRUE(fs::is_directory(sub));  // created at construction
@@ -367,12 +359,12 @@ TEST_F(SaverTest, AReadOnlyDirectoryIsAnErrorLineAndTrainingGoesOn) {
   if (geteuid() == 0) GTEST_SKIP() << "root ignores directory permissions";
   ModelTrainer m;
   auto saver = std::make_shared<ModelSaver>(options());
-  fs::permissions(dir_, fs::perms::owner_read | fs::perms::owner_exec);
+  fs::permissions(dir(), fs::perms::owner_read | fs::perms::owner_exec);
   LogCapture log;
   m.train({saver}, 1, 2);
-  fs::permissions(dir_, fs::perms::owner_all);
+  fs::permissions(dir(), fs::perms::owner_all);
   EXPECT_EQ(count_lines(log, "Permission denied"), 2);
-  EXPECT_EQ(listing(dir_), " |");
+  EXPECT_EQ(listing(dir()), " |");
 }
 
 TEST_F(SaverTest, SavesACheckpointAtTheStepWhereASignalStoppedTraining) {
@@ -385,8 +377,8 @@ TEST_F(SaverTest, SavesACheckpointAtTheStepWhereASignalStoppedTraining) {
   m.trainer.set_handle_signals(true);
   m.train({raiser, std::make_shared<ModelSaver>(options())}, 4, 2);
   EXPECT_EQ(m.trainer.received_signal(), SIGTERM);
-  EXPECT_EQ(listing(dir_), "model-3 | checkpoint");
-  EXPECT_EQ(read_checkpoint_index(dir_.string())->model_checkpoint_path, "model-3");
+  EXPECT_EQ(listing(dir()), "model-3 | checkpoint");
+  EXPECT_EQ(read_checkpoint_index(dir().string())->model_checkpoint_path, "model-3");
   EXPECT_TRUE(log.contains("Saving a checkpoint at global_step=3 before exiting on SIGTERM."));
   const TensorMap state = read_checkpoint(prefix("model-3"));
   EXPECT_EQ(state.at("trainer/global_step").item<int64_t>(), 3);
@@ -403,7 +395,7 @@ TEST_F(SaverTest, ASignalAtAnEpochEndSavesOnce) {
   LogCapture log;
   m.train({raiser, std::make_shared<ModelSaver>(options())}, 2, 3);
   EXPECT_EQ(m.trainer.received_signal(), SIGINT);
-  EXPECT_EQ(listing(dir_), "model-2 | checkpoint");
+  EXPECT_EQ(listing(dir()), "model-2 | checkpoint");
   EXPECT_EQ(count_lines(log, "Model saved to"), 1);
 }
 
@@ -415,11 +407,11 @@ TEST_F(SaverTest, NoSaveOnASignalWhenDisabled) {
   };
   m.train({raiser, std::make_shared<ModelSaver>(options().save_on_signal(false))}, 4, 2);
   EXPECT_EQ(m.trainer.received_signal(), SIGTERM);
-  EXPECT_EQ(listing(dir_), " |");
+  EXPECT_EQ(listing(dir()), " |");
 }
 
 TEST_F(SaverTest, DefaultsToTheLoggerDirectory) {
-  const fs::path log_dir = dir_ / "log";
+  const fs::path log_dir = dir() / "log";
   logger::set_logger_dir(log_dir.string());
   ModelSaver saver;
   EXPECT_EQ(saver.checkpoint_dir(), log_dir.string());
@@ -461,12 +453,12 @@ TEST_F(SaverTest, BadOptionsAreRejectedAtConstruction) {
 TEST_F(SaverTest, MinSaverKeepsTheCheckpointOfTheMinimum) {
   ModelTrainer m;
   auto min = std::make_shared<MinSaver>(
-      "val-error", MinSaverOptions().checkpoint_dir(dir_.string()).fsync(false));
+      "val-error", MinSaverOptions().checkpoint_dir(dir().string()).fsync(false));
   std::vector<std::string> seen;
   LogCapture log;
   // Epoch 1: first value (a best); epoch 2: improvement; epoch 3: no improvement.
   m.train({stat_putter("val-error", {{1, 0.5}, {2, 0.25}, {3, 0.375}}),
-           std::make_shared<ModelSaver>(options().max_to_keep(1)), min, lister(dir_, &seen)},
+           std::make_shared<ModelSaver>(options().max_to_keep(1)), min, lister(dir(), &seen)},
           2, 3);
   EXPECT_EQ(seen, (std::vector<std::string>{"model-2 min-val-error | checkpoint",
                                             "model-4 min-val-error | checkpoint",
@@ -482,7 +474,7 @@ TEST_F(SaverTest, MinSaverKeepsTheCheckpointOfTheMinimum) {
 TEST_F(SaverTest, MaxSaverKeepsTheCheckpointOfTheMaximum) {
   ModelTrainer m;
   auto max = std::make_shared<MaxSaver>(
-      "val/accuracy", MaxSaverOptions().checkpoint_dir(dir_.string()).fsync(false));
+      "val/accuracy", MaxSaverOptions().checkpoint_dir(dir().string()).fsync(false));
   EXPECT_EQ(max->best_checkpoint_prefix(), prefix("max-val_accuracy"));
   EXPECT_EQ(max->name(), "MaxSaver");
   LogCapture log;
@@ -504,7 +496,7 @@ TEST_F(SaverTest, MinSaverDoesNothingWhenTheLatestCheckpointIsNotAtTheBestStep) 
     if (self.global_step() == 2) self.trainer().monitors().put_scalar("val-error", 0.125);
   };
   auto min = std::make_shared<MinSaver>(
-      "val-error", MinSaverOptions().checkpoint_dir(dir_.string()).fsync(false));
+      "val-error", MinSaverOptions().checkpoint_dir(dir().string()).fsync(false));
   LogCapture log;
   m.train({early, std::make_shared<ModelSaver>(options()), min}, 12, 1);
   EXPECT_TRUE(
@@ -531,7 +523,7 @@ TEST_F(SaverTest, ASkippedCopyDoesNotUpdateTheBest) {
     if (self.epoch_num() == 2) self.trainer().monitors().put_scalar("val-error", 0.5);
   };
   auto min = std::make_shared<MinSaver>(
-      "val-error", MinSaverOptions().checkpoint_dir(dir_.string()).fsync(false));
+      "val-error", MinSaverOptions().checkpoint_dir(dir().string()).fsync(false));
   LogCapture log;
   m.train({putter, std::make_shared<ModelSaver>(options()), min}, 2, 2);
   EXPECT_EQ(count_lines(log, "WRN MinSaver will do nothing this time."), 1);
@@ -544,7 +536,7 @@ TEST_F(SaverTest, MinSaverWithoutModelSaverIsAnError) {
   const std::string msg = message_of([&] {
     m.train(
         {stat_putter("val-error", {{1, 0.5}}),
-         std::make_shared<MinSaver>("val-error", MinSaverOptions().checkpoint_dir(dir_.string()))},
+         std::make_shared<MinSaver>("val-error", MinSaverOptions().checkpoint_dir(dir().string()))},
         1, 1);
   });
   EXPECT_NE(msg.find("[MinSaver] Cannot find a checkpoint state. Do you forget to use ModelSaver?"),
@@ -555,13 +547,13 @@ TEST_F(SaverTest, MinSaverWithoutModelSaverIsAnError) {
 TEST_F(SaverTest, MinSaverWithoutDataDoesNothing) {
   ModelTrainer m;
   auto min =
-      std::make_shared<MinSaver>("val-error", MinSaverOptions().checkpoint_dir(dir_.string()));
+      std::make_shared<MinSaver>("val-error", MinSaverOptions().checkpoint_dir(dir().string()));
   m.train({min}, 1, 2);  // no stat, no index: returns before reading it
   EXPECT_FALSE(min->best().has_value());
 }
 
 TEST_F(SaverTest, MinSaverStateRoundTrips) {
-  MinSaver a("val-error", MinSaverOptions().checkpoint_dir(dir_.string()));
+  MinSaver a("val-error", MinSaverOptions().checkpoint_dir(dir().string()));
   EXPECT_TRUE(a.state().empty());
   a.load_state({{"best_step", at::scalar_tensor(40, at::kLong)},
                 {"best_value", at::scalar_tensor(0.125, at::kDouble)}});
@@ -592,7 +584,7 @@ TEST_F(SaverTest, AResumedRunKeepsTheBestOfTheRunItResumes) {
   {
     ModelTrainer run1;
     run1.train(callbacks(std::make_shared<MinSaver>(
-                   "val-error", MinSaverOptions().checkpoint_dir(dir_.string()))),
+                   "val-error", MinSaverOptions().checkpoint_dir(dir().string()))),
                2, 2);
   }
   const std::string best_data = read_text(prefix("min-val-error") + ".data");
@@ -603,9 +595,9 @@ TEST_F(SaverTest, AResumedRunKeepsTheBestOfTheRunItResumes) {
 
   ModelTrainer run2;
   auto min =
-      std::make_shared<MinSaver>("val-error", MinSaverOptions().checkpoint_dir(dir_.string()));
+      std::make_shared<MinSaver>("val-error", MinSaverOptions().checkpoint_dir(dir().string()));
   LogCapture log;
-  run2.train(callbacks(min), 2, 3, std::make_shared<SaverRestore>(dir_.string()));
+  run2.train(callbacks(min), 2, 3, std::make_shared<SaverRestore>(dir().string()));
   EXPECT_EQ(run2.trainer.global_step(), 6);
   EXPECT_EQ(*min->best(), std::make_pair(int64_t{4}, 0.25));
   EXPECT_EQ(read_text(prefix("min-val-error") + ".data"), best_data);
@@ -613,7 +605,7 @@ TEST_F(SaverTest, AResumedRunKeepsTheBestOfTheRunItResumes) {
 }
 
 TEST_F(SaverTest, StatNamesAreMadeSafeForFileNames) {
-  MinSaverOptions o = MinSaverOptions().checkpoint_dir(dir_.string());
+  MinSaverOptions o = MinSaverOptions().checkpoint_dir(dir().string());
   EXPECT_EQ(MinSaver("tower0/val-error", o).best_checkpoint_prefix(),
             prefix("min-tower0_val-error"));
   EXPECT_EQ(MinSaver("../x", o).best_checkpoint_prefix(), prefix("min-_._x"));

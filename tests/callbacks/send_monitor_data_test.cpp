@@ -3,15 +3,14 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "support/files.h"
+#include "support/temp_dir.h"
 #include "trainpack/callbacks/monitor.h"
 #include "trainpack/testing.h"
 #include "trainpack/train/trainer.h"
@@ -24,26 +23,10 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::LogCapture;
 
-class SendMonitorDataTest : public ::testing::Test {
+class SendMonitorDataTest : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    const char* base = std::getenv("TRAINPACK_TEST_TMP");
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::path(base != nullptr && *base != '\0' ? base : "/tmp") /
-           "send_monitor_data_test" /
-           (std::string(info->name()) + "-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::string out_path() const { return (dir_ / "out.txt").string(); }
-  std::string read_out() const {
-    std::ifstream in(out_path());
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
+  std::string out_path() const { return path("out.txt").string(); }
+  std::string read_out() const { return testing::read_text(out_path()); }
 
   // Puts "a/loss" = global_step / 10 at every step and "b (x)" = global_step at every other one.
   static CallbackPtr putter() {
@@ -62,8 +45,6 @@ class SendMonitorDataTest : public ::testing::Test {
     trainer.set_handle_signals(false);
     trainer.train(callbacks, monitors, spe, 1, max_epoch);
   }
-
-  std::filesystem::path dir_;
 };
 
 TEST_F(SendMonitorDataTest, RunsWhenAllStatsArePresentThenWaitsAgain) {

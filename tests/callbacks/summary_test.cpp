@@ -600,19 +600,12 @@ TEST(SummaryDefaults, TrainWithDefaultsPutsTheCostAtEveryEpochEnd) {
 
 // ---- end to end: stats.json and the event file ----
 
-class SummaryFilesTest : public ::testing::Test {
+class SummaryFilesTest : public testing::TempDirTest {
  protected:
   void SetUp() override {
-    const std::string tmpl = testing::make_temp_dir("summary_test").string();
-    dir_ = fs::path(tmpl) / "log";
-    logger::set_logger_dir(dir_.string());
+    testing::TempDirTest::SetUp();
+    logger::set_logger_dir(dir().string());
   }
-  void TearDown() override {
-    logger::unset_logger_dir();
-    std::error_code ec;
-    fs::remove_all(dir_.parent_path(), ec);
-  }
-  fs::path dir_;
 };
 
 TEST_F(SummaryFilesTest, TheMovingCostLandsInStatsJsonAndTheEventFileAsCost) {
@@ -631,13 +624,13 @@ TEST_F(SummaryFilesTest, TheMovingCostLandsInStatsJsonAndTheEventFileAsCost) {
   const auto values = rec->values_of("cost");
   ASSERT_EQ(values.size(), 2u);
   EXPECT_FLOAT_EQ(values[1], ema(xs, 2));
-  EXPECT_EQ(read_text(dir_ / "stats.json"),
+  EXPECT_EQ(read_text(dir() / "stats.json"),
             fmt::format(R"([{{"cost": 4.0, "epoch_num": 1, "global_step": 1}}, )"
                         R"({{"cost": {}, "epoch_num": 2, "global_step": 2}}])",
                         JSONWriter::format_value(values[1])));
 
   std::vector<std::string> files;
-  for (const auto& e : fs::directory_iterator(dir_)) {
+  for (const auto& e : fs::directory_iterator(dir())) {
     if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0) {
       files.push_back(e.path().string());
     }

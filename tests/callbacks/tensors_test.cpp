@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/command.h"
 #include "support/errors.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/graph.h"
@@ -65,15 +66,7 @@ class ImageRecorder : public MonitorBase {
   }
 };
 
-std::pair<std::string, int> run_command(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return {"", -1};
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  return {out, ::pclose(p)};
-}
+using testing::run_command;
 
 // True if /usr/bin/python3 can import `module`.
 bool python_has(const std::string& module) {
@@ -81,19 +74,14 @@ bool python_has(const std::string& module) {
   return fs::exists("/usr/bin/python3") && std::system(cmd.c_str()) == 0;
 }
 
-class TensorsTest : public ::testing::Test {
+class TensorsTest : public testing::TempDirTest {
  protected:
   void SetUp() override {
-    const std::string tmpl = testing::make_temp_dir("tensors_test").string();
-    root_ = tmpl;
-    dir_ = root_ / "log";
-    logger::set_logger_dir(dir_.string());
+    testing::TempDirTest::SetUp();
+    logger::set_logger_dir(log_dir().string());
   }
-  void TearDown() override {
-    logger::unset_logger_dir();
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
+  // The logger directory, in dir() beside the scripts and dumps that are not the logger's.
+  fs::path log_dir() const { return path("log"); }
 
   // The names of the files in `dir` that end with `suffix`, sorted.
   static std::vector<std::string> files(const fs::path& dir, const std::string& suffix) {
@@ -112,7 +100,7 @@ class TensorsTest : public ::testing::Test {
   // Runs a python script (on /usr/bin/python3) with the given files as arguments.
   std::string python(const std::string& script, const std::vector<std::string>& names,
                      const fs::path& dir) {
-    const fs::path file = root_ / "script.py";
+    const fs::path file = path("script.py");
     std::ofstream(file) << script;
     std::string cmd = "/usr/bin/python3 " + file.string();
     for (const auto& n : names) cmd += " " + (dir / n).string();
@@ -131,9 +119,6 @@ class TensorsTest : public ::testing::Test {
         "    print(os.path.basename(p), im.format, im.size, im.mode, list(im.getdata()))\n",
         names, dir);
   }
-
-  fs::path root_;
-  fs::path dir_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -249,12 +234,12 @@ TEST_F(TensorsTest, DumpTensorsWritesOneNpzPerRunNamedAfterTheIncrementedStep) {
   };
   auto cb = std::make_shared<DumpTensor>(std::vector<std::string>{"m", "x", "fc/W"});
   EXPECT_TRUE(cb->chief_only());
-  EXPECT_EQ(cb->dir(), dir_.string());
+  EXPECT_EQ(cb->dir(), log_dir().string());
   trainer.train({cb}, {}, 2, 1, 2);
-  const std::vector<std::string> names = files(dir_, ".npz");
+  const std::vector<std::string> names = files(log_dir(), ".npz");
   ASSERT_THAT(names, ElementsAre("DumpTensor-1.npz", "DumpTensor-2.npz", "DumpTensor-3.npz",
                                  "DumpTensor-4.npz"));
-  EXPECT_TRUE(files(dir_, ".tmp").empty());
+  EXPECT_TRUE(files(log_dir(), ".tmp").empty());
   if (!python_has("numpy")) GTEST_SKIP() << "/usr/bin/python3 with numpy is not installed";
   EXPECT_EQ(python("import os, sys, numpy as np\n"
                    "for p in sys.argv[1:]:\n"
@@ -262,7 +247,7 @@ TEST_F(TensorsTest, DumpTensorsWritesOneNpzPerRunNamedAfterTheIncrementedStep) {
                    "    for k in d.files:\n"
                    "        a = d[k]\n"
                    "        print(os.path.basename(p), k, a.dtype.str, a.shape, a.tolist())\n",
-                   names, dir_),
+                   names, log_dir()),
             "DumpTensor-1.npz m <i8 (2, 3) [[0, 1, 2], [3, 4, 5]]\n"
             "DumpTensor-1.npz x <f4 () 0.0\n"
             "DumpTensor-1.npz fc/W <f8 (2,) [0.0, 0.0]\n"
@@ -279,7 +264,7 @@ TEST_F(TensorsTest, DumpTensorsWritesOneNpzPerRunNamedAfterTheIncrementedStep) {
 
 TEST_F(TensorsTest, DumpTensorsWritesIntoAGivenDirectoryWithoutALoggerDirectory) {
   logger::unset_logger_dir();
-  const fs::path out = root_ / "dumps" / "sub";
+  const fs::path out = path("dumps") / "sub";
   TensorTrainer trainer;
   trainer.step = [](StepContext& ctx, int64_t gs) { ctx.publish("x", at::full({1}, gs)); };
   auto cb = std::make_shared<DumpTensors>(std::vector<std::string>{"x"},
@@ -328,7 +313,7 @@ TEST_F(TensorsTest, DumpTensorAsImageDumpsTheLastStepOfEachEpochScaledAndClipped
   trainer.train({cb}, {recorder}, 3, 1, 2);
   // Fetched only in the last step of each epoch.
   EXPECT_THAT(trainer.img_requested, ElementsAre(false, false, true, false, false, true));
-  const std::vector<std::string> names = files(dir_, ".png");
+  const std::vector<std::string> names = files(log_dir(), ".png");
   ASSERT_THAT(names, ElementsAre("img-ep001-0.png", "img-ep002-0.png"));
 
   ASSERT_EQ(recorder->images.size(), 2u);
@@ -341,7 +326,7 @@ TEST_F(TensorsTest, DumpTensorAsImageDumpsTheLastStepOfEachEpochScaledAndClipped
   EXPECT_THAT(recorder->tags, ElementsAre("img", "img"));
 
   if (!python_has("PIL")) GTEST_SKIP() << "/usr/bin/python3 with PIL is not installed";
-  EXPECT_EQ(describe_pngs(names, dir_),
+  EXPECT_EQ(describe_pngs(names, log_dir()),
             "img-ep001-0.png PNG (3, 2) L [0, 0, 100, 255, 255, 2]\n"
             "img-ep002-0.png PNG (3, 2) L [0, 0, 100, 255, 255, 5]\n");
 }
@@ -359,7 +344,7 @@ TEST_F(TensorsTest, DumpParamAsImageReadsATrainableVariableAtTriggerTime) {
   EXPECT_EQ(cb->prefix(), "conv/W");
   trainer.train({cb}, {recorder}, 1, 1, 2);
   EXPECT_THAT(trainer.img_requested, ElementsAre(false, false));
-  const std::vector<std::string> names = files(dir_, ".png");
+  const std::vector<std::string> names = files(log_dir(), ".png");
   ASSERT_THAT(names, ElementsAre("conv_W-ep001-0.png", "conv_W-ep001-1.png", "conv_W-ep002-0.png",
                                  "conv_W-ep002-1.png"));
   ASSERT_EQ(recorder->images.size(), 2u);
@@ -370,7 +355,7 @@ TEST_F(TensorsTest, DumpParamAsImageReadsATrainableVariableAtTriggerTime) {
   EXPECT_THAT(recorder->tags, ElementsAre("conv/W/0", "conv/W/1", "conv/W/0", "conv/W/1"));
 
   if (!python_has("PIL")) GTEST_SKIP() << "/usr/bin/python3 with PIL is not installed";
-  EXPECT_EQ(describe_pngs(names, dir_),
+  EXPECT_EQ(describe_pngs(names, log_dir()),
             "conv_W-ep001-0.png PNG (2, 1) RGB [(63, 127, 191), (255, 255, 0)]\n"
             "conv_W-ep001-1.png PNG (2, 1) RGB [(255, 0, 95), (159, 223, 255)]\n"
             "conv_W-ep002-0.png PNG (2, 1) RGB [(127, 191, 255), (255, 255, 0)]\n"
@@ -388,13 +373,13 @@ TEST_F(TensorsTest, DumpTensorAsImageAppliesMapFuncAndPrefixToABatchOfGreyImages
         return t.reshape({2, 2, 5});
       }));  // [N, H, W]
   trainer.train({cb}, {recorder}, 1, 1, 1);
-  const std::vector<std::string> names = files(dir_, ".png");
+  const std::vector<std::string> names = files(log_dir(), ".png");
   ASSERT_THAT(names, ElementsAre("a_b-ep001-0.png", "a_b-ep001-1.png"));
   ASSERT_EQ(recorder->images.size(), 1u);
   EXPECT_EQ(recorder->images[0].first, "a/b");
   EXPECT_TRUE(recorder->images[0].second.equal(at::arange(20, at::kByte).reshape({2, 2, 5, 1})));
   if (!python_has("PIL")) GTEST_SKIP() << "/usr/bin/python3 with PIL is not installed";
-  EXPECT_EQ(describe_pngs(names, dir_),
+  EXPECT_EQ(describe_pngs(names, log_dir()),
             "a_b-ep001-0.png PNG (5, 2) L [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n"
             "a_b-ep001-1.png PNG (5, 2) L [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]\n");
 }
@@ -406,10 +391,10 @@ TEST_F(TensorsTest, DumpTensorAsImageWritesRgbaAndMapsNanToZeroAndInfinitiesToTh
       "rgba", at::tensor({std::nan(""), 0.5, 1.0, 2.0, -inf, inf, 0.25, 0.0}).reshape({1, 2, 4}));
   auto cb = std::make_shared<DumpTensorAsImage>("rgba");
   trainer.train({cb}, {}, 1, 3, 3);  // starting_epoch 3: the file says ep003
-  const std::vector<std::string> names = files(dir_, ".png");
+  const std::vector<std::string> names = files(log_dir(), ".png");
   ASSERT_THAT(names, ElementsAre("rgba-ep003-0.png"));
   if (!python_has("PIL")) GTEST_SKIP() << "/usr/bin/python3 with PIL is not installed";
-  EXPECT_EQ(describe_pngs(names, dir_),
+  EXPECT_EQ(describe_pngs(names, log_dir()),
             "rgba-ep003-0.png PNG (2, 1) RGBA [(0, 127, 255, 255), (0, 255, 63, 0)]\n");
 }
 
@@ -433,7 +418,7 @@ TEST_F(TensorsTest, DumpTensorAsImageRejectsAValueThatIsNotAnImage) {
                                       "image",
                                       fmt::join(shape, ", "))));
   }
-  EXPECT_TRUE(files(dir_, ".png").empty());
+  EXPECT_TRUE(files(log_dir(), ".png").empty());
 }
 
 TEST_F(TensorsTest, DumpTensorAsImageOfAStepTensorMustRunAtAnEpochEnd) {

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/command.h"
 #include "support/event_reader.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/monitor.h"
@@ -58,12 +59,8 @@ std::vector<std::string> event_files(const fs::path& dir) {
 
 // Runs a shell command; returns its exit status and stdout.
 int run_command(const std::string& cmd, std::string* out) {
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out->append(buf, n);
-  const int st = ::pclose(p);
+  const auto [text, st] = testing::run_command(cmd);
+  out->append(text);
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
@@ -80,20 +77,14 @@ std::string python_with(const std::string& module) {
   return "";
 }
 
-class TFEventWriterTest : public ::testing::Test {
+class TFEventWriterTest : public testing::TempDirTest {
  protected:
   void SetUp() override {
-    const std::string tmpl = testing::make_temp_dir("tf_event_writer_test").string();
-    dir_ = tmpl;
+    testing::TempDirTest::SetUp();
     logger::unset_logger_dir();
-  }
-  void TearDown() override {
-    logger::unset_logger_dir();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
   }
   std::shared_ptr<TFEventWriter> make_writer(TFEventWriterOptions o = {}) {
-    if (!o.logdir()) o.logdir(dir_.string());
+    if (!o.logdir()) o.logdir(dir().string());
     return std::make_shared<TFEventWriter>(o);
   }
   // Trains a NoOpTrainer with `callbacks` and the writer as the only monitor.
@@ -103,7 +94,6 @@ class TFEventWriterTest : public ::testing::Test {
     trainer.set_handle_signals(false);
     trainer.train(callbacks, monitors, steps, 1, epochs);
   }
-  fs::path dir_;
 };
 
 TEST_F(TFEventWriterTest, ProcessSummaryWritesScalarEvents) {
@@ -113,7 +103,7 @@ TEST_F(TFEventWriterTest, ProcessSummaryWritesScalarEvents) {
   w->process_summary(scalar_summary("loss", 0.5));
   w->process_summary(scalar_summary("acc", 0.1));
   w->flush();
-  const auto files = event_files(dir_);
+  const auto files = event_files(dir());
   ASSERT_EQ(files.size(), 1u);
   EXPECT_EQ(w->files(), files);
   const auto events = read_event_file(files[0]);
@@ -137,7 +127,7 @@ TEST_F(TFEventWriterTest, ProcessSummaryWritesScalarEvents) {
 TEST_F(TFEventWriterTest, FileNamePattern) {
   auto w = make_writer();
   w->flush();
-  const auto files = event_files(dir_);
+  const auto files = event_files(dir());
   ASSERT_EQ(files.size(), 1u);
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
@@ -148,7 +138,7 @@ TEST_F(TFEventWriterTest, FileNamePattern) {
   EXPECT_EQ(m[2].str(), host);
   EXPECT_EQ(m[3].str(), std::to_string(::getpid()));
   EXPECT_NEAR(std::stod(m[1].str()), static_cast<double>(std::time(nullptr)), 60);
-  EXPECT_EQ(fs::path(files[0]).parent_path(), dir_);
+  EXPECT_EQ(fs::path(files[0]).parent_path(), dir());
 }
 
 TEST_F(TFEventWriterTest, TrainingRunThroughMonitors) {
@@ -164,13 +154,13 @@ TEST_F(TFEventWriterTest, TrainingRunThroughMonitors) {
   // its first record: nothing is promised there, so only epoch 2 is read.)
   cb->before_epoch_fn = [&](ActionCallback& c) {
     if (c.trainer().epoch_num() != 2) return;
-    const auto files = event_files(dir_);
+    const auto files = event_files(dir());
     records_at_epoch_start.push_back(files.empty() ? 0 : read_event_file(files[0]).size());
   };
   train({cb}, {w}, 3, 2);
   ASSERT_EQ(records_at_epoch_start.size(), 1u);
   EXPECT_EQ(records_at_epoch_start[0], 4u);  // version + 3 scalars
-  const auto files = event_files(dir_);
+  const auto files = event_files(dir());
   ASSERT_EQ(files.size(), 1u);
   const auto events = read_event_file(files[0]);
   ASSERT_EQ(events.size(), 7u);
@@ -190,7 +180,7 @@ TEST_F(TFEventWriterTest, DirectProcessSummaryInATrainingRunUsesGlobalStep) {
     w->process_summary(scalar_summary("x", static_cast<double>(c.global_step())));
   };
   train({cb}, {w}, 2, 2);
-  const auto events = read_event_file(event_files(dir_).at(0));
+  const auto events = read_event_file(event_files(dir()).at(0));
   ASSERT_EQ(events.size(), 5u);
   for (int i = 1; i <= 4; ++i) {
     EXPECT_EQ(events[i].step(), i);
@@ -206,7 +196,7 @@ TEST_F(TFEventWriterTest, ReaderCatchesEveryFlippedByte) {
   w->process_summary(s);
   w->process_summary(scalar_summary("b", -2));
   w->close();
-  const std::string path = event_files(dir_).at(0);
+  const std::string path = event_files(dir()).at(0);
   const std::string good = testing::read_file_bytes(path);
   ASSERT_EQ(testing::parse_event_records(good, "good").size(), 3u);
   // The first record's layout: [0,8) length, [8,12) length CRC, data, 4 bytes data CRC.
@@ -243,7 +233,7 @@ TEST_F(TFEventWriterTest, SplitFilesMakesOneFilePerEpoch) {
     c.trainer().monitors().put_scalar("e", static_cast<double>(c.epoch_num()));
   };
   train({cb}, {w}, 2, 3);
-  const auto files = event_files(dir_);
+  const auto files = event_files(dir());
   ASSERT_EQ(files.size(), 3u);
   EXPECT_EQ(w->files(), files);
   for (int epoch = 1; epoch <= 3; ++epoch) {
@@ -266,7 +256,7 @@ TEST_F(TFEventWriterTest, HistogramEvent) {
   s.values.push_back(v);
   w->process_summary(s);
   w->flush();
-  const auto events = read_event_file(event_files(dir_).at(0));
+  const auto events = read_event_file(event_files(dir()).at(0));
   ASSERT_EQ(events.size(), 2u);
   const auto& val = events[1].summary().value(0);
   EXPECT_EQ(val.tag(), "weights");
@@ -289,7 +279,7 @@ TEST_F(TFEventWriterTest, TextEventUsesTheTextPlugin) {
   s.values.push_back(SummaryValue::make_text("notes", "**hello** world"));
   w->process_summary(s);
   w->flush();
-  const auto events = read_event_file(event_files(dir_).at(0));
+  const auto events = read_event_file(event_files(dir()).at(0));
   ASSERT_EQ(events.size(), 2u);
   const auto& val = events[1].summary().value(0);
   EXPECT_EQ(val.tag(), "notes");
@@ -309,7 +299,7 @@ TEST_F(TFEventWriterTest, ProcessEventIsWrittenAsIs) {
   e.summary = scalar_summary("s", 3);
   w->process_event(e);
   w->flush();
-  const auto events = read_event_file(event_files(dir_).at(0));
+  const auto events = read_event_file(event_files(dir()).at(0));
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[1].step(), 42);
   EXPECT_EQ(events[1].wall_time(), 1234.5);
@@ -335,13 +325,13 @@ TEST_F(TFEventWriterTest, ImageEventDecodedByPil) {
   s.values.push_back(v);
   w->process_summary(s);
   w->flush();
-  const auto events = read_event_file(event_files(dir_).at(0));
+  const auto events = read_event_file(event_files(dir()).at(0));
   ASSERT_EQ(events.size(), 2u);
   const auto& img = events[1].summary().value(0).image();
   EXPECT_EQ(img.height(), h);
   EXPECT_EQ(img.width(), wd);
   EXPECT_EQ(img.colorspace(), 3);
-  const std::string png_path = (dir_ / "extracted.png").string();
+  const std::string png_path = (dir() / "extracted.png").string();
   {
     std::ofstream out(png_path, std::ios::binary);
     out << img.encoded_image_string();
@@ -369,7 +359,7 @@ TEST_F(TFEventWriterTest, PutImageThroughMonitorsWritesAPng) {
     c.trainer().monitors().put_image("gray", at::full({4, 5}, 7, at::kByte));
   };
   train({cb}, {w}, 1, 1);
-  const auto events = read_event_file(event_files(dir_).at(0));
+  const auto events = read_event_file(event_files(dir()).at(0));
   ASSERT_EQ(events.size(), 2u);
   const auto& img = events[1].summary().value(0).image();
   EXPECT_EQ(events[1].summary().value(0).tag(), "gray");
@@ -390,7 +380,7 @@ TEST_F(TFEventWriterTest, TensorBoardReadsTheFileWhenInstalled) {
                       " -c \"import sys; from tensorboard.backend.event_processing import "
                       "event_accumulator as ea; a = ea.EventAccumulator(sys.argv[1]); a.Reload(); "
                       "print([(s.step, s.value) for s in a.Scalars('loss')])\" " +
-                      event_files(dir_).at(0) + " 2>/dev/null",
+                      event_files(dir()).at(0) + " 2>/dev/null",
                   &out);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("(0, 0.75)"), std::string::npos) << out;
@@ -400,7 +390,7 @@ TEST_F(TFEventWriterTest, MaxQueueAndFlushSecsWriteWithoutAnExplicitFlush) {
   auto poll_records = [&](size_t want) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (std::chrono::steady_clock::now() < deadline) {
-      const auto files = event_files(dir_);
+      const auto files = event_files(dir());
       if (!files.empty()) {
         try {
           if (read_event_file(files[0]).size() >= want) return true;
@@ -417,12 +407,12 @@ TEST_F(TFEventWriterTest, MaxQueueAndFlushSecsWriteWithoutAnExplicitFlush) {
     w->process_summary(scalar_summary("a", 1));
     w->process_summary(scalar_summary("a", 2));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    EXPECT_EQ(read_event_file(event_files(dir_).at(0)).size(), 1u);  // 2 < max_queue pending
+    EXPECT_EQ(read_event_file(event_files(dir()).at(0)).size(), 1u);  // 2 < max_queue pending
     w->process_summary(scalar_summary("a", 3));
     EXPECT_TRUE(poll_records(4));
   }
-  fs::remove_all(dir_);
-  fs::create_directories(dir_);
+  fs::remove_all(dir());
+  fs::create_directories(dir());
   {
     auto w = make_writer(TFEventWriterOptions().max_queue(1000).flush_secs(0.05));
     w->flush();
@@ -436,7 +426,7 @@ TEST_F(TFEventWriterTest, DestructorWritesPendingEvents) {
     auto w = make_writer();
     w->process_summary(scalar_summary("a", 1));
   }  // never started: the destructor starts the writer, writes and closes
-  const auto events = read_event_file(event_files(dir_).at(0));
+  const auto events = read_event_file(event_files(dir()).at(0));
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[1].summary().value(0).tag(), "a");
 }
@@ -451,7 +441,7 @@ TEST_F(TFEventWriterTest, ManyEventsBeyondThePendingLimit) {
     w->process_event(e);
   }
   w->close();
-  const auto events = read_event_file(event_files(dir_).at(0));
+  const auto events = read_event_file(event_files(dir()).at(0));
   ASSERT_EQ(events.size(), static_cast<size_t>(n) + 1);
   for (int i = 0; i < n; i += 9973) EXPECT_EQ(events[i + 1].step(), i);
   EXPECT_EQ(events[n].step(), n - 1);
@@ -467,7 +457,7 @@ TEST_F(TFEventWriterTest, PendingLimitBelowMaxQueueDoesNotStallTheProducer) {
   for (int i = 0; i < n; ++i) w->process_summary(scalar_summary("v", i));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
   w->close();
-  EXPECT_EQ(read_event_file(event_files(dir_).at(0)).size(), static_cast<size_t>(n) + 1);
+  EXPECT_EQ(read_event_file(event_files(dir()).at(0)).size(), static_cast<size_t>(n) + 1);
 }
 
 TEST_F(TFEventWriterTest, CreateWithoutLoggerDirGivesNoOpMonitor) {
@@ -479,30 +469,30 @@ TEST_F(TFEventWriterTest, CreateWithoutLoggerDirGivesNoOpMonitor) {
   EXPECT_TRUE(log.contains("WRN logger directory was not set. Ignore TFEventWriter."));
   EXPECT_THROW(TFEventWriter(), std::invalid_argument);
 
-  logger::set_logger_dir((dir_ / "log").string());
+  logger::set_logger_dir((dir() / "log").string());
   MonitorPtr real = TFEventWriter::create();
   auto tw = std::dynamic_pointer_cast<TFEventWriter>(real);
   ASSERT_NE(tw, nullptr);
-  EXPECT_EQ(tw->logdir(), (dir_ / "log").string());
+  EXPECT_EQ(tw->logdir(), (dir() / "log").string());
   // An explicit logdir needs no logger directory.
   logger::unset_logger_dir();
   EXPECT_NE(std::dynamic_pointer_cast<TFEventWriter>(
-                TFEventWriter::create(TFEventWriterOptions().logdir(dir_.string()))),
+                TFEventWriter::create(TFEventWriterOptions().logdir(dir().string()))),
             nullptr);
 }
 
 TEST_F(TFEventWriterTest, BadOptionsThrow) {
   EXPECT_THROW(make_writer(TFEventWriterOptions().max_queue(0)), std::invalid_argument);
   EXPECT_THROW(make_writer(TFEventWriterOptions().flush_secs(0)), std::invalid_argument);
-  EXPECT_THROW(make_writer(TFEventWriterOptions().logdir((dir_ / "missing").string())),
+  EXPECT_THROW(make_writer(TFEventWriterOptions().logdir((dir() / "missing").string())),
                std::invalid_argument);
   // A normalized path.
-  auto w = make_writer(TFEventWriterOptions().logdir(dir_.string() + "/./"));
-  EXPECT_EQ(w->logdir(), dir_.string());
+  auto w = make_writer(TFEventWriterOptions().logdir(dir().string() + "/./"));
+  EXPECT_EQ(w->logdir(), dir().string());
 }
 
 TEST_F(TFEventWriterTest, UnwritableDirectoryIsAnErrorLineNotACrash) {
-  const fs::path gone = dir_ / "gone";
+  const fs::path gone = dir() / "gone";
   fs::create_directories(gone);
   auto w = make_writer(TFEventWriterOptions().logdir(gone.string()));
   fs::remove_all(gone);  // the directory vanishes before training

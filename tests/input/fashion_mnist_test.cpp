@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "support/temp_dir.h"
 #include "support/errors.h"
+#include "support/temp_dir.h"
 
 namespace trainpack {
 namespace {
@@ -20,21 +20,7 @@ namespace fs = std::filesystem;
 
 using testing::message_of;
 
-// A fresh directory under $TRAINPACK_TEST_TMP (or the system's temp dir), removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    path_ = testing::make_temp_dir("fashion_mnist_test");
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing::ScopedTempDir;
 
 void put_u32(std::vector<uint8_t>& out, uint32_t v) {
   for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<uint8_t>(v >> shift));
@@ -109,7 +95,7 @@ TEST(FashionMnist, ReadsTheDebianFiles) {
 }
 
 TEST(FashionMnist, ReadsSmallFilesAndShuffles) {
-  TempDir dir;
+  ScopedTempDir dir("fashion_mnist_test");
   write_gz(dir.path() / "t10k-images-idx3-ubyte.gz", images_file(4, 4));
   write_gz(dir.path() / "t10k-labels-idx1-ubyte.gz", labels_file(4, 4));
   FashionMnist ds("test", dir.path().string(), FashionMnistOptions().shuffle(true).seed(5));
@@ -125,7 +111,7 @@ TEST(FashionMnist, ReadsSmallFilesAndShuffles) {
 }
 
 TEST(FashionMnist, MissingFileNamesTheDebianPackage) {
-  TempDir dir;
+  ScopedTempDir dir("fashion_mnist_test");
   const std::string msg = message_of([&] { FashionMnist("train", dir.path().string()); });
   EXPECT_NE(msg.find((dir.path() / "train-images-idx3-ubyte.gz").string()), std::string::npos)
       << msg;
@@ -135,7 +121,7 @@ TEST(FashionMnist, MissingFileNamesTheDebianPackage) {
 }
 
 TEST(FashionMnist, WrongMagicNamesTheFile) {
-  TempDir dir;
+  ScopedTempDir dir("fashion_mnist_test");
   const auto labels = dir.path() / "t10k-labels-idx1-ubyte.gz";
   write_gz(dir.path() / "t10k-images-idx3-ubyte.gz", images_file(2, 2));
   write_gz(labels, labels_file(2, 2, /*magic=*/2051));
@@ -145,7 +131,7 @@ TEST(FashionMnist, WrongMagicNamesTheFile) {
 }
 
 TEST(FashionMnist, TruncatedFileNamesTheFile) {
-  TempDir dir;
+  ScopedTempDir dir("fashion_mnist_test");
   const auto images = dir.path() / "t10k-images-idx3-ubyte.gz";
   auto bytes = images_file(3, 3);
   bytes.resize(bytes.size() - 100);
@@ -161,7 +147,7 @@ TEST(FashionMnist, TruncatedFileNamesTheFile) {
 }
 
 TEST(FashionMnist, CountMismatchNamesBothFiles) {
-  TempDir dir;
+  ScopedTempDir dir("fashion_mnist_test");
   write_gz(dir.path() / "train-images-idx3-ubyte.gz", images_file(3, 3));
   write_gz(dir.path() / "train-labels-idx1-ubyte.gz", labels_file(2, 2));
   const std::string msg = message_of([&] { FashionMnist("train", dir.path().string()); });

@@ -83,15 +83,11 @@ std::vector<std::pair<int64_t, int64_t>> stats_counters(const fs::path& dir) {
   return out;
 }
 
-class AutoResumeTest : public ::testing::Test {
+class AutoResumeTest : public testing::TempDirTest {
  protected:
   void SetUp() override {
-    dir_ = testing::make_temp_dir("auto_resume");
-    logger::set_logger_dir(dir_.string(), 'k');
-  }
-  void TearDown() override {
-    logger::unset_logger_dir();
-    fs::remove_all(dir_);
+    testing::TempDirTest::SetUp();
+    logger::set_logger_dir(dir().string(), 'k');
   }
 
   // Trains to `max_epoch` (auto-resuming from the logger directory) with a ModelSaver every
@@ -122,8 +118,6 @@ class AutoResumeTest : public ::testing::Test {
     launch_train_with_config(config, trainer);
     return recorder;
   }
-
-  fs::path dir_;
 };
 
 TEST_F(AutoResumeTest, AnEmptyDirectoryStartsFromScratch) {
@@ -131,24 +125,24 @@ TEST_F(AutoResumeTest, AnEmptyDirectoryStartsFromScratch) {
   auto rec = run(1, false, nullptr, &found);
   EXPECT_EQ(found, "");
   EXPECT_EQ(rec->steps, (std::vector<int64_t>{1, 2, 3}));
-  EXPECT_TRUE(fs::exists(dir_ / "model-3.data"));
+  EXPECT_TRUE(fs::exists(dir() / "model-3.data"));
 }
 
 TEST_F(AutoResumeTest, ContinuesFromTheLatestCheckpointsCountersAndAppendsToStatsJson) {
   run(2);
-  const auto before = stats_counters(dir_);
+  const auto before = stats_counters(dir());
   ASSERT_EQ(before.size(), 6u);  // one entry per step: 3 steps x 2 epochs
   std::string found;
   LogCapture log;
   auto rec = run(4, false, nullptr, &found);
-  EXPECT_EQ(found, (dir_ / "model-6").string());
-  EXPECT_TRUE(log.contains("Will load checkpoint at " + (dir_ / "model-6").string() + "."));
+  EXPECT_EQ(found, (dir() / "model-6").string());
+  EXPECT_TRUE(log.contains("Will load checkpoint at " + (dir() / "model-6").string() + "."));
   EXPECT_EQ(rec->epochs, (std::vector<int64_t>{3, 4}));
   EXPECT_EQ(rec->steps, (std::vector<int64_t>{7, 8, 9, 10, 11, 12}));
   const std::vector<std::pair<int64_t, int64_t>> expected{{1, 1}, {1, 2},  {1, 3},  {2, 4},
                                                           {2, 5}, {2, 6},  {3, 7},  {3, 8},
                                                           {3, 9}, {4, 10}, {4, 11}, {4, 12}};
-  EXPECT_EQ(stats_counters(dir_), expected);
+  EXPECT_EQ(stats_counters(dir()), expected);
   EXPECT_TRUE(log.contains("will append to it"));
 }
 
@@ -156,7 +150,7 @@ TEST_F(AutoResumeTest, ARunThatAlreadyEndedTrainsNoFurther) {
   run(2);
   auto rec = run(2);
   EXPECT_TRUE(rec->steps.empty());
-  EXPECT_EQ(stats_counters(dir_).size(), 6u);
+  EXPECT_EQ(stats_counters(dir()).size(), 6u);
 }
 
 // The index names model-6, whose data file has a flipped byte: the fallback is model-3, with a
@@ -164,11 +158,11 @@ TEST_F(AutoResumeTest, ARunThatAlreadyEndedTrainsNoFurther) {
 TEST_F(AutoResumeTest, FallsBackToTheNewestValidCheckpointAndDropsLaterStats) {
   run(2);
   const std::string original_stats = [&] {
-    std::ifstream in(dir_ / "stats.json");
+    std::ifstream in(dir() / "stats.json");
     return std::string(std::istreambuf_iterator<char>(in), {});
   }();
   {
-    std::fstream f(dir_ / "model-6.data", std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(dir() / "model-6.data", std::ios::in | std::ios::out | std::ios::binary);
     f.seekg(100);
     char c = 0;
     f.read(&c, 1);
@@ -179,17 +173,17 @@ TEST_F(AutoResumeTest, FallsBackToTheNewestValidCheckpointAndDropsLaterStats) {
   std::string found;
   LogCapture log;
   auto rec = run(2, false, nullptr, &found);
-  EXPECT_EQ(found, (dir_ / "model-3").string());
-  EXPECT_TRUE(log.contains("WRN Checkpoint " + (dir_ / "model-6").string() + " cannot be used"))
+  EXPECT_EQ(found, (dir() / "model-3").string());
+  EXPECT_TRUE(log.contains("WRN Checkpoint " + (dir() / "model-6").string() + " cannot be used"))
       << "log lines: " << log.lines().size();
   EXPECT_TRUE(log.contains("holds 3 entries after global_step=3"));
   EXPECT_EQ(rec->steps, (std::vector<int64_t>{4, 5, 6}));
   const std::vector<std::pair<int64_t, int64_t>> expected{{1, 1}, {1, 2}, {1, 3},
                                                           {2, 4}, {2, 5}, {2, 6}};
-  EXPECT_EQ(stats_counters(dir_), expected);
+  EXPECT_EQ(stats_counters(dir()), expected);
   // The file as found is kept beside it.
   int backups = 0;
-  for (const auto& entry : fs::directory_iterator(dir_)) {
+  for (const auto& entry : fs::directory_iterator(dir())) {
     const std::string name = entry.path().filename().string();
     if (name.rfind("stats.json.before-resume-", 0) != 0) continue;
     ++backups;
@@ -201,16 +195,16 @@ TEST_F(AutoResumeTest, FallsBackToTheNewestValidCheckpointAndDropsLaterStats) {
 
 TEST_F(AutoResumeTest, ATruncatedLatestCheckpointIsSkipped) {
   run(2);
-  fs::resize_file(dir_ / "model-6.data", fs::file_size(dir_ / "model-6.data") / 2);
-  EXPECT_EQ(AutoResumeTrainConfig::find_latest_valid_checkpoint(dir_.string()),
-            (dir_ / "model-3").string());
+  fs::resize_file(dir() / "model-6.data", fs::file_size(dir() / "model-6.data") / 2);
+  EXPECT_EQ(AutoResumeTrainConfig::find_latest_valid_checkpoint(dir().string()),
+            (dir() / "model-3").string());
 }
 
 TEST_F(AutoResumeTest, NoValidCheckpointAtAllStartsFromScratch) {
   run(1);
-  fs::resize_file(dir_ / "model-3.data", 10);
+  fs::resize_file(dir() / "model-3.data", 10);
   LogCapture log;
-  EXPECT_EQ(AutoResumeTrainConfig::find_latest_valid_checkpoint(dir_.string()), std::nullopt);
+  EXPECT_EQ(AutoResumeTrainConfig::find_latest_valid_checkpoint(dir().string()), std::nullopt);
   EXPECT_TRUE(log.contains("cannot be used"));
 }
 
@@ -220,10 +214,10 @@ TEST_F(AutoResumeTest, MidEpochResumeRunsTheRestOfTheEpoch) {
   run(2, /*save_every_step=*/true);
   // Keep model-4 only, and an index naming it, as a crash right after that save leaves them.
   for (int step : {5, 6}) {
-    fs::remove(dir_ / ("model-" + std::to_string(step) + ".data"));
+    fs::remove(dir() / ("model-" + std::to_string(step) + ".data"));
   }
   {
-    std::ofstream index(dir_ / "checkpoint", std::ios::trunc);
+    std::ofstream index(dir() / "checkpoint", std::ios::trunc);
     index << "model_checkpoint_path: \"model-4\"\nall_model_checkpoint_paths: \"model-4\"\n";
   }
   auto rec = run(2, true);
@@ -231,7 +225,7 @@ TEST_F(AutoResumeTest, MidEpochResumeRunsTheRestOfTheEpoch) {
   EXPECT_EQ(rec->steps, (std::vector<int64_t>{5, 6}));
   const std::vector<std::pair<int64_t, int64_t>> expected{{1, 1}, {1, 2}, {1, 3},
                                                           {2, 4}, {2, 5}, {2, 6}};
-  EXPECT_EQ(stats_counters(dir_), expected);
+  EXPECT_EQ(stats_counters(dir()), expected);
 }
 
 TEST_F(AutoResumeTest, AUserSessionInitIsKeptWhenNotAlwaysResuming) {
@@ -245,8 +239,8 @@ TEST_F(AutoResumeTest, AUserSessionInitIsKeptWhenNotAlwaysResuming) {
   LogCapture log;
   AutoResumeTrainConfig always(
       TrainConfig().model(std::make_shared<LinearModel>()).dataflow(batches()).session_init(init));
-  EXPECT_EQ(always.found_checkpoint(), (dir_ / "model-3").string());
-  EXPECT_TRUE(log.contains("Found checkpoint at " + (dir_ / "model-3").string() +
+  EXPECT_EQ(always.found_checkpoint(), (dir() / "model-3").string());
+  EXPECT_TRUE(log.contains("Found checkpoint at " + (dir() / "model-3").string() +
                            ". session_init arguments will be overwritten."));
 }
 

@@ -304,17 +304,18 @@ std::map<int64_t, std::pair<double, double>> stats_by_step(const fs::path& dir,
 
 bool same_number(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 
-class ExactResume : public ::testing::TestWithParam<Param> {
+class ExactResume : public testing::TempDirFixture<::testing::TestWithParam<Param>> {
  protected:
-  void SetUp() override { at::set_num_threads(1); }
-  void TearDown() override {
-    logger::unset_logger_dir();
-    for (const auto& d : dirs_) fs::remove_all(d);
+  void SetUp() override {
+    testing::TempDirFixture<::testing::TestWithParam<Param>>::SetUp();
+    at::set_num_threads(1);
   }
 
+  // A new empty directory (in dir()) for one run.
   fs::path new_dir() {
-    dirs_.push_back(testing::make_temp_dir("exact_resume"));
-    return dirs_.back();
+    const fs::path d = path("run" + std::to_string(runs_++));
+    fs::create_directory(d);
+    return d;
   }
 
   // The run never stopped (computed once per parameter), and its stats.json.
@@ -430,7 +431,7 @@ class ExactResume : public ::testing::TestWithParam<Param> {
   }
 
  private:
-  std::vector<fs::path> dirs_;
+  int runs_ = 0;
 };
 
 Segment first(std::optional<int64_t> stop_at, StopMode mode = StopMode::kStopTraining) {

@@ -342,14 +342,9 @@ bool all_equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& 
   return true;
 }
 
-class OptimizerStateTest : public ::testing::Test {
+class OptimizerStateTest : public testing::TempDirTest {
  protected:
-  void SetUp() override { dir_ = testing::make_temp_dir("state_test"); }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string prefix() const { return (dir_ / "model-3").string(); }
+  std::string prefix() const { return (dir() / "model-3").string(); }
 
   // The exact-resume property: train k steps, save a checkpoint, train n more -> P1; a new model
   // and optimizer (other initial weights) restored from the checkpoint (SaverRestore), n steps ->
@@ -380,8 +375,6 @@ class OptimizerStateTest : public ::testing::Test {
     EXPECT_FALSE(all_equal(c.params(), a.params()));
     return read_checkpoint(prefix());
   }
-
-  fs::path dir_;
 };
 
 TEST_F(OptimizerStateTest, SgdWithMomentumResumesExactly) {
@@ -696,7 +689,7 @@ TEST_F(OptimizerStateTest, PythonsTorchLoadReadsTheOptimizerEntries) {
   a.step(0);
   a.step(1);
   write_checkpoint(prefix(), collect_training_state(a.trainer));
-  const fs::path out = dir_ / "py.txt";
+  const fs::path out = dir() / "py.txt";
   const std::string cmd =
       "/usr/bin/python3 -c \"import torch, sys\n"
       "d = torch.load(sys.argv[1])\n"

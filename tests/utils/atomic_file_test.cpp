@@ -25,18 +25,10 @@ using testing::FileSizeLimit;
 using testing::message_of;
 using testing::read_text;
 
-class AtomicFileTest : public ::testing::Test {
- protected:
-  void SetUp() override { dir_ = testing::make_temp_dir("atomic_file_test"); }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  fs::path dir_;
-};
+class AtomicFileTest : public testing::TempDirTest {};
 
 TEST_F(AtomicFileTest, WritesAndReplacesTheContentLeavingNoTemporaryFile) {
-  const fs::path p = dir_ / "f.txt";
+  const fs::path p = dir() / "f.txt";
   write_file_atomically(p.string(), "first");
   EXPECT_EQ(read_text(p), "first");
   write_file_atomically(p.string(), "second, longer", /*durable=*/false);
@@ -47,7 +39,7 @@ TEST_F(AtomicFileTest, WritesAndReplacesTheContentLeavingNoTemporaryFile) {
 }
 
 TEST_F(AtomicFileTest, AMissingDirectoryIsAnErrorNamingTheFileAndTheReason) {
-  const std::string p = (dir_ / "no" / "f.txt").string();
+  const std::string p = (dir() / "no" / "f.txt").string();
   const std::string msg = message_of<std::runtime_error>([&] { write_file_atomically(p, "x"); });
   EXPECT_NE(msg.find(p + ".tmp"), std::string::npos) << msg;
   EXPECT_NE(msg.find("No such file or directory"), std::string::npos) << msg;
@@ -55,7 +47,7 @@ TEST_F(AtomicFileTest, AMissingDirectoryIsAnErrorNamingTheFileAndTheReason) {
 
 TEST_F(AtomicFileTest, AFailedRenameKeepsTheOldFileAndRemovesTheTemporary) {
   // A non-empty directory in the way of the rename.
-  const fs::path p = dir_ / "blocked";
+  const fs::path p = dir() / "blocked";
   fs::create_directories(p / "inside");
   const std::string msg =
       message_of<std::runtime_error>([&] { write_file_atomically(p.string(), "x"); });
@@ -66,7 +58,7 @@ TEST_F(AtomicFileTest, AFailedRenameKeepsTheOldFileAndRemovesTheTemporary) {
 }
 
 TEST_F(AtomicFileTest, AWriteBeyondTheFileSizeLimitFailsAndChangesNothing) {
-  const fs::path p = dir_ / "f.bin";
+  const fs::path p = dir() / "f.bin";
   write_file_atomically(p.string(), "old content");
   std::string msg;
   {
@@ -80,7 +72,7 @@ TEST_F(AtomicFileTest, AWriteBeyondTheFileSizeLimitFailsAndChangesNothing) {
 }
 
 TEST_F(AtomicFileTest, AnUncommittedWriterRemovesItsTemporaryFile) {
-  const fs::path p = dir_ / "f.txt";
+  const fs::path p = dir() / "f.txt";
   write_file_atomically(p.string(), "old");
   {
     AtomicFileWriter w(p.string());
@@ -94,7 +86,7 @@ TEST_F(AtomicFileTest, AnUncommittedWriterRemovesItsTemporaryFile) {
 }
 
 TEST_F(AtomicFileTest, TwoWritersCommitAfterBothAreWritten) {
-  const fs::path a = dir_ / "a", b = dir_ / "b";
+  const fs::path a = dir() / "a", b = dir() / "b";
   AtomicFileWriter wa(a.string()), wb(b.string());
   wa.write("A1");
   wa.write(std::string_view("A2"));
@@ -104,7 +96,7 @@ TEST_F(AtomicFileTest, TwoWritersCommitAfterBothAreWritten) {
   EXPECT_FALSE(fs::exists(a));
   wa.commit();
   wb.commit();
-  fsync_directory(dir_.string());
+  fsync_directory(dir().string());
   EXPECT_EQ(read_text(a), "A1A2");
   EXPECT_EQ(read_text(b), "B");
   EXPECT_FALSE(fs::exists(a.string() + ".tmp"));
@@ -119,7 +111,7 @@ ino_t inode_of(const fs::path& p) {
 }
 
 TEST_F(AtomicFileTest, ReplaceBySwapLeavesThePreviousContentInTheSwapFile) {
-  const fs::path p = dir_ / "checkpoint", swap = dir_ / "checkpoint.previous";
+  const fs::path p = dir() / "checkpoint", swap = dir() / "checkpoint.previous";
   replace_file_by_swap(p.string(), swap.string(), "first, long content");
   EXPECT_EQ(read_text(p), "first, long content");
   EXPECT_FALSE(fs::exists(swap));  // nothing to swap with yet: written as write_file_atomically
@@ -139,28 +131,28 @@ TEST_F(AtomicFileTest, ReplaceBySwapLeavesThePreviousContentInTheSwapFile) {
 
 // A swap file with another name (a hard-linked backup of the directory) is not written into.
 TEST_F(AtomicFileTest, ReplaceBySwapDoesNotWriteIntoAHardLinkedSwapFile) {
-  const fs::path p = dir_ / "checkpoint", swap = dir_ / "checkpoint.previous";
+  const fs::path p = dir() / "checkpoint", swap = dir() / "checkpoint.previous";
   write_file_atomically(p.string(), "current");
   write_file_atomically(swap.string(), "backed up");
-  fs::create_hard_link(swap, dir_ / "backup");
+  fs::create_hard_link(swap, dir() / "backup");
   replace_file_by_swap(p.string(), swap.string(), "next");
   EXPECT_EQ(read_text(p), "next");
-  EXPECT_EQ(read_text(dir_ / "backup"), "backed up");
+  EXPECT_EQ(read_text(dir() / "backup"), "backed up");
 }
 
 TEST_F(AtomicFileTest, ReplaceBySwapDoesNotFollowASymlink) {
-  const fs::path p = dir_ / "checkpoint", swap = dir_ / "checkpoint.previous";
+  const fs::path p = dir() / "checkpoint", swap = dir() / "checkpoint.previous";
   write_file_atomically(p.string(), "current");
-  write_file_atomically((dir_ / "target").string(), "not to be touched");
-  fs::create_symlink(dir_ / "target", swap);
+  write_file_atomically((dir() / "target").string(), "not to be touched");
+  fs::create_symlink(dir() / "target", swap);
   replace_file_by_swap(p.string(), swap.string(), "next");
   EXPECT_EQ(read_text(p), "next");
-  EXPECT_EQ(read_text(dir_ / "target"), "not to be touched");
+  EXPECT_EQ(read_text(dir() / "target"), "not to be touched");
   EXPECT_TRUE(fs::is_symlink(swap));
 }
 
 TEST_F(AtomicFileTest, ReplaceBySwapBeyondTheFileSizeLimitFailsAndKeepsTheFile) {
-  const fs::path p = dir_ / "checkpoint", swap = dir_ / "checkpoint.previous";
+  const fs::path p = dir() / "checkpoint", swap = dir() / "checkpoint.previous";
   write_file_atomically(p.string(), "current");
   std::string msg;
   {
@@ -177,7 +169,7 @@ TEST_F(AtomicFileTest, ReplaceBySwapBeyondTheFileSizeLimitFailsAndKeepsTheFile) 
 }
 
 TEST_F(AtomicFileTest, FsyncDirectoryNamesAMissingDirectory) {
-  const std::string d = (dir_ / "missing").string();
+  const std::string d = (dir() / "missing").string();
   EXPECT_EQ(message_of<std::runtime_error>([&] { fsync_directory(d); }),
             "cannot open directory " + d + ": No such file or directory");
 }

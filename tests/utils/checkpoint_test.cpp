@@ -64,15 +64,11 @@ std::vector<std::string> files_in(const fs::path& dir) {
   return out;
 }
 
-class CheckpointTest : public ::testing::Test {
+class CheckpointTest : public testing::TempDirTest {
  protected:
-  void SetUp() override { dir_ = testing::make_temp_dir("checkpoint_test"); }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
+  std::string prefix(const std::string& name = "model-600") const {
+    return (dir() / name).string();
   }
-  std::string prefix(const std::string& name = "model-600") const { return (dir_ / name).string(); }
-  fs::path dir_;
 };
 
 // ---- the data file and its trailer ----
@@ -104,7 +100,7 @@ std::string with_trailer_head(const std::string& data, const std::string& head) 
 TEST_F(CheckpointTest, RoundTripsAMapOfTensors) {
   const TensorMap m = sample_map();
   write_checkpoint(prefix(), m);
-  EXPECT_EQ(files_in(dir_), (std::vector<std::string>{"model-600.data"}));
+  EXPECT_EQ(files_in(dir()), (std::vector<std::string>{"model-600.data"}));
   expect_same(m, read_checkpoint(prefix()));
   EXPECT_EQ(verify_checkpoint(prefix()), "");
   EXPECT_TRUE(checkpoint_exists(prefix()));
@@ -144,7 +140,7 @@ TEST_F(CheckpointTest, PythonsZipfileReadsTheArchiveAndItsComment) {
     GTEST_SKIP() << "python3 is not installed";
   }
   write_checkpoint(prefix(), sample_map());
-  const fs::path out = dir_ / "zip.txt";
+  const fs::path out = dir() / "zip.txt";
   const std::string cmd =
       "python3 -c \"import zipfile, sys\n"
       "z = zipfile.ZipFile(sys.argv[1])\n"
@@ -162,7 +158,7 @@ TEST_F(CheckpointTest, AnUndefinedTensorIsRejectedBeforeAnythingIsWritten) {
   m["bad"] = at::Tensor();
   EXPECT_EQ(message_of<std::invalid_argument>([&] { write_checkpoint(prefix(), m); }),
             "write_checkpoint(" + prefix() + "): the tensor 'bad' is undefined");
-  EXPECT_TRUE(files_in(dir_).empty());
+  EXPECT_TRUE(files_in(dir()).empty());
 }
 
 TEST_F(CheckpointTest, PythonsTorchLoadReadsTheDataFile) {
@@ -180,7 +176,7 @@ TEST_F(CheckpointTest, PythonsTorchLoadReadsTheDataFile) {
     GTEST_SKIP() << "python3 with torch is not installed (Debian: apt-get install python3-torch)";
   }
   write_checkpoint(prefix(), sample_map());
-  const fs::path out = dir_ / "py.txt";
+  const fs::path out = dir() / "py.txt";
   const std::string cmd = python +
                           " -c \"import torch, sys\n"
                           "d = torch.load(sys.argv[1])\n"
@@ -332,7 +328,7 @@ TEST_F(CheckpointTest, AFailedWriteLeavesTheExistingCheckpointAsItWas) {
   EXPECT_EQ(msg, "cannot write " + prefix() + ".data.tmp: File too large");
   EXPECT_EQ(read_text(prefix() + ".data"), before);
   expect_same(small, read_checkpoint(prefix()));
-  EXPECT_EQ(files_in(dir_), (std::vector<std::string>{"model-600.data"}));
+  EXPECT_EQ(files_in(dir()), (std::vector<std::string>{"model-600.data"}));
 }
 
 // The data file is streamed into the file (tensors written from their own memory): the bytes of
@@ -369,11 +365,11 @@ TEST_F(CheckpointTest, AWriteThatFailsInsideALargeTensorReplacesNothing) {
   }
   EXPECT_EQ(msg, "cannot write " + prefix() + ".data.tmp: File too large");
   expect_same(small, read_checkpoint(prefix()));
-  EXPECT_EQ(files_in(dir_), (std::vector<std::string>{"model-600.data"}));
+  EXPECT_EQ(files_in(dir()), (std::vector<std::string>{"model-600.data"}));
 }
 
 TEST_F(CheckpointTest, AnUnwritableDirectoryIsAnErrorNamingTheFile) {
-  const std::string p = (dir_ / "gone" / "model-1").string();
+  const std::string p = (dir() / "gone" / "model-1").string();
   EXPECT_EQ(message_of<std::runtime_error>([&] { write_checkpoint(p, sample_map()); }),
             "cannot create " + p + ".data.tmp: No such file or directory");
 }
@@ -386,7 +382,7 @@ TEST_F(CheckpointTest, CopyAndRemove) {
   EXPECT_EQ(read_text(prefix() + ".data"), read_text(prefix("min-val-error") + ".data"));
   remove_checkpoint(prefix());
   remove_checkpoint(prefix());  // nothing left: not an error
-  EXPECT_EQ(files_in(dir_), (std::vector<std::string>{"min-val-error.data"}));
+  EXPECT_EQ(files_in(dir()), (std::vector<std::string>{"min-val-error.data"}));
 }
 
 TEST_F(CheckpointTest, ACorruptCheckpointIsNotCopied) {
@@ -426,43 +422,43 @@ CheckpointIndex sample_index() {
 }
 
 TEST_F(CheckpointTest, TheCheckpointIndexIsTensorFlowsTextForm) {
-  write_checkpoint_index(dir_.string(), sample_index());
-  EXPECT_EQ(read_text(dir_ / "checkpoint"),
+  write_checkpoint_index(dir().string(), sample_index());
+  EXPECT_EQ(read_text(dir() / "checkpoint"),
             "model_checkpoint_path: \"model-600\"\n"
             "all_model_checkpoint_paths: \"model-500\"\n"
             "all_model_checkpoint_paths: \"model-600\"\n"
             "all_model_checkpoint_timestamps: 1763850000.5\n"
             "all_model_checkpoint_timestamps: 1763850060.25\n"
             "last_preserved_timestamp: 1763849940\n");
-  const auto back = read_checkpoint_index(dir_.string());
+  const auto back = read_checkpoint_index(dir().string());
   ASSERT_TRUE(back.has_value());
   EXPECT_EQ(back->model_checkpoint_path, "model-600");
   EXPECT_EQ(back->all_model_checkpoint_paths, sample_index().all_model_checkpoint_paths);
   EXPECT_EQ(back->all_model_checkpoint_timestamps, sample_index().all_model_checkpoint_timestamps);
   EXPECT_EQ(back->last_preserved_timestamp, 1763849940);
-  EXPECT_FALSE(fs::exists(dir_ / "checkpoint.tmp"));
+  EXPECT_FALSE(fs::exists(dir() / "checkpoint.tmp"));
 }
 
 TEST_F(CheckpointTest, TheCheckpointIndexOmitsEmptyFieldsAndEscapesNames) {
   CheckpointIndex index;
   index.model_checkpoint_path = "a \"b\"\\c\n\xc3\xa9";
   index.all_model_checkpoint_paths = {index.model_checkpoint_path};
-  write_checkpoint_index(dir_.string(), index);
-  EXPECT_EQ(read_text(dir_ / "checkpoint"),
+  write_checkpoint_index(dir().string(), index);
+  EXPECT_EQ(read_text(dir() / "checkpoint"),
             "model_checkpoint_path: \"a \\\"b\\\"\\\\c\\n\\303\\251\"\n"
             "all_model_checkpoint_paths: \"a \\\"b\\\"\\\\c\\n\\303\\251\"\n");
-  EXPECT_EQ(read_checkpoint_index(dir_.string())->model_checkpoint_path,
+  EXPECT_EQ(read_checkpoint_index(dir().string())->model_checkpoint_path,
             index.model_checkpoint_path);
 }
 
 TEST_F(CheckpointTest, ReadsTheIndexThatTensorFlowWrites) {
-  write_text(dir_ / "checkpoint",
+  write_text(dir() / "checkpoint",
              "model_checkpoint_path: \"model-600\"\n"
              "all_model_checkpoint_paths: \"model-500\"\n"
              "all_model_checkpoint_paths: 'model-600'\n"
              "\n"
              "  last_preserved_timestamp:1.7e9  \n");
-  const auto index = read_checkpoint_index(dir_.string());
+  const auto index = read_checkpoint_index(dir().string());
   ASSERT_TRUE(index.has_value());
   EXPECT_EQ(index->model_checkpoint_path, "model-600");
   EXPECT_EQ(index->all_model_checkpoint_paths,
@@ -472,11 +468,11 @@ TEST_F(CheckpointTest, ReadsTheIndexThatTensorFlowWrites) {
 }
 
 TEST_F(CheckpointTest, NoCheckpointIndexIsNullopt) {
-  EXPECT_FALSE(read_checkpoint_index(dir_.string()).has_value());
+  EXPECT_FALSE(read_checkpoint_index(dir().string()).has_value());
 }
 
 TEST_F(CheckpointTest, MalformedCheckpointIndexFilesAreRefusedNamingTheFile) {
-  const std::string path = (dir_ / "checkpoint").string();
+  const std::string path = (dir() / "checkpoint").string();
   struct Case {
     std::string text;
     std::string reason;
@@ -505,7 +501,7 @@ TEST_F(CheckpointTest, MalformedCheckpointIndexFilesAreRefusedNamingTheFile) {
   };
   for (const Case& c : cases) {
     write_text(path, c.text);
-    EXPECT_EQ(message_of<CheckpointError>([&] { read_checkpoint_index(dir_.string()); }),
+    EXPECT_EQ(message_of<CheckpointError>([&] { read_checkpoint_index(dir().string()); }),
               path + ": " + c.reason)
         << c.text;
   }
@@ -516,9 +512,9 @@ TEST_F(CheckpointTest, MalformedCheckpointIndexFilesAreRefusedNamingTheFile) {
 TEST_F(CheckpointTest, ResolvesDirectoriesIndexFilesAndSuffixes) {
   write_checkpoint(prefix("model-500"), sample_map());
   write_checkpoint(prefix(), sample_map());
-  write_checkpoint_index(dir_.string(), sample_index());
-  EXPECT_EQ(resolve_checkpoint_path(dir_.string()), prefix());
-  EXPECT_EQ(resolve_checkpoint_path((dir_ / "checkpoint").string()), prefix());
+  write_checkpoint_index(dir().string(), sample_index());
+  EXPECT_EQ(resolve_checkpoint_path(dir().string()), prefix());
+  EXPECT_EQ(resolve_checkpoint_path((dir() / "checkpoint").string()), prefix());
   EXPECT_EQ(resolve_checkpoint_path(prefix("model-500")), prefix("model-500"));
   LogCapture log;
   EXPECT_EQ(resolve_checkpoint_path(prefix("model-500") + ".data"), prefix("model-500"));
@@ -533,7 +529,7 @@ TEST_F(CheckpointTest, ResolvesDirectoriesIndexFilesAndSuffixes) {
 TEST_F(CheckpointTest, ResolvesABareNameInTheCurrentDirectory) {
   write_checkpoint(prefix(), sample_map());
   const fs::path cwd = fs::current_path();
-  fs::current_path(dir_);
+  fs::current_path(dir());
   std::string resolved, missing;
   try {
     resolved = resolve_checkpoint_path("model-600");
@@ -546,10 +542,10 @@ TEST_F(CheckpointTest, ResolvesABareNameInTheCurrentDirectory) {
 }
 
 TEST_F(CheckpointTest, ResolveRefusesWhatNamesNoCheckpoint) {
-  EXPECT_EQ(message_of<CheckpointError>([&] { resolve_checkpoint_path(dir_.string()); }),
-            dir_.string() + ": no checkpoint index file 'checkpoint' in " + dir_.string());
-  write_checkpoint_index(dir_.string(), sample_index());  // names model-600, which is not there
-  EXPECT_EQ(message_of<CheckpointError>([&] { resolve_checkpoint_path(dir_.string()); }),
+  EXPECT_EQ(message_of<CheckpointError>([&] { resolve_checkpoint_path(dir().string()); }),
+            dir().string() + ": no checkpoint index file 'checkpoint' in " + dir().string());
+  write_checkpoint_index(dir().string(), sample_index());  // names model-600, which is not there
+  EXPECT_EQ(message_of<CheckpointError>([&] { resolve_checkpoint_path(dir().string()); }),
             prefix() + ": no such checkpoint (" + prefix() + ".data does not exist)");
   EXPECT_EQ(message_of<CheckpointError>([&] { resolve_checkpoint_path(""); }),
             ": the checkpoint path is empty");

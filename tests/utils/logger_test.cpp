@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "support/temp_dir.h"
 #include "trainpack/testing.h"
 
 namespace trainpack {
@@ -128,23 +129,15 @@ class Pty {
   int slave_ = -1;
 };
 
-// Each test gets an empty directory `base_` (under TRAINPACK_TEST_TMP when ctest sets it) and
-// leaves no logger directory behind.
-class LoggerDir : public ::testing::Test {
+// Each test gets an empty directory dir() (under TRAINPACK_TEST_TMP when ctest sets it), in which
+// `dir_` names the logger directory under test (not created), and leaves no logger directory
+// behind.
+class LoggerDir : public testing::TempDirTest {
  protected:
   void SetUp() override {
     ASSERT_FALSE(logger::get_logger_dir().has_value());
-    const char* tmp = std::getenv("TRAINPACK_TEST_TMP");
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    base_ = fs::path(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") / "logger_test" /
-            (std::string(info->name()) + "-" + std::to_string(::getpid()));
-    fs::remove_all(base_);
-    fs::create_directories(base_);
-    dir_ = (base_ / "run").string();
-  }
-  void TearDown() override {
-    logger::unset_logger_dir();
-    fs::remove_all(base_);
+    testing::TempDirTest::SetUp();
+    dir_ = path("run").string();
   }
 
   // `dir_` holding `a.txt`.
@@ -162,7 +155,6 @@ class LoggerDir : public ::testing::Test {
     return "";
   }
 
-  fs::path base_;
   std::string dir_;
 };
 
@@ -246,7 +238,7 @@ TEST_F(LoggerDir, NewUsesANewDirectoryAndLeavesTheOldIntact) {
 }
 
 TEST_F(LoggerDir, QuitThrowsSayingTheDirectoryExistsAndChangesNothing) {
-  const std::string previous = (base_ / "previous").string();
+  const std::string previous = (dir() / "previous").string();
   logger::set_logger_dir(previous);
   make_non_empty();
   try {
@@ -407,7 +399,7 @@ TEST_F(LoggerDir, KeptLogFileIsBackedUpAndTheBackupIsLogged) {
 }
 
 TEST_F(LoggerDir, ASecondDirectoryDetachesTheFirstFile) {
-  const std::string other = (base_ / "other").string();
+  const std::string other = (dir() / "other").string();
   logger::set_logger_dir(dir_);
   logger::set_logger_dir(other);
   TP_LOG_INFO("to the second");
@@ -460,12 +452,12 @@ TEST_F(LoggerDir, ADirectoryThatCannotBeCreatedIsAnErrorNamingItAndTheReason) {
 
 TEST_F(LoggerDir, AutoSetDirUsesTrainLogAndTheProgramName) {
   const fs::path cwd = fs::current_path();
-  fs::current_path(base_);
+  fs::current_path(dir());
   logger::auto_set_dir();
   EXPECT_EQ(logger::get_logger_dir(), "train_log/trainpack_tests");
   logger::auto_set_dir('d', "exp");
   EXPECT_EQ(logger::get_logger_dir(), "train_log/trainpack_tests:exp");
-  EXPECT_TRUE(fs::exists(base_ / "train_log" / "trainpack_tests:exp" / "log.log"));
+  EXPECT_TRUE(fs::exists(dir() / "train_log" / "trainpack_tests:exp" / "log.log"));
   logger::unset_logger_dir();
   fs::current_path(cwd);
 }

@@ -1,5 +1,6 @@
-#include "support/temp_dir.h"
 #include "trainpack/utils/npz.h"
+#include "support/command.h"
+#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -57,17 +58,7 @@ void expect_throw_with(F&& f, std::initializer_list<std::string> parts) {
   }
 }
 
-// Runs `cmd`, returning its stdout and exit status.
-std::pair<std::string, int> run(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return {"", -1};
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int rc = ::pclose(p);
-  return {out, rc};
-}
+using trainpack::testing::run_command;
 
 // Debian's python3-numpy installs into /usr/bin/python3's path; prefer that interpreter.
 std::string python_with_numpy() {
@@ -78,18 +69,7 @@ std::string python_with_numpy() {
   return "";
 }
 
-class NpzTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string tmpl = trainpack::testing::make_temp_dir("npz_test").string();
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  fs::path dir_;
-};
+class NpzTest : public trainpack::testing::TempDirTest {};
 
 at::Tensor f32_2x3() {
   return at::tensor({1.5f, -2.0f, 0.25f, 3.0f, 4.0f, -0.125f}).reshape({2, 3});
@@ -161,7 +141,7 @@ TEST(Npy, UnsupportedDtypeNamesIt) {
 }
 
 TEST_F(NpzTest, ZipStructureIsValid) {
-  const fs::path path = dir_ / "a.npz";
+  const fs::path path = dir() / "a.npz";
   write_npz(path.string(), {{"x", f32_2x3()}, {"dir/y", at::arange(5, at::kLong)}});
   const std::string z = read_file(path);
   ASSERT_GE(z.size(), 22u);
@@ -194,7 +174,7 @@ TEST_F(NpzTest, ZipStructureIsValid) {
 TEST_F(NpzTest, NumpyLoadsEveryDtype) {
   const std::string py = python_with_numpy();
   if (py.empty()) GTEST_SKIP() << "python3 with numpy (Debian's python3-numpy) is not installed";
-  const fs::path path = dir_ / "dump.npz";
+  const fs::path path = dir() / "dump.npz";
   write_npz(
       path.string(),
       {
@@ -209,13 +189,14 @@ TEST_F(NpzTest, NumpyLoadsEveryDtype) {
           {"flag", at::tensor({1, 0, 1}, at::kInt).to(at::kBool)},
           {"T", f32_2x3().t()},
       });
-  const fs::path script = dir_ / "check.py";
+  const fs::path script = dir() / "check.py";
   std::ofstream(script) << "import sys, numpy as np\n"
                            "d = np.load(sys.argv[1])\n"
                            "for k in d.files:\n"
                            "    a = d[k]\n"
                            "    print(k, a.dtype.str, a.shape, a.tolist())\n";
-  const auto [out, rc] = run(py + " " + script.string() + " " + path.string() + " </dev/null");
+  const auto [out, rc] =
+      run_command(py + " " + script.string() + " " + path.string() + " </dev/null");
   ASSERT_EQ(rc, 0) << out;
   EXPECT_EQ(out,
             "fc/W <f4 (2, 3) [[1.5, -2.0, 0.25], [3.0, 4.0, -0.125]]\n"
@@ -231,7 +212,7 @@ TEST_F(NpzTest, NumpyLoadsEveryDtype) {
 }
 
 TEST_F(NpzTest, BadNamesAreRejectedBeforeWriting) {
-  const std::string path = (dir_ / "bad.npz").string();
+  const std::string path = (dir() / "bad.npz").string();
   const at::Tensor t = at::zeros({2});
   expect_throw_with<std::invalid_argument>([&] { write_npz(path, {{"", t}}); }, {"empty"});
   expect_throw_with<std::invalid_argument>(
@@ -261,14 +242,14 @@ TEST_F(NpzTest, BadNamesAreRejectedBeforeWriting) {
         write_npz(path, {{"ok", t}, {"w", at::zeros({2}, at::kBFloat16)}});
       },
       {"'w'", "BFloat16"});
-  EXPECT_TRUE(fs::is_empty(dir_));
+  EXPECT_TRUE(fs::is_empty(dir()));
   // Names that merely contain dots are fine.
   write_npz(path, {{"a..b", t}, {"..x", t}, {"x/.../y", t}});
   EXPECT_TRUE(fs::exists(path));
 }
 
 TEST_F(NpzTest, ReplacesAtomicallyAndNamesThePathOnError) {
-  const fs::path path = dir_ / "d.npz";
+  const fs::path path = dir() / "d.npz";
   write_npz(path.string(), {{"a", at::zeros({100})}});
   const auto big = fs::file_size(path);
   write_npz(path.string(), {{"a", at::zeros({1})}});
@@ -277,14 +258,14 @@ TEST_F(NpzTest, ReplacesAtomicallyAndNamesThePathOnError) {
   write_npz(path.string(), {});  // an empty npz is a valid (empty) zip
   EXPECT_EQ(fs::file_size(path), 22u);
 
-  const std::string missing = (dir_ / "no" / "such" / "e.npz").string();
+  const std::string missing = (dir() / "no" / "such" / "e.npz").string();
   expect_throw_with<std::runtime_error>(
       [&] {
         write_npz(missing, {{"a", at::zeros({1})}});
       },
       {missing, "No such file"});
   // A directory in the way of the rename: the temporary file is removed, the error names both.
-  const fs::path blocked = dir_ / "blocked.npz";
+  const fs::path blocked = dir() / "blocked.npz";
   fs::create_directories(blocked / "inside");
   expect_throw_with<std::runtime_error>(
       [&] {
