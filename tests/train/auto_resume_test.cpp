@@ -278,7 +278,7 @@ TEST_F(AutoResumeTest, ReportsTheResumePointBeforeInitialize) {
 
 TEST_F(AutoResumeTest, ReportsAMidEpochResumePoint) {
   run(1, /*save_every_step=*/true);
-  fs::remove(dir_ / "model-3.data");  // the newest left is model-2: step 2 of epoch 1 runs next
+  fs::remove(dir() / "model-3.data");  // the newest left is model-2: step 2 of epoch 1 runs next
   const auto at = auto_resume_config().resume_point();
   ASSERT_TRUE(at.has_value());
   EXPECT_EQ(at->epoch, 1);
