@@ -387,15 +387,18 @@ void EventFileWriter::add_scalar(double wall_time, int64_t step, std::string tag
 }
 
 void EventFileWriter::add_summary(double wall_time, int64_t step, const Summary& summary) {
-  if (summary.values.size() == 1 && summary.values[0].kind == SummaryValue::Kind::kScalar) {
-    add_scalar(wall_time, step, summary.values[0].tag, summary.values[0].scalar);
-    return;
-  }
   Pending p;
-  p.event = std::make_unique<Event>();
-  p.event->wall_time = wall_time;
-  p.event->step = step;
-  p.event->summary = summary;
+  p.wall_time = wall_time;
+  p.step = step;
+  if (summary.values.size() == 1 && summary.values[0].kind == SummaryValue::Kind::kScalar) {
+    p.tag = summary.values[0].tag;  // the inline scalar (what put_scalar gives)
+    p.scalar = summary.values[0].scalar;
+  } else {
+    p.event = std::make_unique<Event>();
+    p.event->wall_time = wall_time;
+    p.event->step = step;
+    p.event->summary = summary;
+  }
   enqueue(std::move(p));
 }
 
