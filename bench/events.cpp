@@ -16,8 +16,13 @@
 //     (Monitors::put_scalar: process_scalar on every monitor, the history, the scalar summary,
 //     and TFEventWriter::process_summary, which copies it into the queue), while the writer's
 //     thread encodes and writes on another core.
-// Each phase runs --reps times; the median is reported. The last line is
-// `events_per_s=<X> put_scalar_ns=<Y>`.
+// (3) The writer alone: an EventFileWriter (trainpack/utils/event_file_writer.h, what
+//     TFEventWriter writes through; default options) is given --scalars add_scalar calls from
+//     this thread, then closed; writer_events_per_s = scalars / the time from the first call to
+//     the return of close() (the file flushed, fsynced and closed), the file checked as in (1).
+//     The difference to (1) is what the trainer and the monitors add per scalar.
+// Each phase runs --reps times; the median is reported. The last two lines are
+// `writer_events_per_s=<Z>` and `events_per_s=<X> put_scalar_ns=<Y>`.
 //
 //   trainpack_bench_events [--scalars N] [--burst B] [--bursts K] [--reps R] [--dir DIR]
 #include <unistd.h>
@@ -36,6 +41,7 @@
 #include "support.h"
 #include "trainpack/callbacks/tf_event_writer.h"
 #include "trainpack/train/trainer.h"
+#include "trainpack/utils/event_file_writer.h"
 #include "trainpack/utils/logger.h"
 
 namespace {
@@ -155,7 +161,7 @@ int main(int argc, char** argv) {
       static_cast<long long>(scalars), static_cast<long long>(bursts),
       static_cast<long long>(burst), static_cast<long long>(reps), base.c_str());
   const double pair_ns = clock_pair_ns();
-  std::vector<double> rates, put_ns;
+  std::vector<double> rates, put_ns, writer_rates;
   for (int64_t r = 0; r < reps; ++r) {
     // (1) throughput to disk
     {
@@ -201,11 +207,38 @@ int main(int argc, char** argv) {
           static_cast<long long>(burst * bursts));
       fs::remove_all(dir);
     }
+    // (3) the EventFileWriter alone
+    {
+      const fs::path dir = fs::path(base) / ("writer" + std::to_string(r));
+      fs::create_directories(dir);
+      trainpack::EventFileWriter writer(dir.string());
+      const auto start = Clock::now();
+      for (int64_t i = 0; i < scalars; ++i) {
+        writer.add_scalar(1.7e9 + static_cast<double>(i) * 1e-3, i + 1, "loss",
+                          static_cast<double>(i) * 1e-3);
+      }
+      writer.close();
+      const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+      const auto files = writer.files();
+      uintmax_t bytes = 0;
+      const int64_t records = files.size() == 1 ? count_records(files[0], &bytes) : -1;
+      if (records != scalars + 1) {
+        std::fprintf(stderr, "error: expected %lld records in one file, found %lld\n",
+                     static_cast<long long>(scalars + 1), static_cast<long long>(records));
+        return 1;
+      }
+      writer_rates.push_back(static_cast<double>(scalars) / secs);
+      std::printf(
+          "rep %lld: EventFileWriter alone: %lld scalars to disk in %.3f s (%.0f scalars/s)\n",
+          static_cast<long long>(r), static_cast<long long>(scalars), secs, writer_rates.back());
+      fs::remove_all(dir);
+    }
   }
   if (dir_arg.empty()) fs::remove_all(base);
   std::printf("clock pair overhead subtracted: %.1f ns\n", pair_ns);
   std::printf("median of %lld reps: %.0f scalars/s written; put_scalar mean %.1f ns\n",
               static_cast<long long>(reps), median(rates), median(put_ns));
+  std::printf("writer_events_per_s=%.0f\n", median(writer_rates));
   std::printf("events_per_s=%.0f put_scalar_ns=%.1f\n", median(rates), median(put_ns));
   return 0;
 }

@@ -20,7 +20,9 @@ cd "$ROOT"
 # the slow reference BLAS that Debian's LibTorch loads otherwise; dataset-fashion-mnist holds the
 # data of the Fashion-MNIST example. libprotobuf-dev/protobuf-compiler build the event files'
 # messages; python3-pil lets the tests decode the PNG inside an image event; python3-torch lets
-# them check that Python's torch.load reads a checkpoint (it is skipped without it).
+# them check that Python's torch.load reads a checkpoint (it is skipped without it). The last line
+# is what TensorBoard's own Python loader needs, with which a test reads split event files back
+# (TRAINPACK_TENSORBOARD_READER in tests/CMakeLists.txt; skipped when that script is absent).
 PACKAGES=(
   cmake g++ make
   libtorch-dev libopenblas0-pthread
@@ -28,6 +30,8 @@ PACKAGES=(
   nlohmann-json3-dev libfmt-dev libpng-dev zlib1g-dev libcli11-dev
   libprotobuf-dev protobuf-compiler
   dataset-fashion-mnist python3-numpy python3-pil python3-torch
+  python3-protobuf python3-grpcio python3-werkzeug python3-markdown python3-six python3-packaging
+  python3-absl python3-setuptools python3-bleach
 )
 
 BUILD_DIR=build

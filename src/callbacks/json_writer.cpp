@@ -15,13 +15,14 @@
 #include <ctime>
 #include <filesystem>
 #include <stdexcept>
-#include <string_view>
 #include <system_error>
 
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/atomic_file.h"
+#include "trainpack/utils/file_io.h"
 #include "trainpack/utils/float_repr.h"
 #include "trainpack/utils/logger.h"
+#include "trainpack/utils/output_dir.h"
 
 namespace trainpack {
 
@@ -37,44 +38,6 @@ std::string python_str(const StatValue& v) {
 
 // ---------------------------------------------------------------------------------------------
 // Files
-
-[[noreturn]] void throw_errno(const std::string& what, const std::string& path, int err) {
-  throw std::system_error(err, std::generic_category(), what + " " + path);
-}
-
-// Reads the whole file. Throws std::system_error.
-std::string read_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw_errno("cannot open", path, errno);
-  std::string text;
-  char buf[65536];
-  while (true) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      throw_errno("cannot read", path, err);
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return text;
-}
-
-void write_all_at(int fd, std::string_view data, int64_t offset, const std::string& path) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::pwrite(fd, data.data() + done, data.size() - done,
-                               static_cast<off_t>(offset + static_cast<int64_t>(done)));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw_errno("cannot write", path, errno);
-    }
-    done += static_cast<size_t>(n);
-  }
-}
 
 std::string timestamp() {
   const std::time_t now = std::time(nullptr);
@@ -99,10 +62,10 @@ std::string backup_path(const std::string& path, const std::string& label) {
 void copy_file_synced(const std::string& from, const std::string& to, const std::string& dir) {
   const std::string data = read_file(from);
   const int fd = ::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) throw_errno("cannot create", to, errno);
+  if (fd < 0) throw_file_error("create", to, errno);
   try {
-    write_all_at(fd, data, 0, to);
-    if (::fsync(fd) != 0) throw_errno("cannot fsync", to, errno);
+    pwrite_all(fd, data, 0, to);
+    if (::fsync(fd) != 0) throw_file_error("fsync", to, errno);
   } catch (...) {
     ::close(fd);
     throw;
@@ -113,22 +76,12 @@ void copy_file_synced(const std::string& from, const std::string& to, const std:
 
 void move_file(const std::string& from, const std::string& to, const std::string& dir) {
   if (::rename(from.c_str(), to.c_str()) != 0)
-    throw_errno("cannot rename " + from + " to", to, errno);
+    throw_file_error("rename " + from + " to", to, errno);
   fsync_directory(dir);
 }
 
 std::string join(const std::string& dir, const char* name) {
   return (fs::path(dir) / name).string();
-}
-
-std::string resolve_dir(const std::optional<std::string>& dir, const char* method) {
-  if (dir) return *dir;
-  auto logdir = logger::get_logger_dir();
-  if (!logdir) {
-    throw std::invalid_argument(fmt::format(
-        "JSONWriter::{}: no directory given and the logger directory is not set", method));
-  }
-  return *logdir;
 }
 
 void warn_truncated(const std::string& path, const ParsedStats& p) {
@@ -144,13 +97,7 @@ void warn_truncated(const std::string& path, const ParsedStats& p) {
 // JSONWriter
 
 JSONWriter::JSONWriter() {
-  auto dir = logger::get_logger_dir();
-  if (!dir) {
-    throw std::invalid_argument(
-        "JSONWriter: the logger directory is not set (call logger::set_logger_dir first, or use "
-        "JSONWriter::create(), which gives a NoOpMonitor then)");
-  }
-  dir_ = *dir;
+  dir_ = resolve_output_dir(std::nullopt, "JSONWriter", "");
   path_ = join(dir_, FILENAME);
 }
 
@@ -171,7 +118,8 @@ MonitorPtr JSONWriter::create() {
 
 std::optional<std::vector<StatsEntry>> JSONWriter::load_existing_json(
     std::optional<std::string> dir) {
-  const std::string path = join(resolve_dir(dir, "load_existing_json"), FILENAME);
+  const std::string path =
+      join(resolve_output_dir(dir, "JSONWriter::load_existing_json", "its dir argument"), FILENAME);
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path, ec))) return std::nullopt;
   std::string text;
@@ -231,8 +179,9 @@ bool JSONWriter::follows_starting_epoch(const std::vector<StatsEntry>& entries) 
                            ? std::get<int64_t>(*last) + 1 == starting_epoch
                            : std::get<double>(*last) + 1 == static_cast<double>(starting_epoch);
   if (!follows) {
-    TP_LOG_WARN("History epoch={} from JSON is not the predecessor of the current starting_epoch={}",
-                python_str(*last), starting_epoch);
+    TP_LOG_WARN(
+        "History epoch={} from JSON is not the predecessor of the current starting_epoch={}",
+        python_str(*last), starting_epoch);
     TP_LOG_WARN(
         "If you want to resume old training, either use `AutoResumeTrainConfig` or correctly "
         "set the new starting_epoch yourself to avoid inconsistency. ");
@@ -257,11 +206,10 @@ bool JSONWriter::keep_entries_up_to(std::vector<StatsEntry>& entries,
                                     const ResumePoint& resumed) const {
   // The steps after the checkpoint's global_step run again: their entries (written before the
   // crash or stop) would otherwise appear twice, with different values.
-  const auto first_after =
-      std::find_if(entries.begin(), entries.end(), [&](const StatsEntry& e) {
-        const auto gs = entry_number(e, "global_step");
-        return gs && *gs > static_cast<double>(resumed.global_step);
-      });
+  const auto first_after = std::find_if(entries.begin(), entries.end(), [&](const StatsEntry& e) {
+    const auto gs = entry_number(e, "global_step");
+    return gs && *gs > static_cast<double>(resumed.global_step);
+  });
   const size_t dropped = static_cast<size_t>(entries.end() - first_after);
   if (dropped > 0) {
     TP_LOG_WARN(
@@ -327,15 +275,15 @@ void JSONWriter::adopt_existing_file() {
     if (p.status == ParsedStats::Status::kValid && text.back() == ']' && !drop_entries) {
       // Appended to as it is: the bytes already there are never touched.
       fd_ = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
-      if (fd_ < 0) throw_errno("cannot open", path_, errno);
+      if (fd_ < 0) throw_file_error("open", path_, errno);
       close_offset_ = static_cast<int64_t>(text.size()) - 1;
       return;
     }
     // Truncated, followed by white space, or with entries dropped on resume: keep a copy of the
     // file as found, then rewrite it once (temporary file and rename) with the entries kept.
     const char* label = p.status == ParsedStats::Status::kTruncated ? "truncated-"
-                        : drop_entries                                 ? "before-resume-"
-                                                                       : "orig-";
+                        : drop_entries                              ? "before-resume-"
+                                                                    : "orig-";
     const std::string backup = backup_path(path_, label);
     copy_file_synced(path_, backup, dir_);
     rewrite_all();
@@ -394,7 +342,7 @@ void JSONWriter::write_stat() {
     tail += format_stats_entry(stats_.back());
     tail += ']';
     dirty_ = true;
-    write_all_at(fd_, tail, close_offset_, path_);
+    pwrite_all(fd_, tail, close_offset_, path_);
     close_offset_ += static_cast<int64_t>(tail.size()) - 1;
   } catch (const std::exception& e) {
     TP_LOG_ERROR("Exception in JSONWriter._write_stat()! {}", e.what());
@@ -408,7 +356,7 @@ void JSONWriter::rewrite_all() {
   const std::string text = format_stats_file(stats_);
   write_file_atomically(path_, text);
   fd_ = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd_ < 0) throw_errno("cannot open", path_, errno);
+  if (fd_ < 0) throw_file_error("open", path_, errno);
   close_offset_ = static_cast<int64_t>(text.size()) - 1;
   need_rewrite_ = false;
 }

@@ -13,19 +13,13 @@
 
 #include "trainpack/detail/callback_state.h"
 #include "trainpack/train/trainer.h"
+#include "trainpack/utils/float_repr.h"
 #include "trainpack/utils/humanize.h"
 #include "trainpack/utils/logger.h"
+#include "trainpack/utils/output_dir.h"
 
 namespace trainpack {
 namespace {
-
-// Python's repr() of a float: fmt's shortest round-trip form, which already switches to
-// exponent notation where Python does, plus the ".0" that Python keeps on integral values.
-std::string python_float_repr(double v) {
-  std::string s = fmt::format("{}", v);
-  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // 'n': inf, nan
-  return s;
-}
 
 // Python's str(round(v, 3)): correctly rounded to 3 decimals, printed in the shortest form.
 std::string python_round3(double v) {
@@ -214,14 +208,10 @@ HumanHyperParamSetter::HumanHyperParamSetter(HyperParamRef param, std::string fi
   if (file.is_absolute()) {
     path_ = file.string();
   } else {
-    std::optional<std::string> dir = logger::get_logger_dir();
-    if (!dir) {
-      throw std::invalid_argument(fmt::format(
-          "HumanHyperParamSetter: file_name '{}' is relative to the logger directory, but none is "
-          "set; call logger::set_logger_dir first (or pass an absolute file_name)",
-          file_name));
-    }
-    path_ = (std::filesystem::path(*dir) / file).string();
+    // A relative file_name is in the logger directory.
+    const std::string dir =
+        resolve_output_dir(std::nullopt, "HumanHyperParamSetter", "an absolute file_name");
+    path_ = (std::filesystem::path(dir) / file).string();
   }
   TP_LOG_INFO("Use {} to set hyperparam: '{}'.", path_, param_->readable_name());
   rerun_at_resume_ = true;  // an edit made while the run was down applies at once

@@ -15,6 +15,7 @@
 #include "trainpack/train/state.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/logger.h"
+#include "trainpack/utils/output_dir.h"
 
 namespace trainpack {
 
@@ -22,17 +23,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kNoDirMessage =
-    "Please provide 'checkpoint_dir' for {}, or use logger::set_logger_dir()";
-
 // The given directory, or the logger directory; normalised without a trailing '/'. "" if none.
 std::string resolve_dir(const std::optional<std::string>& dir) {
-  std::string d;
-  if (dir) {
-    d = *dir;
-  } else if (auto logdir = logger::get_logger_dir()) {
-    d = *logdir;
-  }
+  const std::string d = output_dir_or_logger_dir(dir).value_or("");
   if (d.empty()) return d;
   std::string n = fs::path(d).lexically_normal().string();
   while (n.size() > 1 && n.back() == '/') n.pop_back();
@@ -114,7 +107,10 @@ ModelSaver::ModelSaver(ModelSaverOptions options) : options_(std::move(options))
 double ModelSaver::now() const { return read_clock(options_.clock(), wall_seconds); }
 
 void ModelSaver::_setup_graph() {
-  if (dir_.empty()) throw std::invalid_argument(fmt::format(kNoDirMessage, "ModelSaver"));
+  if (dir_.empty()) {
+    throw std::invalid_argument(
+        missing_output_dir_message("ModelSaver", "ModelSaverOptions().checkpoint_dir(dir)"));
+  }
   last_saved_step_.reset();
 }
 
@@ -217,7 +213,11 @@ MinSaver::MinSaver(std::string monitor_stat, MinSaverOptions options)
 std::string MinSaver::best_checkpoint_prefix() const { return join(dir_, filename_); }
 
 void MinSaver::_setup_graph() {
-  if (dir_.empty()) throw std::invalid_argument(fmt::format(kNoDirMessage, name()));
+  if (dir_.empty()) {
+    throw std::invalid_argument(missing_output_dir_message(
+        name(), options_.reverse() ? "MaxSaverOptions().checkpoint_dir(dir)"
+                                   : "MinSaverOptions().checkpoint_dir(dir)"));
+  }
   last_trigger_step_.reset();
 }
 

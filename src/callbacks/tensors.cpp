@@ -14,6 +14,7 @@
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/npz.h"
+#include "trainpack/utils/output_dir.h"
 #include "trainpack/utils/png.h"
 
 namespace trainpack {
@@ -24,23 +25,13 @@ std::string shape_of(const at::Tensor& t) {
   return fmt::format("[{}]", fmt::join(t.sizes().begin(), t.sizes().end(), ", "));
 }
 
-// The logger directory, or `dir` when given; `cls` names the class in the error.
+// `dir` when given, else the logger directory; `cls` names the class in the error.
 std::string resolve_dir(const std::optional<std::string>& dir, const char* cls,
                         const char* options) {
-  if (dir) {
-    if (dir->empty()) {
-      throw std::invalid_argument(fmt::format("{}: {}().dir is empty", cls, options));
-    }
-    return *dir;
+  if (dir && dir->empty()) {
+    throw std::invalid_argument(fmt::format("{}: {}().dir is empty", cls, options));
   }
-  std::optional<std::string> logdir = logger::get_logger_dir();
-  if (!logdir) {
-    throw std::invalid_argument(
-        fmt::format("{}: the logger directory is not set; call logger::set_logger_dir first, or "
-                    "give a directory with {}().dir(...)",
-                    cls, options));
-  }
-  return *logdir;
+  return resolve_output_dir(dir, cls, fmt::format("{}().dir(dir)", options));
 }
 
 void create_dir(const std::string& dir, const char* cls) {

@@ -1,451 +1,64 @@
-// TFEventWriter (see the header). Encoding: the protobuf library (Debian's libprotobuf 3.21,
-// the one Debian's LibTorch links too) with a .proto of our own holding only the fields we write
-// (src/proto/trainpack_tfevent.proto). Chosen over a hand encoder because it is the well-kept
-// library for the format (trainpack writes by hand only what no such library does) and linking
-// it beside LibTorch gave no trouble; the generated header stays private to this file and the
-// tests' reader.
+// TFEventWriter (see the header): the monitor around an EventFileWriter
+// (trainpack/utils/event_file_writer.h), which owns the file, the encoding and the thread.
 #include "trainpack/callbacks/tf_event_writer.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <cerrno>
 #include <chrono>
-#include <cmath>
-#include <condition_variable>
-#include <cstdio>
-#include <cstring>
-#include <ctime>
-#include <filesystem>
-#include <memory>
-#include <mutex>
-#include <stdexcept>
-#include <thread>
 #include <utility>
 
-#include "trainpack/utils/crc32c.h"
 #include "trainpack/utils/logger.h"
-#include "trainpack_tfevent.pb.h"
+#include "trainpack/utils/output_dir.h"
 
 namespace trainpack {
 namespace {
 
-namespace pb = ::trainpack::tfevent;
-
-// The producer waits for the writer beyond this many pending events (memory bound).
-constexpr size_t kMaxPending = 65536;
-// The writer's buffer is written out at the latest when it holds this many bytes.
-constexpr size_t kCoalesceBytes = size_t{1} << 18;
-
-// Files opened by this process (the `.n` suffix of the file names).
-std::atomic<uint64_t> g_files_opened{0};
+constexpr const char* kName = "TFEventWriter";
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-std::string hostname() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "localhost";
-  std::string h(buf);
-  for (char& c : h) {
-    if (c == '/') c = '_';
-  }
-  return h;
-}
-
-void put_le64(char* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-void put_le32(char* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-
-void fill_value(const SummaryValue& in, pb::Summary::Value* out) {
-  out->set_tag(in.tag);
-  switch (in.kind) {
-    case SummaryValue::Kind::kScalar:
-      out->set_simple_value(static_cast<float>(in.scalar));
-      break;
-    case SummaryValue::Kind::kImage: {
-      pb::Summary::Image* img = out->mutable_image();
-      img->set_height(static_cast<int32_t>(in.image.height));
-      img->set_width(static_cast<int32_t>(in.image.width));
-      img->set_colorspace(static_cast<int32_t>(in.image.colorspace));
-      img->set_encoded_image_string(in.image.encoded_png);
-      break;
-    }
-    case SummaryValue::Kind::kHistogram: {
-      const SummaryHistogram& h = in.histogram;
-      pb::HistogramProto* p = out->mutable_histo();
-      p->set_min(h.min);
-      p->set_max(h.max);
-      p->set_num(h.num);
-      p->set_sum(h.sum);
-      p->set_sum_squares(h.sum_squares);
-      p->mutable_bucket_limit()->Add(h.bucket_limit.begin(), h.bucket_limit.end());
-      p->mutable_bucket()->Add(h.bucket.begin(), h.bucket.end());
-      break;
-    }
-    case SummaryValue::Kind::kText: {
-      // TensorBoard's text plugin: a DT_STRING tensor (a scalar: a shape with no dims) and
-      // plugin_data.plugin_name "text".
-      pb::TensorProto* t = out->mutable_tensor();
-      t->set_dtype(pb::DT_STRING);
-      t->mutable_tensor_shape();
-      t->add_string_val(in.text);
-      out->mutable_metadata()->mutable_plugin_data()->set_plugin_name("text");
-      break;
-    }
-  }
-}
-
-void fill_event(const Event& in, pb::Event* out) {
-  out->set_wall_time(in.wall_time);
-  out->set_step(in.step);
-  if (in.summary) {
-    pb::Summary* s = out->mutable_summary();
-    for (const SummaryValue& v : in.summary->values) fill_value(v, s->add_value());
-  } else if (!in.file_version.empty()) {
-    out->set_file_version(in.file_version);
-  }
-}
-
 }  // namespace
 
-// ---- the shared state and the writer's thread ----
+TFEventWriter::TFEventWriter(TFEventWriterOptions options)
+    : options_(std::move(options)),
+      writer_(resolve_output_dir(options_.logdir(), kName, "TFEventWriterOptions().logdir(dir)"),
+              EventFileWriterOptions()
+                  .max_queue(options_.max_queue())
+                  .flush_secs(options_.flush_secs())
+                  .name(kName)) {}
 
-// One queued event. A summary of a single scalar (what put_scalar gives) is held inline: no heap
-// allocation beyond a long tag's, on the training thread or when the writer frees it. Anything
-// else is a copy of the Event.
-struct TFEventWriter::Pending {
-  double wall_time = 0;
-  int64_t step = 0;
-  std::string tag;
-  double scalar = 0;
-  std::unique_ptr<Event> event;  // null: the inline scalar
-};
-
-struct TFEventWriter::Impl {
-  enum class State { kIdle, kRunning, kClosed };
-
-  Impl(std::string dir, size_t max_queue, double flush_secs)
-      : logdir(std::move(dir)),
-        max_queue(max_queue),
-        flush_interval(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-            std::chrono::duration<double>(flush_secs))),
-        host(hostname()) {
-    queue.reserve(max_queue);
-  }
-
-  const std::string logdir;
-  const size_t max_queue;
-  const std::chrono::steady_clock::duration flush_interval;
-  const std::string host;
-
-  // ---- guarded by mu ----
-  mutable std::mutex mu;
-  std::condition_variable work_cv;   // the writer waits here
-  std::condition_variable done_cv;   // flush() waits here for its ticket
-  std::condition_variable space_cv;  // a producer waits here when kMaxPending are pending
-  State state = State::kIdle;
-  std::vector<Pending> queue;
-  uint64_t requested = 0;  // flush tickets handed out
-  uint64_t done = 0;       // flush tickets completed
-  bool split_requested = false;
-  bool stop_requested = false;
-  bool producer_waiting = false;
-  std::vector<std::string> files;
-  std::thread thread;
-
-  // ---- the writer thread's own ----
-  int fd = -1;
-  std::string path;
-  bool open_blocked = false;  // an open or write failed; retried at the next flush request
-  std::string buf;
-  pb::Event msg;
-
-  // Call with mu held and state != kRunning.
-  void start_locked() {
-    state = State::kRunning;
-    stop_requested = false;
-    split_requested = false;
-    open_blocked = false;
-    thread = std::thread([this] { run(); });
-  }
-
-  void run();
-  void open_file();
-  void close_file();
-  void append_record(const pb::Event& m);
-  void write_out();
-  void sync();
-};
-
-void TFEventWriter::Impl::open_file() {
-  const auto secs = static_cast<long long>(std::time(nullptr));
-  const uint64_t n = g_files_opened.fetch_add(1);
-  char name[64];
-  std::snprintf(name, sizeof name, "events.out.tfevents.%010lld.", secs);
-  std::string p =
-      logdir + "/" + name + host + "." + std::to_string(getpid()) + "." + std::to_string(n);
-  const int f = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (f < 0) {
-    TP_LOG_ERROR("TFEventWriter: cannot create the event file {}: {}; events are dropped", p,
-                 std::strerror(errno));
-    open_blocked = true;
-    return;
-  }
-  fd = f;
-  path = std::move(p);
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    files.push_back(path);
-  }
-  pb::Event first;
-  first.set_wall_time(now_seconds());
-  first.set_step(0);
-  first.set_file_version("brain.Event:2");
-  append_record(first);
-}
-
-void TFEventWriter::Impl::append_record(const pb::Event& m) {
-  const size_t size = m.ByteSizeLong();
-  const size_t at = buf.size();
-  buf.resize(at + 12 + size + 4);
-  char* p = buf.data() + at;
-  put_le64(p, size);
-  put_le32(p + 8, crc32c::mask(crc32c::value(p, 8)));
-  m.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(p + 12));
-  put_le32(p + 12 + size, crc32c::mask(crc32c::value(p + 12, size)));
-}
-
-void TFEventWriter::Impl::write_out() {
-  if (buf.empty() || fd < 0) {
-    buf.clear();
-    return;
-  }
-  const char* p = buf.data();
-  size_t left = buf.size();
-  while (left > 0) {
-    const ssize_t w = ::write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      TP_LOG_ERROR(
-          "TFEventWriter: cannot write to the event file {}: {}; {} bytes lost, the file "
-          "is closed",
-          path, w < 0 ? std::strerror(errno) : "no progress", left);
-      ::close(fd);
-      fd = -1;
-      open_blocked = true;
-      break;
-    }
-    p += w;
-    left -= static_cast<size_t>(w);
-  }
-  buf.clear();
-}
-
-void TFEventWriter::Impl::sync() {
-  if (fd >= 0 && ::fsync(fd) != 0) {
-    TP_LOG_ERROR("TFEventWriter: cannot fsync the event file {}: {}", path, std::strerror(errno));
-  }
-}
-
-void TFEventWriter::Impl::close_file() {
-  if (fd < 0) return;
-  if (::close(fd) != 0) {
-    TP_LOG_ERROR("TFEventWriter: cannot close the event file {}: {}", path, std::strerror(errno));
-  }
-  fd = -1;
-}
-
-void TFEventWriter::Impl::run() {
-  open_file();
-  write_out();
-  std::vector<Pending> batch;
-  batch.reserve(max_queue);
-  auto last_write = std::chrono::steady_clock::now();
-  std::unique_lock<std::mutex> lk(mu);
-  for (;;) {
-    work_cv.wait_until(lk, last_write + flush_interval, [&] {
-      return stop_requested || queue.size() >= max_queue || requested > done || producer_waiting;
-    });
-    batch.swap(queue);
-    const uint64_t ticket = requested;
-    const bool flush_req = ticket > done;
-    const bool split = split_requested;
-    const bool stop = stop_requested;
-    split_requested = false;
-    if (producer_waiting) space_cv.notify_all();
-    lk.unlock();
-
-    if (flush_req) open_blocked = false;  // retry a failed open at every flush request
-    for (const Pending& p : batch) {
-      if (fd < 0 && !open_blocked) open_file();
-      if (fd < 0) continue;  // dropped (the ERROR line was logged)
-      msg.Clear();
-      if (p.event) {
-        fill_event(*p.event, &msg);
-      } else {
-        msg.set_wall_time(p.wall_time);
-        msg.set_step(p.step);
-        pb::Summary::Value* v = msg.mutable_summary()->add_value();
-        v->set_tag(p.tag);
-        v->set_simple_value(static_cast<float>(p.scalar));
-      }
-      append_record(msg);
-    }
-    batch.clear();
-    // When max_queue more events are already waiting (the producer is ahead), keep encoding
-    // into the buffer and write once the writer has caught up (or the buffer is large): the
-    // events reach the file no later, in fewer and larger write calls.
-    lk.lock();
-    if (!flush_req && !split && !stop && buf.size() < kCoalesceBytes && queue.size() >= max_queue) {
-      continue;
-    }
-    lk.unlock();
-    write_out();
-    if (flush_req || stop) sync();
-    if (split || stop) close_file();
-    last_write = std::chrono::steady_clock::now();
-
-    lk.lock();
-    if (flush_req) {
-      done = ticket;
-      done_cv.notify_all();
-    }
-    if (stop && queue.empty()) break;
-  }
-}
-
-// ---- TFEventWriter ----
-TFEventWriter::TFEventWriter(TFEventWriterOptions options) : options_(std::move(options)) {
-  std::optional<std::string> dir = options_.logdir();
-  if (!dir) dir = logger::get_logger_dir();
-  if (!dir || dir->empty()) {
-    throw std::invalid_argument(
-        "TFEventWriter: no logdir was given and the logger directory was not set (use "
-        "TFEventWriter::create() to get a NoOpMonitor instead)");
-  }
-  if (options_.max_queue() < 1) {
-    throw std::invalid_argument("TFEventWriter: max_queue must be >= 1, got " +
-                                std::to_string(options_.max_queue()));
-  }
-  if (!(options_.flush_secs() > 0) || !std::isfinite(options_.flush_secs())) {
-    throw std::invalid_argument("TFEventWriter: flush_secs must be a positive number of seconds");
-  }
-  std::string d = *dir;
-  if (d.find("://") == std::string::npos) {
-    d = std::filesystem::path(d).lexically_normal().string();
-    if (d.size() > 1 && d.back() == '/') d.pop_back();
-  }
-  std::error_code ec;
-  if (!std::filesystem::is_directory(d, ec)) {
-    throw std::invalid_argument("TFEventWriter: logdir '" + d + "' is not a directory");
-  }
-  logdir_ = d;
-  impl_ = std::make_unique<Impl>(logdir_, static_cast<size_t>(options_.max_queue()),
-                                 options_.flush_secs());
-}
-
-TFEventWriter::~TFEventWriter() {
-  try {
-    close();
-  } catch (...) {  // a destructor does not throw (thread errors would be std::system_error)
-  }
-}
+TFEventWriter::~TFEventWriter() = default;  // the writer flushes, fsyncs and closes
 
 MonitorPtr TFEventWriter::create(TFEventWriterOptions options) {
-  if (!options.logdir() && !logger::get_logger_dir()) {
+  if (!output_dir_or_logger_dir(options.logdir())) {
     TP_LOG_WARN("logger directory was not set. Ignore TFEventWriter.");
     return std::make_shared<NoOpMonitor>("TFEventWriter");
   }
   return std::make_shared<TFEventWriter>(std::move(options));
 }
 
-void TFEventWriter::enqueue(Pending&& item) {
-  Impl& s = *impl_;
-  std::unique_lock<std::mutex> lk(s.mu);
-  if (s.state == Impl::State::kClosed) return;
-  s.queue.push_back(std::move(item));
-  const size_t n = s.queue.size();
-  if (n == s.max_queue) {
-    s.work_cv.notify_one();
-  } else if (n >= kMaxPending) {
-    if (s.state == Impl::State::kIdle) s.start_locked();
-    s.work_cv.notify_one();
-    s.producer_waiting = true;
-    s.space_cv.wait(lk, [&] { return s.queue.size() < kMaxPending; });
-    s.producer_waiting = false;
-  }
-}
-
 void TFEventWriter::process_summary(const Summary& summary) {
-  Pending p;
-  p.wall_time = now_seconds();
-  p.step = is_set_up() ? global_step() : 0;
-  if (summary.values.size() == 1 && summary.values[0].kind == SummaryValue::Kind::kScalar) {
-    p.tag = summary.values[0].tag;
-    p.scalar = summary.values[0].scalar;
+  writer_.add_summary(now_seconds(), is_set_up() ? global_step() : 0, summary);
+}
+
+void TFEventWriter::process_event(const Event& event) { writer_.add_event(event); }
+
+void TFEventWriter::flush() { writer_.flush(); }
+
+void TFEventWriter::close() { writer_.close(); }
+
+std::vector<std::string> TFEventWriter::files() const { return writer_.files(); }
+
+void TFEventWriter::_setup_graph() { writer_.start(); }
+
+void TFEventWriter::_trigger() {
+  if (options_.split_files()) {
+    writer_.start_new_file();
   } else {
-    p.event = std::make_unique<Event>();
-    p.event->wall_time = p.wall_time;
-    p.event->step = p.step;
-    p.event->summary = summary;
+    writer_.flush();
   }
-  enqueue(std::move(p));
 }
 
-void TFEventWriter::process_event(const Event& event) {
-  Pending p;
-  p.event = std::make_unique<Event>(event);
-  enqueue(std::move(p));
-}
-
-void TFEventWriter::flush() { request_flush(false); }
-
-void TFEventWriter::request_flush(bool split) {
-  Impl& s = *impl_;
-  std::unique_lock<std::mutex> lk(s.mu);
-  if (s.state == Impl::State::kClosed) return;
-  if (s.state == Impl::State::kIdle) s.start_locked();
-  // The split flag and the ticket are taken by the writer in the same pass: the file is synced
-  // before it is closed.
-  if (split) s.split_requested = true;
-  const uint64_t ticket = ++s.requested;
-  s.work_cv.notify_one();
-  s.done_cv.wait(lk, [&] { return s.done >= ticket; });
-}
-
-void TFEventWriter::close() {
-  Impl& s = *impl_;
-  std::unique_lock<std::mutex> lk(s.mu);
-  if (s.state == Impl::State::kClosed) return;
-  const bool running = s.state == Impl::State::kRunning || !s.queue.empty();
-  if (s.state == Impl::State::kIdle && running) s.start_locked();  // events put before any start
-  // Closed from here on: later events are dropped, so the writer's last pass is its final one.
-  s.state = Impl::State::kClosed;
-  if (!running) return;
-  s.stop_requested = true;
-  s.work_cv.notify_one();
-  lk.unlock();
-  s.thread.join();
-}
-
-std::vector<std::string> TFEventWriter::files() const {
-  std::lock_guard<std::mutex> lk(impl_->mu);
-  return impl_->files;
-}
-
-void TFEventWriter::_setup_graph() {
-  std::lock_guard<std::mutex> lk(impl_->mu);
-  if (impl_->state != Impl::State::kRunning) impl_->start_locked();
-}
-
-void TFEventWriter::_trigger() { request_flush(options_.split_files()); }
-
-void TFEventWriter::_after_train() { close(); }
+void TFEventWriter::_after_train() { writer_.close(); }
 
 }  // namespace trainpack

@@ -9,20 +9,14 @@
 
 #include <cstdio>  // renameat2, RENAME_EXCHANGE (glibc >= 2.28, _GNU_SOURCE)
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
 
+#include "trainpack/utils/file_io.h"
+
 namespace trainpack {
-namespace {
-
-[[noreturn]] void fail(const std::string& what, const std::string& path, int err) {
-  throw std::runtime_error("cannot " + what + " " + path + ": " + std::strerror(err));
-}
-
-}  // namespace
 
 std::string parent_directory(const std::string& path) {
   const std::string dir = std::filesystem::path(path).parent_path().string();
@@ -31,18 +25,18 @@ std::string parent_directory(const std::string& path) {
 
 void fsync_directory(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) fail("open directory", dir, errno);
+  if (fd < 0) throw_file_error("open directory", dir, errno);
   const int rc = ::fsync(fd);
   const int err = errno;
   ::close(fd);
-  if (rc != 0) fail("fsync directory", dir, err);
+  if (rc != 0) throw_file_error("fsync directory", dir, err);
 }
 
 AtomicFileWriter::AtomicFileWriter(std::string path, bool durable)
     : path_(std::move(path)), tmp_(path_ + ".tmp"), durable_(durable) {
   if (path_.empty()) throw std::invalid_argument("AtomicFileWriter: the path is empty");
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail("create", tmp_, errno);
+  if (fd_ < 0) throw_file_error("create", tmp_, errno);
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -57,26 +51,16 @@ void AtomicFileWriter::discard() noexcept {
 
 void AtomicFileWriter::write(std::string_view data) {
   if (fd_ < 0) throw std::logic_error("AtomicFileWriter::write after finish: " + tmp_);
-  const char* p = data.data();
-  size_t left = data.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd_, p, std::min<size_t>(left, size_t{1} << 30));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail("write", tmp_, errno);
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
+  write_all(fd_, data, tmp_);
 }
 
 void AtomicFileWriter::finish() {
   if (fd_ < 0) return;
-  if (durable_ && ::fsync(fd_) != 0) fail("fsync", tmp_, errno);
+  if (durable_ && ::fsync(fd_) != 0) throw_file_error("fsync", tmp_, errno);
   const int rc = ::close(fd_);
   fd_ = -1;
   // close() can report a deferred write error (e.g. on NFS); the descriptor is gone either way.
-  if (rc != 0 && errno != EINTR) fail("close", tmp_, errno);
+  if (rc != 0 && errno != EINTR) throw_file_error("close", tmp_, errno);
 }
 
 void AtomicFileWriter::commit() {
@@ -100,17 +84,9 @@ namespace {
 
 // Writes all of `data` at offset 0 of `fd` and cuts the file there.
 void overwrite(int fd, std::string_view data, const std::string& path) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n =
-        ::pwrite(fd, data.data() + done, data.size() - done, static_cast<off_t>(done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail("write", path, errno);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::ftruncate(fd, static_cast<off_t>(data.size())) != 0) fail("truncate", path, errno);
+  pwrite_all(fd, data, 0, path);
+  if (::ftruncate(fd, static_cast<off_t>(data.size())) != 0)
+    throw_file_error("truncate", path, errno);
 }
 
 }  // namespace
@@ -140,16 +116,16 @@ void replace_file_by_swap(const std::string& path, const std::string& swap_path,
       return;
     }
     fd = ::open(swap_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) fail("create", swap_path, errno);
+    if (fd < 0) throw_file_error("create", swap_path, errno);
   }
   try {
     overwrite(fd, data, swap_path);
-    if (durable && ::fsync(fd) != 0) fail("fsync", swap_path, errno);
+    if (durable && ::fsync(fd) != 0) throw_file_error("fsync", swap_path, errno);
   } catch (...) {
     ::close(fd);
     throw;
   }
-  if (::close(fd) != 0 && errno != EINTR) fail("close", swap_path, errno);
+  if (::close(fd) != 0 && errno != EINTR) throw_file_error("close", swap_path, errno);
   if (::renameat2(AT_FDCWD, swap_path.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) != 0) {
     const int err = errno;
     // A filesystem (or kernel) without RENAME_EXCHANGE: the swap file, complete and synced, is

@@ -27,10 +27,12 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <system_error>
 #include <utility>
 
 #include "trainpack/utils/atomic_file.h"
 #include "trainpack/utils/crc32c.h"
+#include "trainpack/utils/file_io.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
@@ -68,29 +70,12 @@ void write_le16(char* p, uint16_t v) {
 }
 
 // Reads the whole file; nullopt when it does not exist. Other errors: CheckpointError.
-std::optional<std::vector<char>> read_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return std::nullopt;
-    throw CheckpointError(path, fmt::format("cannot open: {}", std::strerror(errno)));
+std::optional<std::vector<char>> read_checkpoint_file(const std::string& path) {
+  try {
+    return read_file_if_exists<std::vector<char>>(path);
+  } catch (const std::system_error& e) {
+    throw CheckpointError(path, fmt::format("cannot read: {}", e.code().message()));
   }
-  std::vector<char> data;
-  struct stat st {};
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) data.reserve(static_cast<size_t>(st.st_size));
-  char buf[1 << 16];
-  while (true) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      throw CheckpointError(path, fmt::format("cannot read: {}", std::strerror(err)));
-    }
-    if (n == 0) break;
-    data.insert(data.end(), buf, buf + n);
-  }
-  ::close(fd);
-  return data;
 }
 
 // The last `max_bytes` bytes of a file (all of it when shorter); nullopt when it cannot be read.
@@ -283,7 +268,7 @@ class DataFileSink {
 // Reads `<prefix>.data` and checks it against its trailer.
 std::vector<char> read_checked_data(const std::string& prefix, Trailer* trailer_out = nullptr) {
   const std::string path = prefix + kDataSuffix;
-  auto data = read_file(path);
+  auto data = read_checkpoint_file(path);
   if (!data) {
     throw CheckpointError(path, "the checkpoint's data file does not exist");
   }
@@ -561,7 +546,7 @@ void copy_checkpoint(const std::string& from, const std::string& to,
 
 std::optional<CheckpointIndex> read_checkpoint_index(const std::string& dir) {
   const std::string path = join_path(dir, kCheckpointIndexFile);
-  const auto bytes = read_file(path);
+  const auto bytes = read_checkpoint_file(path);
   if (!bytes) return std::nullopt;
   const std::string text(bytes->begin(), bytes->end());
   CheckpointIndex index;

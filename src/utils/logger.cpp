@@ -19,6 +19,8 @@
 #include <system_error>
 #include <vector>
 
+#include "trainpack/utils/file_io.h"
+
 namespace trainpack {
 namespace logger {
 namespace {
@@ -132,9 +134,7 @@ std::string read_stdin_line(bool* eof) {
   *eof = false;
   for (;;) {
     char c;
-    ssize_t n = ::read(STDIN_FILENO, &c, 1);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
+    if (read_some(STDIN_FILENO, &c, 1) <= 0) {
       *eof = true;
       return line;
     }

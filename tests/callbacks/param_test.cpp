@@ -760,7 +760,7 @@ TEST_F(HumanHyperParamSetterTest, WithoutLoggerDirThrows) {
       message_of<std::invalid_argument>([&] { std::make_shared<HumanHyperParamSetter>(param()); });
   EXPECT_THAT(msg, HasSubstr("HumanHyperParamSetter"));
   EXPECT_THAT(msg, HasSubstr("file_name"));
-  EXPECT_THAT(msg, HasSubstr("call logger::set_logger_dir first"));
+  EXPECT_THAT(msg, HasSubstr("call trainpack::logger::set_logger_dir(dir) first"));
 }
 
 TEST_F(HumanHyperParamSetterTest, AbsoluteFileNameNeedsNoLoggerDir) {

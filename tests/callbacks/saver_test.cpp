@@ -423,8 +423,9 @@ TEST_F(SaverTest, NoDirectoryIsAnErrorAtSetup) {
   ASSERT_FALSE(logger::get_logger_dir().has_value());
   ModelTrainer m;
   const std::string msg = message_of([&] { m.train({std::make_shared<ModelSaver>()}, 1, 1); });
-  EXPECT_NE(msg.find("Please provide 'checkpoint_dir' for ModelSaver, or use "
-                     "logger::set_logger_dir()"),
+  EXPECT_NE(msg.find("ModelSaver: no directory was given and the logger directory is not set; "
+                     "pass one with ModelSaverOptions().checkpoint_dir(dir), or call "
+                     "trainpack::logger::set_logger_dir(dir) first"),
             std::string::npos)
       << msg;
 }

@@ -293,8 +293,9 @@ TEST_F(TensorsTest, DumpTensorsRejectsBadArguments) {
             "DumpTensors: DumpTensorsOptions().dir is empty");
   logger::unset_logger_dir();
   EXPECT_EQ(message_of<std::invalid_argument>([] { DumpTensors(V{"a"}); }),
-            "DumpTensors: the logger directory is not set; call logger::set_logger_dir first, or "
-            "give a directory with DumpTensorsOptions().dir(...)");
+            "DumpTensors: no directory was given and the logger directory is not set; pass one "
+            "with DumpTensorsOptions().dir(dir), or call trainpack::logger::set_logger_dir(dir) "
+            "first");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -447,8 +448,9 @@ TEST_F(TensorsTest, DumpTensorAsImageRejectsBadArguments) {
             "DumpTensorAsImage: DumpTensorAsImageOptions().scale must be finite, got nan");
   logger::unset_logger_dir();
   EXPECT_EQ(message_of<std::invalid_argument>([] { DumpTensorAsImage("x"); }),
-            "DumpTensorAsImage: the logger directory is not set; call logger::set_logger_dir "
-            "first, or give a directory with DumpTensorAsImageOptions().dir(...)");
+            "DumpTensorAsImage: no directory was given and the logger directory is not set; pass "
+            "one with DumpTensorAsImageOptions().dir(dir), or call "
+            "trainpack::logger::set_logger_dir(dir) first");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -42,8 +43,7 @@ Summary scalar_summary(const std::string& tag, double v) {
   return s;
 }
 
-// The event files in `dir`, sorted by name (the counter suffix orders the files of one process
-// opened within one second; sort by the counter to be exact).
+// The event files in `dir`, sorted by the counter suffix (the order this process opened them in).
 std::vector<std::string> event_files(const fs::path& dir) {
   std::vector<std::pair<long, std::string>> found;
   for (const auto& e : fs::directory_iterator(dir)) {
@@ -132,7 +132,7 @@ TEST_F(TFEventWriterTest, FileNamePattern) {
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
   const std::string name = fs::path(files[0]).filename().string();
-  const std::regex re(R"(events\.out\.tfevents\.(\d{10})\.(.+)\.(\d+)\.(\d+))");
+  const std::regex re(R"(events\.out\.tfevents\.(\d{10})\.(.+)\.(\d+)\.(\d{6}))");
   std::smatch m;
   ASSERT_TRUE(std::regex_match(name, m, re)) << name;
   EXPECT_EQ(m[2].str(), host);
@@ -244,6 +244,62 @@ TEST_F(TFEventWriterTest, SplitFilesMakesOneFilePerEpoch) {
     EXPECT_EQ(events[2].step(), 2 * epoch);
     EXPECT_EQ(events[1].summary().value(0).simple_value(), static_cast<float>(epoch));
   }
+}
+
+// TensorBoard's own loader (a script that loads a logdir with TensorBoard's code and prints every
+// value it would serve as a JSON line; see tests/CMakeLists.txt), or "" when it is not there.
+std::string tensorboard_reader() {
+  const std::string path = TRAINPACK_TENSORBOARD_READER;
+  std::error_code ec;
+  return !path.empty() && fs::is_regular_file(path, ec) ? path : "";
+}
+
+TEST_F(TFEventWriterTest, SplitFilesSortByNameInWriteOrderAndTensorBoardReadsTheStepsInOrder) {
+  // 13 epochs: 13 files, most of them opened within one second, so that only the counter orders
+  // them, and the counter goes past 9 (an unpadded `.10` would sort before `.2`).
+  const int epochs = 13;
+  auto w = make_writer(TFEventWriterOptions().split_files(true));
+  auto cb = std::make_shared<ActionCallback>();
+  cb->trigger_step_fn = [](ActionCallback& c) {
+    c.trainer().monitors().put_scalar("loss", static_cast<double>(c.global_step()));
+  };
+  train({cb}, {w}, 2, epochs);
+  const std::vector<std::string> written = w->files();
+  ASSERT_EQ(written.size(), static_cast<size_t>(epochs));
+  std::vector<std::string> by_name;
+  for (const auto& e : fs::directory_iterator(dir_)) by_name.push_back(e.path().string());
+  std::sort(by_name.begin(), by_name.end());
+  EXPECT_EQ(by_name, written);
+  for (int f = 0; f < epochs; ++f) {
+    const auto events = read_event_file(written[f]);
+    ASSERT_EQ(events.size(), 3u);
+    EXPECT_EQ(events[1].step(), 2 * f + 1);
+  }
+
+  const std::string reader = tensorboard_reader();
+  if (reader.empty()) {
+    GTEST_SKIP() << "TensorBoard's reader is not there ('" << TRAINPACK_TENSORBOARD_READER
+                 << "'); configure with -DTRAINPACK_TENSORBOARD_READER=<read_events.py>";
+  }
+  const std::string err_path = (dir_ / "reader.stderr").string();
+  std::string out;
+  const int rc =
+      run_command("/usr/bin/python3 " + reader + " " + dir_.string() + " 2>" + err_path, &out);
+  const std::string err = testing::read_file_bytes(err_path);
+  if (rc == 2 && err.find("cannot import TensorBoard") != std::string::npos) {
+    GTEST_SKIP() << "TensorBoard's reader cannot run here: " << err;
+  }
+  ASSERT_EQ(rc, 0) << err << out;
+  // The reader's own check of the order TensorBoard loads and serves the values in.
+  EXPECT_EQ(err.find("steps go backwards"), std::string::npos) << err;
+  std::vector<int64_t> steps;
+  const std::regex step_re(R"re("tag": "loss", "step": (\d+),)re");
+  for (std::sregex_iterator it(out.begin(), out.end(), step_re), end; it != end; ++it) {
+    steps.push_back(std::stoll((*it)[1].str()));
+  }
+  std::vector<int64_t> expected;
+  for (int64_t s = 1; s <= 2 * epochs; ++s) expected.push_back(s);
+  EXPECT_EQ(steps, expected) << out;
 }
 
 TEST_F(TFEventWriterTest, HistogramEvent) {

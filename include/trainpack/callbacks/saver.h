@@ -76,9 +76,12 @@ struct ModelSaverOptions {
 // temporary file is left. Construction throws std::invalid_argument for max_to_keep < 0, a
 // negative or non-finite keep_checkpoint_every_n_hours, an unsupported var_collections, and
 // std::runtime_error when the directory cannot be created. setup_graph throws
-// std::invalid_argument("Please provide 'checkpoint_dir' for ModelSaver, or use
-// logger::set_logger_dir()") when neither a directory nor a logger directory was given (it is
-// checked there, not at construction, because a non-chief worker never sets it up).
+// std::invalid_argument("ModelSaver: no directory was given and the logger directory is not set;
+// pass one with ModelSaverOptions().checkpoint_dir(dir), or call
+// trainpack::logger::set_logger_dir(dir) first") when neither a directory nor a logger directory
+// was given (it is checked there, not at construction, because a non-chief worker never sets it
+// up; tensorpack's text is "Please provide 'checkpoint_dir' for ModelSaver, or use
+// logger.set_logger_dir()").
 // chief_only: true.
 //
 // Differences from tensorpack:

@@ -5,11 +5,15 @@
 //   monitors.push_back(std::make_shared<TFEventWriter>(
 //       TFEventWriterOptions().logdir("/tmp/run").flush_secs(30).split_files(true)));
 //
-// The file: `events.out.tfevents.<10-digit unix seconds>.<hostname>.<pid>.<n>` in logdir (n counts
-// the files this process opened, so two files opened in one second never collide), a TFRecord
-// stream (uint64 length, uint32 masked CRC-32C of the length, the bytes, uint32 masked CRC-32C of
-// the bytes, all little-endian) of `Event` protobufs; the first record is
-// `Event{wall_time, step 0, file_version "brain.Event:2"}`.
+// The file: `events.out.tfevents.<10-digit unix seconds>.<hostname>.<pid>.<n>` in logdir, where
+// <n> is a 6-digit, zero-padded count of the event files this process opened (`.000000`,
+// `.000001`, ...): two files opened in one second never collide, and the names sort in the order
+// the files were written, which is the order TensorBoard reads them in (with split_files, an
+// unpadded `.10` would be read before `.2`). A TFRecord stream (uint64 length, uint32 masked
+// CRC-32C of the length, the bytes, uint32 masked CRC-32C of the bytes, all little-endian) of
+// `Event` protobufs; the first record is `Event{wall_time, step 0, file_version "brain.Event:2"}`.
+// The file, its encoding and the writer's thread are an EventFileWriter
+// (trainpack/utils/event_file_writer.h).
 //
 // What is written: every summary given to process_summary (the ones that Monitors::put_scalar,
 // put_image and put_summary build) as an Event at the current global_step and the current time;
@@ -44,6 +48,7 @@
 #include <torch/arg.h>
 
 #include "trainpack/callbacks/monitor_base.h"
+#include "trainpack/utils/event_file_writer.h"
 
 namespace trainpack {
 
@@ -60,8 +65,9 @@ struct TFEventWriterOptions {
 
 class TFEventWriter : public MonitorBase {
  public:
-  // Throws std::invalid_argument when logdir is unset and no logger directory is set, when the
-  // directory does not exist, or for max_queue < 1 or flush_secs <= 0.
+  // Throws std::invalid_argument when logdir is unset and no logger directory is set ("pass one
+  // with TFEventWriterOptions().logdir(dir), or call trainpack::logger::set_logger_dir(dir)
+  // first"), when the directory does not exist, or for max_queue < 1 or flush_secs <= 0.
   explicit TFEventWriter(TFEventWriterOptions options = {});
   // Flushes, fsyncs and closes the file if the writer is still open (joins its thread).
   ~TFEventWriter() override;
@@ -82,7 +88,7 @@ class TFEventWriter : public MonitorBase {
   void close();
 
   // The normalized directory.
-  const std::string& logdir() const { return logdir_; }
+  const std::string& logdir() const { return writer_.logdir(); }
   // The paths of the event files opened so far, in order.
   std::vector<std::string> files() const;
 
@@ -94,14 +100,8 @@ class TFEventWriter : public MonitorBase {
   void _after_train() override;
 
  private:
-  struct Impl;
-  struct Pending;
-  void enqueue(Pending&& item);
-  void request_flush(bool split);
-
   TFEventWriterOptions options_;
-  std::string logdir_;
-  std::unique_ptr<Impl> impl_;
+  EventFileWriter writer_;
 };
 
 }  // namespace trainpack

@@ -29,6 +29,7 @@
 #include "trainpack/train/config.h"
 #include "trainpack/train/single_cost.h"
 #include "trainpack/utils/checkpoint.h"
+#include "trainpack/utils/file_io.h"
 #include "trainpack/utils/logger.h"
 
 namespace {
@@ -44,14 +45,8 @@ int g_report_fd = STDOUT_FILENO;
 
 // One report line with write(2): nothing stays in a buffer when the process is killed.
 void say(const std::string& text) {
-  const std::string line = text + "\n";
-  size_t done = 0;
-  while (done < line.size()) {
-    const ssize_t n = ::write(g_report_fd, line.data() + done, line.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    done += static_cast<size_t>(n);
-  }
+  int err = 0;
+  trainpack::write_all_or_errno(g_report_fd, text + "\n", &err);
 }
 
 DataFlowPtr make_flow() {
