@@ -18,7 +18,7 @@
 #include "support/event_reader.h"
 #include "support/files.h"
 #include "support/temp_dir.h"
-#include "support/trace.h"
+#include "trainpack/testing.h"
 #include "trainpack/utils/crc32c.h"
 
 namespace trainpack {
