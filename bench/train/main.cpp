@@ -28,16 +28,17 @@
 // heap's layout, which differs from one form to the other and from run to run (measured here:
 // 30 or 1,000 minor faults per step for the same form, and up to 20% of the step time), so it
 // would be measured instead of the framework. `tuned` fixes the thresholds before anything is
-// allocated, mallopt(M_MMAP_THRESHOLD, 32 MiB) and mallopt(M_TRIM_THRESHOLD, 256 MiB): buffers
-// stay in the heap and no form faults per step. `default` leaves glibc alone.
+// allocated, with trainpack::configure_runtime's mallopt thresholds (M_MMAP_THRESHOLD 32 MiB,
+// M_TRIM_THRESHOLD 512 MiB): buffers stay in the heap and no form faults per step. `default` leaves
+// glibc alone.
 //
 // OpenBLAS (`--blas-threads`, default 1, as the main job): LibTorch's BLAS calls (the linear
 // layer) go to OpenBLAS, whose pthread build keeps its own pool of one thread per core, spinning
 // for a while after every call. On 2 cores that pool takes the core that a second replica, the
 // prefetch thread or ATen's second intra-op thread needs: measured here in case dp, (d2) over
 // (d1) went from 1.10 to 1.88 with 1 OpenBLAS thread, and (r1) used 2.00 cores instead of 1.00.
-// `--blas-threads N` calls openblas_set_num_threads(N) (looked up with dlsym; ignored, with a
-// note, when the BLAS is not OpenBLAS); 0 leaves OpenBLAS's own setting. The issue-4 figures in
+// `--blas-threads N` sets OpenBLAS's threads through configure_runtime (ignored, with a note,
+// when the BLAS is not OpenBLAS); 0 leaves OpenBLAS's own setting. The issue-4 figures in
 // BENCHMARKS.md were taken before this setting existed, with OpenBLAS's own.
 //
 // Last lines, for the cases run (`--only` picks the cases, comma-separated, default all four, run
@@ -65,9 +66,6 @@
 // case (train_case.cpp, queue_case.cpp, validation_case.cpp, dp_case.cpp), common.h/.cpp (the
 // model, the data, the counters, the bare loop and the trainer forms they share).
 
-#include <dlfcn.h>
-#include <malloc.h>
-
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -81,6 +79,7 @@
 #include "support.h"
 #include "train/common.h"
 #include "trainpack/utils/logger.h"
+#include "trainpack/utils/runtime.h"
 
 namespace {
 
@@ -93,18 +92,6 @@ void usage(std::FILE* out, const char* argv0) {
                "[--val-batch-size VB (default 128)] [--dp-passes P (default 3)] [--blas-threads N "
                "(default 1; 0: OpenBLAS's own)] [--malloc tuned|default (default tuned)]\n",
                argv0);
-}
-
-// OpenBLAS's thread count (`threads` > 0: set it); returns what is in effect, for the output.
-std::string set_blas_threads(int64_t threads) {
-  // Not part of the BLAS interface LibTorch links against: looked up at run time.
-  auto get = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-  auto set = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  if (get == nullptr || set == nullptr) return "BLAS not OpenBLAS (--blas-threads ignored)";
-  if (threads > 0) set(static_cast<int>(threads));
-  return "OpenBLAS threads " + std::to_string(get()) +
-         (threads > 0 ? " (--blas-threads " + std::to_string(threads) + ")"
-                      : std::string(" (its own setting, --blas-threads 0)"));
 }
 
 // Whole epochs: a step count rounded up to a multiple of the epoch; returns the epochs.
@@ -173,14 +160,26 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (malloc_mode == "tuned") {
-    // Both calls also turn off glibc's dynamic threshold adjustment.
-    if (mallopt(M_MMAP_THRESHOLD, 32 << 20) != 1 || mallopt(M_TRIM_THRESHOLD, 256 << 20) != 1) {
-      std::fprintf(stderr, "mallopt failed; run with --malloc default\n");
-      return 1;
-    }
+  // The main job's settings, from the library (trainpack/utils/runtime.h), before anything is
+  // allocated; OpenMP's waiting is left as the environment has it, and each case sets its own
+  // intra-op threads.
+  const trainpack::RuntimeReport runtime = trainpack::configure_runtime(
+      argc, argv,
+      trainpack::RuntimeOptions()
+          .intra_op_threads(static_cast<int>(setup.threads))
+          .blas_threads(static_cast<int>(blas_threads))
+          .tune_malloc(malloc_mode == "tuned")
+          .passive_omp_wait(false)
+          .log(false));
+  if (malloc_mode == "tuned" && !runtime.warnings.empty() &&
+      runtime.warnings[0].rfind("mallopt refused", 0) == 0) {
+    std::fprintf(stderr, "%s; run with --malloc default\n", runtime.warnings[0].c_str());
+    return 1;
   }
-  const std::string blas = set_blas_threads(blas_threads);
+  std::string blas = "BLAS not OpenBLAS (--blas-threads ignored)";
+  for (const auto& line : runtime.lines) {
+    if (line.rfind("OpenBLAS: ", 0) == 0) blas = line.substr(0, line.find(';'));
+  }
   setup.epochs = round_to_epochs(&setup.steps, setup.steps_per_epoch);
   setup.queue_epochs = round_to_epochs(&setup.queue_steps, setup.steps_per_epoch);
   setup.val_epochs = round_to_epochs(&setup.val_steps, setup.steps_per_epoch);
