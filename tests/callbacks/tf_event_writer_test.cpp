@@ -267,7 +267,7 @@ TEST_F(TFEventWriterTest, SplitFilesSortByNameInWriteOrderAndTensorBoardReadsThe
   const std::vector<std::string> written = w->files();
   ASSERT_EQ(written.size(), static_cast<size_t>(epochs));
   std::vector<std::string> by_name;
-  for (const auto& e : fs::directory_iterator(dir_)) by_name.push_back(e.path().string());
+  for (const auto& e : fs::directory_iterator(dir())) by_name.push_back(e.path().string());
   std::sort(by_name.begin(), by_name.end());
   EXPECT_EQ(by_name, written);
   for (int f = 0; f < epochs; ++f) {
@@ -281,10 +281,10 @@ TEST_F(TFEventWriterTest, SplitFilesSortByNameInWriteOrderAndTensorBoardReadsThe
     GTEST_SKIP() << "TensorBoard's reader is not there ('" << TRAINPACK_TENSORBOARD_READER
                  << "'); configure with -DTRAINPACK_TENSORBOARD_READER=<read_events.py>";
   }
-  const std::string err_path = (dir_ / "reader.stderr").string();
+  const std::string err_path = (dir() / "reader.stderr").string();
   std::string out;
   const int rc =
-      run_command("/usr/bin/python3 " + reader + " " + dir_.string() + " 2>" + err_path, &out);
+      run_command("/usr/bin/python3 " + reader + " " + dir().string() + " 2>" + err_path, &out);
   const std::string err = testing::read_file_bytes(err_path);
   if (rc == 2 && err.find("cannot import TensorBoard") != std::string::npos) {
     GTEST_SKIP() << "TensorBoard's reader cannot run here: " << err;

@@ -30,25 +30,19 @@ using testing::message_of;
 using testing::read_event_file;
 using testing::read_le;
 
-class EventFileWriterTest : public ::testing::Test {
+class EventFileWriterTest : public testing::TempDirTest {
  protected:
-  void SetUp() override { dir_ = testing::make_temp_dir("event_file_writer_test"); }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
   // The event files in the directory, sorted by name.
   std::vector<std::string> files_by_name() const {
     std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(dir_)) out.push_back(e.path().string());
+    for (const auto& e : fs::directory_iterator(dir())) out.push_back(e.path().string());
     std::sort(out.begin(), out.end());
     return out;
   }
-  fs::path dir_;
 };
 
 TEST_F(EventFileWriterTest, RecordsAreFramedWithMaskedCrcsAndKeepTheirOrder) {
-  EventFileWriter w(dir_.string());
+  EventFileWriter w(dir().string());
   w.add_scalar(1000.5, 3, "loss", 0.25);
   Summary two;
   two.values.push_back(SummaryValue::make_scalar("a", 1));
@@ -106,7 +100,7 @@ TEST_F(EventFileWriterTest, FileNameIsTensorFlowsWithAZeroPaddedCount) {
   EXPECT_LT(EventFileWriter::file_name(1700000000, "vm", 4242, 99999),
             EventFileWriter::file_name(1700000000, "vm", 4242, 100000));
 
-  EventFileWriter w(dir_.string());
+  EventFileWriter w(dir().string());
   w.start();
   ASSERT_TRUE(w.flush());
   char host[256] = {0};
@@ -122,7 +116,7 @@ TEST_F(EventFileWriterTest, FileNameIsTensorFlowsWithAZeroPaddedCount) {
 }
 
 TEST_F(EventFileWriterTest, EventsWaitForMaxQueueOrFlush) {
-  EventFileWriter w(dir_.string(), EventFileWriterOptions().max_queue(100).flush_secs(1000));
+  EventFileWriter w(dir().string(), EventFileWriterOptions().max_queue(100).flush_secs(1000));
   EXPECT_TRUE(w.files().empty());  // no file before the thread starts
   w.start();
   ASSERT_TRUE(w.flush());
@@ -136,7 +130,7 @@ TEST_F(EventFileWriterTest, EventsWaitForMaxQueueOrFlush) {
 }
 
 TEST_F(EventFileWriterTest, StartNewFileClosesTheFileAndTheNextEventOpensANewOne) {
-  EventFileWriter w(dir_.string());
+  EventFileWriter w(dir().string());
   for (int f = 0; f < 3; ++f) {
     w.add_scalar(1, f, "x", f);
     EXPECT_TRUE(w.start_new_file());
@@ -154,7 +148,7 @@ TEST_F(EventFileWriterTest, StartNewFileClosesTheFileAndTheNextEventOpensANewOne
 }
 
 TEST_F(EventFileWriterTest, CloseWritesWhatIsQueuedAndLaterEventsAreDropped) {
-  EventFileWriter w(dir_.string());
+  EventFileWriter w(dir().string());
   const int n = 100000;  // beyond the 65536 pending events at which the producer waits
   for (int i = 0; i < n; ++i) w.add_scalar(1, i, "v", i);
   w.close();
@@ -171,7 +165,7 @@ TEST_F(EventFileWriterTest, CloseWritesWhatIsQueuedAndLaterEventsAreDropped) {
 }
 
 TEST_F(EventFileWriterTest, AnUnwritableDirectoryIsReportedAndRetriedAtTheNextFlush) {
-  const fs::path gone = dir_ / "gone";
+  const fs::path gone = dir() / "gone";
   fs::create_directories(gone);
   EventFileWriter w(gone.string(), EventFileWriterOptions().name("MyWriter"));
   fs::remove_all(gone);
@@ -200,7 +194,7 @@ TEST_F(EventFileWriterTest, AnUnwritableDirectoryIsReportedAndRetriedAtTheNextFl
 }
 
 TEST_F(EventFileWriterTest, AFailedWriteIsReportedWithTheBytesLost) {
-  EventFileWriter w(dir_.string());
+  EventFileWriter w(dir().string());
   w.start();
   ASSERT_TRUE(w.flush());
   const std::string path = w.files().at(0);
@@ -223,16 +217,16 @@ TEST_F(EventFileWriterTest, AFailedWriteIsReportedWithTheBytesLost) {
 TEST_F(EventFileWriterTest, BadArgumentsThrowNamingTheWriter) {
   using O = EventFileWriterOptions;
   EXPECT_EQ(
-      message_of<std::invalid_argument>([&] { EventFileWriter(dir_.string(), O().max_queue(0)); }),
+      message_of<std::invalid_argument>([&] { EventFileWriter(dir().string(), O().max_queue(0)); }),
       "EventFileWriter: max_queue must be >= 1, got 0");
   EXPECT_EQ(message_of<std::invalid_argument>(
-                [&] { EventFileWriter(dir_.string(), O().flush_secs(0).name("W")); }),
+                [&] { EventFileWriter(dir().string(), O().flush_secs(0).name("W")); }),
             "W: flush_secs must be a positive number of seconds");
-  const std::string missing = (dir_ / "missing").string();
+  const std::string missing = (dir() / "missing").string();
   EXPECT_EQ(message_of<std::invalid_argument>([&] { EventFileWriter w(missing); }),
             "EventFileWriter: logdir '" + missing + "' is not a directory");
-  EventFileWriter w(dir_.string() + "/./");
-  EXPECT_EQ(w.logdir(), dir_.string());  // normalised
+  EventFileWriter w(dir().string() + "/./");
+  EXPECT_EQ(w.logdir(), dir().string());  // normalised
 }
 
 }  // namespace
