@@ -16,10 +16,12 @@
 #include "trainpack/train/state.h"
 #include "trainpack/train/step_context.h"
 #include "trainpack/train/tower.h"
+#include "trainpack/train/tower_registry.h"
 #include "trainpack/train/trainer.h"
 
 // Callbacks and monitors (tensorpack's callbacks/ package)
 #include "trainpack/callbacks/base.h"
+#include "trainpack/callbacks/callback_state.h"
 #include "trainpack/callbacks/concurrency.h"
 #include "trainpack/callbacks/graph.h"
 #include "trainpack/callbacks/group.h"
@@ -44,6 +46,7 @@
 // Input: dataflows and input sources
 #include "trainpack/input/dataflow.h"
 #include "trainpack/input/fashion_mnist.h"
+#include "trainpack/input/input_desc.h"
 #include "trainpack/input/input_source.h"
 
 // The Graph registry and session initialisers

@@ -6,8 +6,8 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "trainpack/callbacks/callback_state.h"
 #include "trainpack/callbacks/monitor_base.h"
-#include "trainpack/detail/callback_state.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/humanize.h"
 #include "trainpack/utils/logger.h"
@@ -53,14 +53,13 @@ void EstimatedTimeLeft::_trigger_epoch() {
 }
 
 CallbackState EstimatedTimeLeft::state() const {
-  return {
-      {"epoch_seconds", detail::state_vector(std::vector<double>(times_.begin(), times_.end()))}};
+  return {{"epoch_seconds", state_vector(std::vector<double>(times_.begin(), times_.end()))}};
 }
 
 void EstimatedTimeLeft::load_state(const CallbackState& state) {
   const std::string who = name();
-  detail::check_state_keys(who, state, {"epoch_seconds"});
-  const std::vector<double> times = detail::state_doubles(who, state, "epoch_seconds");
+  check_state_keys(who, state, {"epoch_seconds"});
+  const std::vector<double> times = state_doubles(who, state, "epoch_seconds");
   const size_t first = times.size() > last_k_epochs_ ? times.size() - last_k_epochs_ : 0;
   times_.assign(times.begin() + static_cast<std::ptrdiff_t>(first), times.end());
 }

@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <system_error>
 
-#include "trainpack/detail/callback_state.h"
+#include "trainpack/callbacks/callback_state.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/float_repr.h"
 #include "trainpack/utils/humanize.h"
@@ -154,21 +154,21 @@ void HyperParamSetter::_setup_graph() { param_->setup_graph(graph()); }
 
 CallbackState HyperParamSetter::setter_state() const {
   CallbackState s;
-  if (last_value_) s["last_value"] = detail::state_scalar(*last_value_);
-  s["last_epoch_set"] = detail::state_scalar(last_epoch_set_);
-  s["applied_epoch"] = detail::state_scalar(applied_epoch_);
-  s["value"] = detail::state_scalar(get_current_value());
+  if (last_value_) s["last_value"] = state_scalar(*last_value_);
+  s["last_epoch_set"] = state_scalar(last_epoch_set_);
+  s["applied_epoch"] = state_scalar(applied_epoch_);
+  s["value"] = state_scalar(get_current_value());
   return s;
 }
 
 void HyperParamSetter::load_setter_state(const CallbackState& state) {
   const std::string who = name();
-  const int64_t last_epoch_set = detail::state_int(who, state, "last_epoch_set");
-  const int64_t applied_epoch = detail::state_int(who, state, "applied_epoch");
-  const double value = detail::state_double(who, state, "value");
+  const int64_t last_epoch_set = state_int(who, state, "last_epoch_set");
+  const int64_t applied_epoch = state_int(who, state, "applied_epoch");
+  const double value = state_double(who, state, "value");
   std::optional<double> last_value;
-  if (detail::find_state(state, "last_value") != nullptr) {
-    last_value = detail::state_double(who, state, "last_value");
+  if (find_state(state, "last_value") != nullptr) {
+    last_value = state_double(who, state, "last_value");
   }
   last_value_ = last_value;
   last_epoch_set_ = last_epoch_set;
@@ -182,8 +182,7 @@ void HyperParamSetter::load_setter_state(const CallbackState& state) {
 CallbackState HyperParamSetter::state() const { return setter_state(); }
 
 void HyperParamSetter::load_state(const CallbackState& state) {
-  detail::check_state_keys(name(), state,
-                           {"last_value", "last_epoch_set", "applied_epoch", "value"});
+  check_state_keys(name(), state, {"last_value", "last_epoch_set", "applied_epoch", "value"});
   load_setter_state(state);
 }
 
@@ -421,18 +420,18 @@ CallbackState StatMonitorParamSetter::state() const {
     steps.push_back(step);
     values.push_back(value);
   }
-  s["history_steps"] = detail::state_vector(steps);
-  s["history_values"] = detail::state_vector(values);
+  s["history_steps"] = state_vector(steps);
+  s["history_values"] = state_vector(values);
   return s;
 }
 
 void StatMonitorParamSetter::load_state(const CallbackState& state) {
   const std::string who = name();
-  detail::check_state_keys(who, state,
-                           {"last_value", "last_epoch_set", "applied_epoch", "value",
-                            "history_steps", "history_values"});
-  const std::vector<int64_t> steps = detail::state_ints(who, state, "history_steps");
-  const std::vector<double> values = detail::state_doubles(who, state, "history_values");
+  check_state_keys(who, state,
+                   {"last_value", "last_epoch_set", "applied_epoch", "value", "history_steps",
+                    "history_values"});
+  const std::vector<int64_t> steps = state_ints(who, state, "history_steps");
+  const std::vector<double> values = state_doubles(who, state, "history_values");
   if (steps.size() != values.size()) {
     throw std::invalid_argument(fmt::format(
         "{}: the saved state entries 'history_steps' and 'history_values' should have the same "

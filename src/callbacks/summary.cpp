@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "trainpack/callbacks/callback_state.h"
 #include "trainpack/callbacks/monitor_base.h"
-#include "trainpack/detail/callback_state.h"
 #include "trainpack/graph.h"
-#include "trainpack/train/tower.h"
+#include "trainpack/train/tower_registry.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/histogram.h"
 #include "trainpack/utils/logger.h"
@@ -65,9 +65,9 @@ CallbackState MovingAverageSummary::state() const {
   if (!is_set_up() || collection_ != Graph::kMovingSummaryOps) return {};
   CallbackState s;
   for (const auto& m : trainer().tower_registry().moving_average_states()) {
-    s[kBiased + m.name] = detail::state_scalar(m.biased);
-    s[kUpdates + m.name] = detail::state_scalar(m.updates);
-    s[kDecay + m.name] = detail::state_scalar(m.decay);
+    s[kBiased + m.name] = state_scalar(m.biased);
+    s[kUpdates + m.name] = state_scalar(m.updates);
+    s[kDecay + m.name] = state_scalar(m.decay);
   }
   return s;
 }
@@ -78,7 +78,7 @@ void MovingAverageSummary::load_state(const CallbackState& state) {
     throw std::logic_error(who + "::load_state called before setup_graph");
   }
   if (collection_ != Graph::kMovingSummaryOps) {
-    detail::check_state_keys(who, state, {});
+    check_state_keys(who, state, {});
     return;
   }
   std::vector<TowerRegistry::MovingAverageState> states;
@@ -87,9 +87,9 @@ void MovingAverageSummary::load_state(const CallbackState& state) {
     if (starts_with(key, kBiased)) {
       TowerRegistry::MovingAverageState m;
       m.name = key.substr(std::char_traits<char>::length(kBiased));
-      m.biased = detail::state_double(who, state, key);
-      m.updates = detail::state_int(who, state, kUpdates + m.name);
-      m.decay = detail::state_double(who, state, kDecay + m.name);
+      m.biased = state_double(who, state, key);
+      m.updates = state_int(who, state, kUpdates + m.name);
+      m.decay = state_double(who, state, kDecay + m.name);
       if (m.updates < 1 || !(m.decay >= 0.0 && m.decay < 1.0)) {
         throw std::invalid_argument(fmt::format(
             "{}: the saved moving average '{}' has updates {} and decay {}; expected updates >= 1 "
@@ -324,14 +324,14 @@ CallbackState SimpleMovingAverage::state() const {
   const int64_t held = std::min(rows_, window_);
   const int64_t oldest = rows_ > window_ ? rows_ % window_ : 0;
   CallbackState s;
-  s["rows"] = detail::state_scalar(rows_);
+  s["rows"] = state_scalar(rows_);
   for (size_t i = 0; i < n; ++i) {
     std::vector<double> column;
     column.reserve(static_cast<size_t>(held));
     for (int64_t r = 0; r < held; ++r) {
       column.push_back(ring_[static_cast<size_t>((oldest + r) % window_) * n + i]);
     }
-    s["values/" + names()[i]] = detail::state_vector(column);
+    s["values/" + names()[i]] = state_vector(column);
   }
   return s;
 }
@@ -349,10 +349,10 @@ void SimpleMovingAverage::load_state(const CallbackState& state) {
           who, kv.first, fmt::join(names(), ", ")));
     }
   }
-  const int64_t rows = detail::state_int(who, state, "rows");
+  const int64_t rows = state_int(who, state, "rows");
   std::vector<std::vector<double>> columns;
   for (const auto& name : names()) {
-    columns.push_back(detail::state_doubles(who, state, "values/" + name));
+    columns.push_back(state_doubles(who, state, "values/" + name));
   }
   const int64_t saved = static_cast<int64_t>(columns.front().size());
   for (size_t i = 0; i < n; ++i) {

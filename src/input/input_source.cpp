@@ -9,7 +9,8 @@
 #include <stdexcept>
 #include <utility>
 
-#include "trainpack/detail/callback_state.h"
+#include "trainpack/callbacks/callback_state.h"
+#include "trainpack/train/tower_registry.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/logger.h"
 
@@ -50,13 +51,13 @@ class SourceCallback : public Callback {
 };
 
 CallbackState position_entries(InputPosition p) {
-  return {{"pass", detail::state_scalar(p.pass)}, {"position", detail::state_scalar(p.position)}};
+  return {{"pass", state_scalar(p.pass)}, {"position", state_scalar(p.position)}};
 }
 
 InputPosition read_position(const std::string& who, const CallbackState& state) {
   InputPosition p;
-  p.pass = detail::state_int(who, state, "pass");
-  p.position = detail::state_int(who, state, "position");
+  p.pass = state_int(who, state, "pass");
+  p.position = state_int(who, state, "position");
   return p;
 }
 
@@ -76,8 +77,8 @@ class QueueSizeSummary : public Callback {
   std::string name() const override { return kQueueSizeTag; }
 
   void add_state(CallbackState* state) const {
-    (*state)["queue_size_biased"] = detail::state_scalar(biased_);
-    (*state)["queue_size_updates"] = detail::state_scalar(updates_);
+    (*state)["queue_size_biased"] = state_scalar(biased_);
+    (*state)["queue_size_updates"] = state_scalar(updates_);
   }
   // Reads the EMA from `state` (nullopt when it has neither entry); std::invalid_argument naming
   // `who` and the entry on one that does not fit.
@@ -86,8 +87,8 @@ class QueueSizeSummary : public Callback {
     if (!state.count("queue_size_biased") && !state.count("queue_size_updates")) {
       return std::nullopt;
     }
-    const double biased = detail::state_double(who, state, "queue_size_biased");
-    const int64_t updates = detail::state_int(who, state, "queue_size_updates");
+    const double biased = state_double(who, state, "queue_size_biased");
+    const int64_t updates = state_int(who, state, "queue_size_updates");
     if (updates < 0) {
       throw std::invalid_argument(fmt::format(
           "{}: the saved state entry 'queue_size_updates' is {}; expected >= 0", who, updates));
@@ -245,7 +246,7 @@ std::vector<CallbackPtr> FeedInput::_setup() {
       },
       nullptr, [this] { return position_entries(consumed()); },
       [this](const CallbackState& state) {
-        detail::check_state_keys(name(), state, {"pass", "position"});
+        check_state_keys(name(), state, {"pass", "position"});
         const InputPosition point = read_position(name(), state);
         if (can_restore_position(name(), *dataflow_, point)) resume_at(point);
       })};
@@ -321,8 +322,7 @@ std::vector<CallbackPtr> QueueInput::_setup() {
     return s;
   };
   auto load_state = [this, summary](const CallbackState& s) {
-    detail::check_state_keys(name(), s,
-                             {"pass", "position", "queue_size_biased", "queue_size_updates"});
+    check_state_keys(name(), s, {"pass", "position", "queue_size_biased", "queue_size_updates"});
     const InputPosition position = read_position(name(), s);
     const auto ema = QueueSizeSummary::read_state(name(), s);
     if (can_restore_position(name(), *dataflow_, position)) resume_at(position);

@@ -15,7 +15,6 @@
 #include <typeinfo>
 #include <utility>
 
-#include "trainpack/train/state.h"
 #include "trainpack/utils/demangle.h"
 
 namespace trainpack {

@@ -1,3 +1,8 @@
+// The training state as checkpoint entries (trainpack/train/state.h). Each part of the state
+// (module tensors, optimizers, Graph variables, RNG, callbacks, counters) has its collect and its
+// restore side by side below, as the optimizer codec (optimizer_state.cpp) has; the input's
+// position is a callback's state (the input source's callback) and goes with the callbacks.
+// collect_training_state and restore_training_state at the end only call the parts in order.
 #include "trainpack/train/state.h"
 
 #include <ATen/Context.h>
@@ -10,7 +15,6 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 
 #include "trainpack/graph.h"
@@ -23,8 +27,6 @@ namespace {
 
 constexpr const char* kOptimizerPrefix = "optimizer";
 constexpr const char* kVariablePrefix = "variable/";
-constexpr const char* kTrainerPrefix = "trainer/";
-constexpr const char* kRngPrefix = "rng/";
 constexpr const char* kCallbackPrefix = "callback/";
 constexpr const char* kGlobalStep = "trainer/global_step";
 constexpr const char* kEpoch = "trainer/epoch";
@@ -34,24 +36,106 @@ bool starts_with(const std::string& s, const std::string& prefix) {
   return s.compare(0, prefix.size(), prefix) == 0;
 }
 
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// One restore in progress: the map, the options and the report, and which entries of the map
+// the trainer has a place for. Every part reads the map through it.
+class Reader {
+ public:
+  Reader(const TensorMap& state, const RestoreOptions& options, RestoreReport* report)
+      : state_(state), options_(options), report_(*report) {}
+
+  const TensorMap& state() const { return state_; }
+  const std::string& source() const { return options_.source(); }
+  const RestoreOptions& options() const { return options_; }
+  RestoreReport& report() { return report_; }
+  bool has(const std::string& entry) const { return state_.count(entry) != 0; }
+
+  // True when RestoreOptions::ignore names `entry` (exactly, or a prefix of it ending in '/').
+  bool ignored(const std::string& entry) const {
+    for (const auto& pattern : options_.ignore()) {
+      if (entry == pattern) return true;
+      if (!pattern.empty() && pattern.back() == '/' && starts_with(entry, pattern)) return true;
+    }
+    return false;
+  }
+
+  // The trainer has a place for `entry` (it is not reported as unused).
+  void use(const std::string& entry) { used_.insert(entry); }
+
+  // Records `entry` as present but ignored, with tensorpack's message.
+  void ignore(const std::string& entry) {
+    report_.ignored.push_back(entry);
+    TP_LOG_INFO("Variable {} in the graph will not be loaded from {}!", entry, source());
+  }
+
+  // The value of `entry` to restore: nullptr when the map lacks it or it is ignored.
+  const at::Tensor* take(const std::string& entry) {
+    auto it = state_.find(entry);
+    if (it == state_.end()) return nullptr;
+    use(entry);
+    if (ignored(entry)) {
+      ignore(entry);
+      return nullptr;
+    }
+    return &it->second;
+  }
+
+  // take() for a model entry: one the map lacks is reported as missing.
+  const at::Tensor* take_model(const std::string& entry) {
+    const at::Tensor* value = take(entry);
+    if (value == nullptr && !has(entry)) report_.missing.push_back(entry);
+    return value;
+  }
+
+  // take() for a training-only entry: one the map lacks is reported as such.
+  const at::Tensor* take_training_only(const std::string& entry) {
+    const at::Tensor* value = take(entry);
+    if (value == nullptr && !has(entry)) report_.missing_training_only.push_back(entry);
+    return value;
+  }
+
+  // After every part: the entries no part had a place for, and the log lines.
+  void finish() {
+    for (const auto& kv : state_) {
+      if (used_.count(kv.first)) continue;
+      // An entry the trainer has no place for, but that the user asked to ignore, is ignored,
+      // not reported as unused.
+      if (ignored(kv.first)) {
+        report_.ignored.push_back(kv.first);
+      } else {
+        report_.unused.push_back(kv.first);
+      }
+    }
+    if (!report_.missing.empty()) {
+      TP_LOG_WARN("The following variables are in the graph, but not found in {}: {}", source(),
+                  join_names(report_.missing));
+    }
+    if (!report_.unused.empty()) {
+      TP_LOG_WARN("The following variables are in {}, but not found in the graph: {}", source(),
+                  join_names(report_.unused));
+    }
+    if (!report_.missing_training_only.empty()) {
+      TP_LOG_INFO("Training-only state not found in {}, kept as it is: {}", source(),
+                  join_names(report_.missing_training_only));
+    }
+  }
+
+ private:
+  const TensorMap& state_;
+  const RestoreOptions& options_;
+  RestoreReport& report_;
+  std::set<std::string> used_;
+};
+
+// ---- Module parameters and buffers: <module>/<name>, or <name> for the module "" ----
+
 std::string module_entry(const std::string& module_name, const std::string& tensor_name) {
   return module_name.empty() ? tensor_name : module_name + "/" + tensor_name;
-}
-
-std::string optimizer_entry(const std::string& name) {
-  return name.empty() ? kOptimizerPrefix : std::string(kOptimizerPrefix) + "/" + name;
-}
-
-// The callbacks with their checkpoint keys: name(), then name#2, name#3 for repeats.
-std::vector<std::pair<std::string, Callback*>> keyed_callbacks(const Trainer& trainer) {
-  std::vector<std::pair<std::string, Callback*>> out;
-  std::map<std::string, int> seen;
-  for (const auto& cb : trainer.registered_callbacks()) {
-    const std::string name = cb->name();
-    const int n = ++seen[name];
-    out.emplace_back(n == 1 ? name : fmt::format("{}#{}", name, n), cb.get());
-  }
-  return out;
 }
 
 // Every module tensor (parameters, then buffers) under its checkpoint entry name.
@@ -66,6 +150,61 @@ std::vector<std::pair<std::string, at::Tensor>> module_tensors(const Trainer& tr
     }
   }
   return out;
+}
+
+void collect_modules(const Trainer& trainer, TensorMap* state) {
+  for (auto& [entry, tensor] : module_tensors(trainer)) {
+    if (!state->emplace(entry, checkpoint_form(tensor)).second) {
+      throw std::logic_error(
+          fmt::format("collect_training_state: two module tensors are named '{}'", entry));
+    }
+  }
+}
+
+// The restore of the module tensors: prepare() checks every one (shape, dtype) without changing
+// anything; apply() copies them in place, on their devices.
+class ModulesRestore {
+ public:
+  static ModulesRestore prepare(const Trainer& trainer, Reader* in) {
+    ModulesRestore out;
+    for (const auto& [entry, tensor] : module_tensors(trainer)) {
+      const at::Tensor* value = in->take_model(entry);
+      if (value == nullptr) continue;
+      if (value->sizes() != tensor.sizes()) {
+        throw std::invalid_argument(fmt::format(
+            "restoring from {}: '{}' has shape [{}] there, but [{}] in the model", in->source(),
+            entry, fmt::join(value->sizes(), ", "), fmt::join(tensor.sizes(), ", ")));
+      }
+      if (value->scalar_type() != tensor.scalar_type()) {
+        throw std::invalid_argument(fmt::format(
+            "restoring from {}: '{}' is {} there, but {} in the model", in->source(), entry,
+            c10::toString(value->scalar_type()), c10::toString(tensor.scalar_type())));
+      }
+      out.copies_.emplace_back(tensor, value);
+      in->report().restored.push_back(entry);
+    }
+    return out;
+  }
+
+  void apply() {
+    torch::NoGradGuard no_grad;
+    for (auto& [tensor, value] : copies_) tensor.copy_(*value);
+  }
+
+ private:
+  std::vector<std::pair<at::Tensor, const at::Tensor*>> copies_;
+};
+
+// ---- Optimizers: optimizer[/<name>]/... (train/optimizer_state.h) ----
+
+std::string optimizer_entry(const std::string& name) {
+  return name.empty() ? kOptimizerPrefix : std::string(kOptimizerPrefix) + "/" + name;
+}
+
+void collect_optimizers(const Trainer& trainer, TensorMap* state) {
+  for (const auto& [name, optimizer] : trainer.graph().optimizers()) {
+    collect_optimizer_state(*optimizer, optimizer_entry(name), state);
+  }
 }
 
 // The entries of the map that belong to the optimizer under `entry`: `entry` itself and those
@@ -92,6 +231,84 @@ std::vector<std::string> optimizer_entries(
   return out;
 }
 
+// The restore of every optimizer: prepare() reads and checks every entry
+// (OptimizerRestore::prepare) without changing anything. An optimizer's entries are restored all
+// together or not at all: when any of them is ignored, all are.
+class OptimizersRestore {
+ public:
+  static OptimizersRestore prepare(const Trainer& trainer, Reader* in) {
+    OptimizersRestore out;
+    const auto& optimizers = trainer.graph().optimizers();
+    for (const auto& [name, optimizer] : optimizers) {
+      const std::string entry = optimizer_entry(name);
+      const std::vector<std::string> own = optimizer_entries(in->state(), entry, optimizers);
+      if (std::any_of(own.begin(), own.end(), [&](const auto& e) { return in->ignored(e); })) {
+        for (const auto& e : own) {
+          in->use(e);
+          in->ignore(e);
+        }
+        continue;
+      }
+      auto restore = OptimizerRestore::prepare(*optimizer, entry, in->state(), in->source());
+      if (!restore) {
+        in->report().missing_training_only.push_back(
+            has_typed_optimizer_state(*optimizer) ? entry + "/*" : entry);
+        continue;
+      }
+      for (const auto& e : restore->entries()) {
+        in->use(e);
+        in->report().restored.push_back(e);
+      }
+      out.restores_.push_back(std::move(*restore));
+    }
+    return out;
+  }
+
+  // Archives first, and before any other part changes the trainer: Optimizer::load is the one
+  // step that may still refuse (then nothing else has changed, unless an earlier archive was
+  // loaded).
+  void apply_archives() {
+    for (auto& restore : restores_) {
+      if (restore.from_archive()) restore.apply();
+    }
+  }
+  void apply_typed() {
+    for (auto& restore : restores_) {
+      if (!restore.from_archive()) restore.apply();
+    }
+  }
+
+ private:
+  std::vector<OptimizerRestore> restores_;
+};
+
+// ---- Graph variables: variable/<name>, every one but global_step (a counter) ----
+
+void collect_variables(const Trainer& trainer, TensorMap* state) {
+  const Graph& graph = trainer.graph();
+  for (const auto& name : graph.variable_names()) {
+    if (name == "global_step") continue;  // trainer/global_step
+    const Graph::Variable& v = graph.variable(name);
+    (*state)[kVariablePrefix + name] =
+        v.is_floating ? at::scalar_tensor(v.get(), at::kDouble)
+                      : at::scalar_tensor(static_cast<int64_t>(v.get()), at::kLong);
+  }
+}
+
+void restore_variables(Trainer& trainer, Reader* in) {
+  Graph& graph = trainer.graph();
+  for (const auto& name : graph.variable_names()) {
+    if (name == "global_step") continue;
+    const std::string entry = kVariablePrefix + name;
+    const at::Tensor* value = in->take_model(entry);
+    if (value == nullptr) continue;
+    graph.variable(name).set(value->item<double>());
+    in->report().restored.push_back(entry);
+  }
+}
+
+// ---- Random number generators: rng/cpu, rng/cuda:<i> ----
+
 std::vector<std::pair<std::string, at::Generator>> generators() {
   std::vector<std::pair<std::string, at::Generator>> out;
   out.emplace_back("rng/cpu", at::detail::getDefaultCPUGenerator());
@@ -105,182 +322,52 @@ std::vector<std::pair<std::string, at::Generator>> generators() {
   return out;
 }
 
-std::string join_names(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+void collect_rng(TensorMap* state) {
+  for (auto& [entry, gen] : generators()) {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    (*state)[entry] = gen.get_state();
+  }
+}
+
+void restore_rng(Reader* in) {
+  for (auto& [entry, gen] : generators()) {
+    const at::Tensor* value = in->take_training_only(entry);
+    if (value == nullptr) continue;
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(*value);
+    in->report().restored.push_back(entry);
+  }
+}
+
+// ---- Callback states: callback/<key>/<entry> (the input's position among them) ----
+
+// The callbacks with their checkpoint keys: name(), then name#2, name#3 for repeats.
+std::vector<std::pair<std::string, Callback*>> keyed_callbacks(const Trainer& trainer) {
+  std::vector<std::pair<std::string, Callback*>> out;
+  std::map<std::string, int> seen;
+  for (const auto& cb : trainer.registered_callbacks()) {
+    const std::string name = cb->name();
+    const int n = ++seen[name];
+    out.emplace_back(n == 1 ? name : fmt::format("{}#{}", name, n), cb.get());
+  }
   return out;
 }
 
-int64_t scalar_int(const TensorMap& state, const char* key, const std::string& source) {
-  const at::Tensor& t = state.at(key);
-  if (t.numel() != 1) {
-    throw std::invalid_argument(fmt::format("{}: '{}' should hold one number, but has shape {}",
-                                            source, key, fmt::join(t.sizes(), "x")));
-  }
-  return t.item<int64_t>();
-}
-
-}  // namespace
-
-at::Tensor checkpoint_form(const at::Tensor& t) {
-  at::Tensor out = t.requires_grad() ? t.detach() : t;
-  return out.is_cpu() ? out : out.to(at::kCPU);
-}
-
-TensorMap collect_training_state(const Trainer& trainer) {
-  TensorMap state;
-  for (auto& [entry, tensor] : module_tensors(trainer)) {
-    if (!state.emplace(entry, checkpoint_form(tensor)).second) {
-      throw std::logic_error(
-          fmt::format("collect_training_state: two module tensors are named '{}'", entry));
-    }
-  }
-  for (const auto& [name, optimizer] : trainer.graph().optimizers()) {
-    collect_optimizer_state(*optimizer, optimizer_entry(name), &state);
-  }
-  const Graph& graph = trainer.graph();
-  for (const auto& name : graph.variable_names()) {
-    if (name == "global_step") continue;  // a counter: trainer/global_step
-    const Graph::Variable& v = graph.variable(name);
-    state[kVariablePrefix + name] =
-        v.is_floating ? at::scalar_tensor(v.get(), at::kDouble)
-                      : at::scalar_tensor(static_cast<int64_t>(v.get()), at::kLong);
-  }
-  const ResumePoint point = trainer.resume_point();
-  state[kGlobalStep] = at::scalar_tensor(point.global_step, at::kLong);
-  state[kEpoch] = at::scalar_tensor(point.epoch, at::kLong);
-  state[kStepInEpoch] = at::scalar_tensor(point.step_in_epoch, at::kLong);
-  for (auto& [entry, gen] : generators()) {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    state[entry] = gen.get_state();
-  }
+void collect_callbacks(const Trainer& trainer, TensorMap* state) {
   for (const auto& [key, cb] : keyed_callbacks(trainer)) {
     for (auto& [name, tensor] : cb->state()) {
-      state[kCallbackPrefix + key + "/" + name] = checkpoint_form(tensor);
+      (*state)[kCallbackPrefix + key + "/" + name] = checkpoint_form(tensor);
     }
   }
-  return state;
 }
 
-RestoreReport restore_training_state(Trainer& trainer, const TensorMap& state,
-                                     const RestoreOptions& options) {
-  RestoreReport report;
-  const std::string& source = options.source();
-  auto ignored = [&](const std::string& entry) {
-    for (const auto& pattern : options.ignore()) {
-      if (entry == pattern) return true;
-      if (!pattern.empty() && pattern.back() == '/' && starts_with(entry, pattern)) return true;
-    }
-    return false;
-  };
-  std::set<std::string> used;  // entries of `state` that the trainer has a place for
-  auto take = [&](const std::string& entry) -> const at::Tensor* {
-    auto it = state.find(entry);
-    if (it == state.end()) return nullptr;
-    used.insert(entry);
-    if (ignored(entry)) {
-      report.ignored.push_back(entry);
-      TP_LOG_INFO("Variable {} in the graph will not be loaded from {}!", entry, source);
-      return nullptr;
-    }
-    return &it->second;
-  };
-
-  // 1. Check every module tensor before changing anything.
-  const auto tensors = module_tensors(trainer);
-  std::vector<std::pair<at::Tensor, const at::Tensor*>> copies;
-  for (const auto& [entry, tensor] : tensors) {
-    const at::Tensor* value = take(entry);
-    if (value == nullptr) {
-      if (!state.count(entry)) report.missing.push_back(entry);
-      continue;
-    }
-    if (value->sizes() != tensor.sizes()) {
-      throw std::invalid_argument(
-          fmt::format("restoring from {}: '{}' has shape [{}] there, but [{}] in the model", source,
-                      entry, fmt::join(value->sizes(), ", "), fmt::join(tensor.sizes(), ", ")));
-    }
-    if (value->scalar_type() != tensor.scalar_type()) {
-      throw std::invalid_argument(
-          fmt::format("restoring from {}: '{}' is {} there, but {} in the model", source, entry,
-                      c10::toString(value->scalar_type()), c10::toString(tensor.scalar_type())));
-    }
-    copies.emplace_back(tensor, value);
-    report.restored.push_back(entry);
-  }
-  // 2. The optimizers: read and check every entry (OptimizerRestore::prepare) before changing
-  // anything. An optimizer's entries are restored all together or not at all: when any of them
-  // is ignored, all are.
-  std::vector<OptimizerRestore> optimizer_restores;
-  const auto& optimizers = trainer.graph().optimizers();
-  for (const auto& [name, optimizer] : optimizers) {
-    const std::string entry = optimizer_entry(name);
-    const std::vector<std::string> own = optimizer_entries(state, entry, optimizers);
-    if (std::any_of(own.begin(), own.end(), ignored)) {
-      for (const auto& e : own) {
-        used.insert(e);
-        report.ignored.push_back(e);
-        TP_LOG_INFO("Variable {} in the graph will not be loaded from {}!", e, source);
-      }
-      continue;
-    }
-    auto restore = OptimizerRestore::prepare(*optimizer, entry, state, source);
-    if (!restore) {
-      report.missing_training_only.push_back(has_typed_optimizer_state(*optimizer) ? entry + "/*"
-                                                                                   : entry);
-      continue;
-    }
-    for (const auto& e : restore->entries()) {
-      used.insert(e);
-      report.restored.push_back(e);
-    }
-    optimizer_restores.push_back(std::move(*restore));
-  }
-
-  // Archives first: Optimizer::load is the one step that may still refuse (then nothing else
-  // has changed, unless an earlier archive was loaded).
-  for (auto& restore : optimizer_restores) {
-    if (restore.from_archive()) restore.apply();
-  }
-  for (auto& restore : optimizer_restores) {
-    if (!restore.from_archive()) restore.apply();
-  }
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& [tensor, value] : copies) tensor.copy_(*value);
-  }
-
-  // 3. Graph variables.
-  Graph& graph = trainer.graph();
-  for (const auto& name : graph.variable_names()) {
-    if (name == "global_step") continue;
-    const std::string entry = kVariablePrefix + name;
-    const at::Tensor* value = take(entry);
-    if (value == nullptr) {
-      if (!state.count(entry)) report.missing.push_back(entry);
-      continue;
-    }
-    graph.variable(name).set(value->item<double>());
-    report.restored.push_back(entry);
-  }
-
-  // 4. Random number generators.
-  for (auto& [entry, gen] : generators()) {
-    const at::Tensor* value = take(entry);
-    if (value == nullptr) {
-      if (!state.count(entry)) report.missing_training_only.push_back(entry);
-      continue;
-    }
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(*value);
-    report.restored.push_back(entry);
-  }
-
-  // 5. Callback states: the entries under each callback's key. Names may hold '/' (e.g.
-  // "QueueInput" and "QueueInput/queue_size"), so an entry belongs to the callback with the
-  // longest key that prefixes it, never to a shorter key that happens to prefix it too.
+// The entries under each callback's key. Names may hold '/' (e.g. "QueueInput" and
+// "QueueInput/queue_size"), so an entry belongs to the callback with the longest key that
+// prefixes it, never to a shorter key that happens to prefix it too.
+void restore_callbacks(const Trainer& trainer, Reader* in) {
   const auto keyed = keyed_callbacks(trainer);
-  std::vector<CallbackState> cb_states(keyed.size());
+  std::vector<CallbackState> states(keyed.size());
+  const TensorMap& state = in->state();
   for (auto it = state.lower_bound(kCallbackPrefix);
        it != state.end() && starts_with(it->first, kCallbackPrefix); ++it) {
     size_t owner = keyed.size();
@@ -292,57 +379,89 @@ RestoreReport restore_training_state(Trainer& trainer, const TensorMap& state,
         owner_key_length = prefix.size();
       }
     }
-    if (owner == keyed.size()) continue;  // no such callback: reported as unused below
-    if (const at::Tensor* value = take(it->first)) {
-      cb_states[owner][it->first.substr(owner_key_length)] = *value;
+    if (owner == keyed.size()) continue;  // no such callback: reported as unused
+    if (const at::Tensor* value = in->take(it->first)) {
+      states[owner][it->first.substr(owner_key_length)] = *value;
     }
   }
   for (size_t i = 0; i < keyed.size(); ++i) {
     const std::string prefix = kCallbackPrefix + keyed[i].first + "/";
     Callback* cb = keyed[i].second;
-    if (cb_states[i].empty()) {
-      if (!cb->state().empty()) report.missing_training_only.push_back(prefix + "*");
+    if (states[i].empty()) {
+      if (!cb->state().empty()) in->report().missing_training_only.push_back(prefix + "*");
       continue;
     }
-    cb->load_state(cb_states[i]);
-    for (const auto& kv : cb_states[i]) report.restored.push_back(prefix + kv.first);
+    cb->load_state(states[i]);
+    for (const auto& kv : states[i]) in->report().restored.push_back(prefix + kv.first);
   }
+}
 
-  // 6. Counters: where to continue.
-  const bool has_counters =
-      state.count(kGlobalStep) && state.count(kEpoch) && state.count(kStepInEpoch);
-  for (const char* entry : {kGlobalStep, kEpoch, kStepInEpoch}) {
-    if (state.count(entry)) used.insert(entry);
-  }
-  if (has_counters && options.restore_counters() && !ignored(kGlobalStep)) {
-    trainer.set_resume_point(*saved_resume_point(state, source));
-    for (const char* entry : {kGlobalStep, kEpoch, kStepInEpoch}) report.restored.push_back(entry);
-  } else if (!has_counters) {
-    report.missing_training_only.push_back("trainer/*");
-  }
+// ---- Counters: trainer/global_step, trainer/epoch, trainer/step_in_epoch ----
 
-  for (const auto& kv : state) {
-    if (used.count(kv.first)) continue;
-    // An entry the trainer has no place for, but that the user asked to ignore, is ignored, not
-    // reported as unused.
-    if (ignored(kv.first)) {
-      report.ignored.push_back(kv.first);
+void collect_counters(const Trainer& trainer, TensorMap* state) {
+  const ResumePoint point = trainer.resume_point();
+  (*state)[kGlobalStep] = at::scalar_tensor(point.global_step, at::kLong);
+  (*state)[kEpoch] = at::scalar_tensor(point.epoch, at::kLong);
+  (*state)[kStepInEpoch] = at::scalar_tensor(point.step_in_epoch, at::kLong);
+}
+
+int64_t scalar_int(const TensorMap& state, const char* key, const std::string& source) {
+  const at::Tensor& t = state.at(key);
+  if (t.numel() != 1) {
+    throw std::invalid_argument(fmt::format("{}: '{}' should hold one number, but has shape {}",
+                                            source, key, fmt::join(t.sizes(), "x")));
+  }
+  return t.item<int64_t>();
+}
+
+// Where to continue: restored as a whole (with restore_counters, and unless trainer/global_step
+// is ignored), or not at all.
+void restore_counters(Trainer& trainer, Reader* in) {
+  const char* const entries[] = {kGlobalStep, kEpoch, kStepInEpoch};
+  bool has_counters = true;
+  for (const char* entry : entries) {
+    if (in->has(entry)) {
+      in->use(entry);
     } else {
-      report.unused.push_back(kv.first);
+      has_counters = false;
     }
   }
-  if (!report.missing.empty()) {
-    TP_LOG_WARN("The following variables are in the graph, but not found in {}: {}", source,
-                join_names(report.missing));
+  if (has_counters && in->options().restore_counters() && !in->ignored(kGlobalStep)) {
+    trainer.set_resume_point(*saved_resume_point(in->state(), in->source()));
+    for (const char* entry : entries) in->report().restored.push_back(entry);
+  } else if (!has_counters) {
+    in->report().missing_training_only.push_back("trainer/*");
   }
-  if (!report.unused.empty()) {
-    TP_LOG_WARN("The following variables are in {}, but not found in the graph: {}", source,
-                join_names(report.unused));
-  }
-  if (!report.missing_training_only.empty()) {
-    TP_LOG_INFO("Training-only state not found in {}, kept as it is: {}", source,
-                join_names(report.missing_training_only));
-  }
+}
+
+}  // namespace
+
+TensorMap collect_training_state(const Trainer& trainer) {
+  TensorMap state;
+  collect_modules(trainer, &state);  // first: it refuses entries already in the map
+  collect_optimizers(trainer, &state);
+  collect_variables(trainer, &state);
+  collect_counters(trainer, &state);
+  collect_rng(&state);
+  collect_callbacks(trainer, &state);
+  return state;
+}
+
+RestoreReport restore_training_state(Trainer& trainer, const TensorMap& state,
+                                     const RestoreOptions& options) {
+  RestoreReport report;
+  Reader in(state, options, &report);
+  // The module tensors and the optimizers' entries are checked before anything changes.
+  ModulesRestore modules = ModulesRestore::prepare(trainer, &in);
+  OptimizersRestore optimizers = OptimizersRestore::prepare(trainer, &in);
+  optimizers.apply_archives();
+  optimizers.apply_typed();
+  modules.apply();
+  restore_variables(trainer, &in);
+  restore_rng(&in);
+  restore_callbacks(trainer, &in);
+  restore_counters(trainer, &in);
+  in.finish();
   return report;
 }
 

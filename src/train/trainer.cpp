@@ -164,6 +164,33 @@ bool Trainer::should_stop() {
 }
 
 void Trainer::main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t max_epoch) {
+  check_loop_arguments(steps_per_epoch, starting_epoch, max_epoch);
+  call_once(main_loop_done_, "main_loop");
+  const ResumePoint start = loop_start(steps_per_epoch, starting_epoch);
+  loop_started_ = true;
+  steps_per_epoch_ = steps_per_epoch;
+  starting_epoch_ = start.epoch;
+  max_epoch_ = max_epoch;
+  epoch_num_ = start.epoch - 1;
+  local_step_ = -1;
+  next_ = start;
+
+  detail::SignalHandlerScope signals(handle_signals_);
+  try {
+    callbacks_->before_train();
+    if (run_epochs(start)) TP_LOG_INFO("Training has finished!");
+  } catch (const StopTraining& e) {
+    log_stop(e);
+  } catch (...) {
+    TP_LOG_ERROR("Training failed at global_step={}", global_step_);
+    callbacks_->after_train();
+    throw;
+  }
+  run_after_train();
+}
+
+void Trainer::check_loop_arguments(int64_t steps_per_epoch, int64_t starting_epoch,
+                                   int64_t max_epoch) const {
   if (steps_per_epoch < 0) {
     throw std::invalid_argument(fmt::format(
         "Trainer::main_loop: steps_per_epoch must be >= 0 (0 runs callbacks only), got {}",
@@ -182,93 +209,84 @@ void Trainer::main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t
     throw std::logic_error(
         "Trainer::main_loop must be called after setup_callbacks and initialize");
   }
-  call_once(main_loop_done_, "main_loop");
-  int64_t first_step = 0;  // in the first epoch
-  if (restored_) {
-    if (starting_epoch != 1 && starting_epoch != restored_->epoch) {
-      TP_LOG_WARN(
-          "starting_epoch={} was given, but the restored checkpoint continues at epoch {} (step "
-          "{} of it, global_step {}). The checkpoint's counters are used.",
-          starting_epoch, restored_->epoch, restored_->step_in_epoch, restored_->global_step);
-    }
-    if (starting_global_step_ && *starting_global_step_ != restored_->global_step) {
-      TP_LOG_WARN(
-          "starting_global_step={} was given, but the restored checkpoint continues at "
-          "global_step {}. The checkpoint's counters are used.",
-          *starting_global_step_, restored_->global_step);
-    }
-    if (steps_per_epoch > 0 && restored_->step_in_epoch >= steps_per_epoch) {
-      throw std::invalid_argument(fmt::format(
-          "Trainer::main_loop: the restored checkpoint continues at step {} of epoch {}, but "
-          "steps_per_epoch is {}. Resume with the steps_per_epoch of the run that saved it.",
-          restored_->step_in_epoch, restored_->epoch, steps_per_epoch));
-    }
-    starting_epoch = restored_->epoch;
-    first_step = restored_->step_in_epoch;
-    global_step_ = restored_->global_step;
-    if (first_step > 0 || restored_->global_step > 0) {
-      TP_LOG_INFO("Resuming at epoch {}, step {} of it (global_step {}).", starting_epoch,
-                  first_step, global_step_);
-    }
-  } else if (starting_global_step_) {
-    global_step_ = *starting_global_step_;
-    TP_LOG_INFO("Starting at epoch {} with global_step {}.", starting_epoch, global_step_);
-  }
-  loop_started_ = true;
-  steps_per_epoch_ = steps_per_epoch;
-  starting_epoch_ = starting_epoch;
-  max_epoch_ = max_epoch;
-  epoch_num_ = starting_epoch - 1;
-  local_step_ = -1;
-  next_ = ResumePoint{starting_epoch, first_step, global_step_};
+}
 
-  detail::SignalHandlerScope signals(handle_signals_);
-  try {
-    callbacks_->before_train();
-    bool stopped = false;
-    for (int64_t epoch = starting_epoch; epoch <= max_epoch && !stopped; ++epoch) {
-      // A stop request starts no new epoch (docs/tensorpack-differences.md #14).
-      if (should_stop()) {
-        stopped = true;
-        break;
-      }
-      epoch_num_ = epoch;
-      local_step_ = -1;  // docs/tensorpack-differences.md #1
-      TP_LOG_INFO("Start Epoch {} ...", epoch);
-      callbacks_->before_epoch();
-      const auto start = std::chrono::steady_clock::now();
-      for (int64_t step = epoch == starting_epoch ? first_step : 0; step < steps_per_epoch;
-           ++step) {
-        if (should_stop()) {
-          stopped = true;
-          break;
-        }
-        local_step_ = step;
-        run_step();
-        next_ = step + 1 < steps_per_epoch ? ResumePoint{epoch, step + 1, global_step_}
-                                           : ResumePoint{epoch + 1, 0, global_step_};
-        callbacks_->trigger_step();
-      }
-      if (stopped) break;
-      callbacks_->after_epoch();
-      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-      TP_LOG_INFO("Epoch {} (global_step {}) finished, time:{}.", epoch, global_step_,
-                  humanize_time_delta(took.count()));
-      callbacks_->trigger_epoch();
+ResumePoint Trainer::loop_start(int64_t steps_per_epoch, int64_t starting_epoch) {
+  if (!restored_) {
+    if (starting_global_step_) {
+      global_step_ = *starting_global_step_;
+      TP_LOG_INFO("Starting at epoch {} with global_step {}.", starting_epoch, global_step_);
     }
-    if (!stopped) TP_LOG_INFO("Training has finished!");
-  } catch (const StopTraining& e) {
-    if (received_signal_ != 0) {  // tensorpack's KeyboardInterrupt line, for either signal
-      TP_LOG_INFO("Detected {} and exiting main loop.",
-                  received_signal_ == SIGINT ? "Ctrl-C" : "SIGTERM");
-    } else {
-      TP_LOG_INFO("Training was stopped by exception {}.", e.what());
-    }
-  } catch (...) {
-    TP_LOG_ERROR("Training failed at global_step={}", global_step_);
-    callbacks_->after_train();
-    throw;
+    return ResumePoint{starting_epoch, 0, global_step_};
   }
+  if (starting_epoch != 1 && starting_epoch != restored_->epoch) {
+    TP_LOG_WARN(
+        "starting_epoch={} was given, but the restored checkpoint continues at epoch {} (step "
+        "{} of it, global_step {}). The checkpoint's counters are used.",
+        starting_epoch, restored_->epoch, restored_->step_in_epoch, restored_->global_step);
+  }
+  if (starting_global_step_ && *starting_global_step_ != restored_->global_step) {
+    TP_LOG_WARN(
+        "starting_global_step={} was given, but the restored checkpoint continues at "
+        "global_step {}. The checkpoint's counters are used.",
+        *starting_global_step_, restored_->global_step);
+  }
+  if (steps_per_epoch > 0 && restored_->step_in_epoch >= steps_per_epoch) {
+    throw std::invalid_argument(fmt::format(
+        "Trainer::main_loop: the restored checkpoint continues at step {} of epoch {}, but "
+        "steps_per_epoch is {}. Resume with the steps_per_epoch of the run that saved it.",
+        restored_->step_in_epoch, restored_->epoch, steps_per_epoch));
+  }
+  global_step_ = restored_->global_step;
+  if (restored_->step_in_epoch > 0 || restored_->global_step > 0) {
+    TP_LOG_INFO("Resuming at epoch {}, step {} of it (global_step {}).", restored_->epoch,
+                restored_->step_in_epoch, global_step_);
+  }
+  return ResumePoint{restored_->epoch, restored_->step_in_epoch, global_step_};
+}
+
+bool Trainer::run_epochs(const ResumePoint& start) {
+  for (int64_t epoch = start.epoch; epoch <= max_epoch_; ++epoch) {
+    // A stop request starts no new epoch (docs/tensorpack-differences.md #14).
+    if (should_stop()) return false;
+    if (!run_epoch(epoch, epoch == start.epoch ? start.step_in_epoch : 0)) return false;
+  }
+  return true;
+}
+
+bool Trainer::run_epoch(int64_t epoch, int64_t first_step) {
+  const int64_t steps_per_epoch = steps_per_epoch_;
+  epoch_num_ = epoch;
+  local_step_ = -1;  // until the epoch's first step runs (docs/tensorpack-differences.md #1)
+  TP_LOG_INFO("Start Epoch {} ...", epoch);
+  callbacks_->before_epoch();
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t step = first_step; step < steps_per_epoch; ++step) {
+    if (should_stop()) return false;
+    local_step_ = step;
+    run_step();
+    next_ = step + 1 < steps_per_epoch ? ResumePoint{epoch, step + 1, global_step_}
+                                       : ResumePoint{epoch + 1, 0, global_step_};
+    callbacks_->trigger_step();
+  }
+  callbacks_->after_epoch();
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  TP_LOG_INFO("Epoch {} (global_step {}) finished, time:{}.", epoch, global_step_,
+              humanize_time_delta(took.count()));
+  callbacks_->trigger_epoch();
+  return true;
+}
+
+void Trainer::log_stop(const StopTraining& e) const {
+  if (received_signal_ != 0) {  // tensorpack's KeyboardInterrupt line, for either signal
+    TP_LOG_INFO("Detected {} and exiting main loop.",
+                received_signal_ == SIGINT ? "Ctrl-C" : "SIGTERM");
+  } else {
+    TP_LOG_INFO("Training was stopped by exception {}.", e.what());
+  }
+}
+
+void Trainer::run_after_train() {
   callbacks_->after_train();
   // A signal that arrived after the last check (last step, last epoch end, after_train) stopped
   // nothing, but the caller still needs to know it to exit with the conventional status.
@@ -349,9 +367,7 @@ void Trainer::fail_missing_fetch(const std::string& name) const {
 }
 
 void Trainer::end_hooked_run() {
-  for (const auto& entry : step_context_.requested_) {
-    if (!entry.second.defined()) fail_missing_fetch(entry.first);
-  }
+  if (!step_context_.all_published()) fail_missing_fetch(step_context_.missing_names().front());
   if (any_ops_) {
     for (size_t i = 0; i < run_args_.size(); ++i) {
       try {
@@ -372,17 +388,6 @@ void Trainer::end_hooked_run() {
   } catch (...) {
     Callbacks::rethrow_named(*after_run_list_[i], Hook::kAfterRun);
   }
-}
-
-void StepContext::request_stop() const { trainer_->request_stop(); }
-bool StepContext::stop_requested() const { return trainer_->stop_requested(); }
-
-const at::Tensor& StepContext::fetched(std::string_view name) const {
-  for (const auto& entry : requested_) {
-    if (entry.first == name) return entry.second;
-  }
-  throw std::out_of_range(fmt::format(
-      "RunValues: '{}' was not requested in this step; ask for it in before_run", name));
 }
 
 }  // namespace trainpack

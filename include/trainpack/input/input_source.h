@@ -56,7 +56,7 @@
 
 #include "trainpack/callbacks/base.h"
 #include "trainpack/input/dataflow.h"
-#include "trainpack/train/tower.h"
+#include "trainpack/input/input_desc.h"
 
 namespace trainpack {
 

@@ -44,13 +44,9 @@ namespace trainpack {
 class Trainer;
 
 // Everything the trainer can resume from, as described at the top of this file, as tensors in
-// checkpoint_form. Called between steps (or in before_train/after_train) on the training thread.
+// checkpoint_form (utils/checkpoint.h). Called between steps (or in before_train/after_train) on
+// the training thread.
 TensorMap collect_training_state(const Trainer& trainer);
-
-// `t` as the training state holds it: not requiring grad, on the CPU, sharing memory with `t`
-// where `t` is already there. detach() and to() are called only where they change something:
-// each is a dispatcher call, and together they were a sixth of collecting the main job's state.
-at::Tensor checkpoint_form(const at::Tensor& t);
 
 struct RestoreOptions {
   // Names (exact entries, or prefixes ending in '/', e.g. "optimizer/") not to restore even when

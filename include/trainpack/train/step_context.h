@@ -117,6 +117,16 @@ class StepContext {
   // Every name the step has published so far in this run (for error messages).
   const std::set<std::string, std::less<>>& published_names() const { return known_names_; }
 
+  // True when every name requested in this run has been published (checked after every run).
+  bool all_published() const {
+    for (const auto& entry : requested_) {
+      if (!entry.second.defined()) return false;
+    }
+    return true;
+  }
+  // The names requested in this run but not published, in the order they were requested.
+  std::vector<std::string> missing_names() const;
+
  private:
   friend class Trainer;
 

@@ -54,7 +54,7 @@
 #include "trainpack/train/exceptions.h"
 #include "trainpack/train/resume_point.h"
 #include "trainpack/train/step_context.h"
-#include "trainpack/train/tower.h"
+#include "trainpack/train/tower_registry.h"
 
 namespace trainpack {
 
@@ -194,6 +194,23 @@ class Trainer {
   void end_hooked_run();
   // True when the loop must stop now; throws StopTraining when a signal arrived.
   bool should_stop();
+
+  // ---- main_loop, step by step ----
+  // Throws std::invalid_argument / std::logic_error for arguments main_loop cannot run with.
+  void check_loop_arguments(int64_t steps_per_epoch, int64_t starting_epoch,
+                            int64_t max_epoch) const;
+  // Where the loop starts: (starting_epoch, 0) at the starting global_step, or the restored
+  // resume point (which then sets global_step; a starting_epoch or starting global_step that
+  // disagrees is a warning).
+  ResumePoint loop_start(int64_t steps_per_epoch, int64_t starting_epoch);
+  // The epochs from `start` to max_epoch; false when a stop request ended them early.
+  bool run_epochs(const ResumePoint& start);
+  // One epoch from step `first_step`; false when a stop request ended it before its last step.
+  bool run_epoch(int64_t epoch, int64_t first_step);
+  // The log line of a training ended by StopTraining (or a signal).
+  void log_stop(const StopTraining& e) const;
+  // Every callback's after_train once training ended without an error, then a late signal.
+  void run_after_train();
   [[noreturn]] void fail_missing_fetch(const std::string& name) const;
 
   Graph graph_;

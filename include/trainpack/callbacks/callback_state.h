@@ -1,9 +1,16 @@
-// Helpers for Callback::state() / load_state(): building a CallbackState and reading one back
-// with the checks that every load_state makes (the message names the callback and the entry).
+// Writing a callback's state() and load_state() (callbacks/base.h): the way to build a
+// CallbackState and to read one back with the checks every load_state makes. A state that does
+// not fit is std::invalid_argument naming the callback and the entry.
 //
-//   CallbackState s{{"step", detail::state_scalar(int64_t{7})}, {"value",
-//   detail::state_scalar(0.5)}}; detail::check_state_keys("MyCallback", s, {"step", "value"});
-//   int64_t step = detail::state_int("MyCallback", s, "step");
+//   class CountNaNs : public trainpack::Callback {
+//    public:
+//     CallbackState state() const override { return {{"count", state_scalar(count_)}}; }
+//     void load_state(const CallbackState& s) override {
+//       check_state_keys(name(), s, {"count"});
+//       count_ = state_int(name(), s, "count");
+//     }
+//     ...
+//   };
 //
 // Conventions (docs/save-load.md): scalars are 0-d CPU tensors, int64 for steps and counts,
 // float64 for values; sequences are 1-d CPU tensors of the same dtypes.
@@ -21,8 +28,8 @@
 #include "trainpack/callbacks/base.h"
 
 namespace trainpack {
-namespace detail {
 
+// Entries: 0-d scalars and 1-d vectors, int64 or float64, on the CPU.
 inline at::Tensor state_scalar(int64_t v) { return at::scalar_tensor(v, at::kLong); }
 inline at::Tensor state_scalar(double v) { return at::scalar_tensor(v, at::kDouble); }
 inline at::Tensor state_vector(const std::vector<int64_t>& v) {
@@ -51,9 +58,9 @@ inline const at::Tensor& require_state(const std::string& who, const CallbackSta
   return *t;
 }
 
-namespace state_impl {
-inline void check_kind(const std::string& who, const std::string& key, const at::Tensor& t,
-                       bool integral, int64_t dim) {
+namespace detail {
+inline void check_state_kind(const std::string& who, const std::string& key, const at::Tensor& t,
+                             bool integral, int64_t dim) {
   const bool kind_ok = integral ? at::isIntegralType(t.scalar_type(), /*includeBool=*/false)
                                 : at::isFloatingType(t.scalar_type());
   if (!kind_ok || t.dim() != dim) {
@@ -63,13 +70,13 @@ inline void check_kind(const std::string& who, const std::string& key, const at:
         c10::toString(t.scalar_type())));
   }
 }
-}  // namespace state_impl
+}  // namespace detail
 
 // A 0-d integer entry (a step, a count).
 inline int64_t state_int(const std::string& who, const CallbackState& state,
                          const std::string& key) {
   const at::Tensor& t = require_state(who, state, key);
-  state_impl::check_kind(who, key, t, /*integral=*/true, 0);
+  detail::check_state_kind(who, key, t, /*integral=*/true, 0);
   return t.item<int64_t>();
 }
 
@@ -77,7 +84,7 @@ inline int64_t state_int(const std::string& who, const CallbackState& state,
 inline double state_double(const std::string& who, const CallbackState& state,
                            const std::string& key) {
   const at::Tensor& t = require_state(who, state, key);
-  state_impl::check_kind(who, key, t, /*integral=*/false, 0);
+  detail::check_state_kind(who, key, t, /*integral=*/false, 0);
   return t.item<double>();
 }
 
@@ -85,7 +92,7 @@ inline double state_double(const std::string& who, const CallbackState& state,
 inline std::vector<int64_t> state_ints(const std::string& who, const CallbackState& state,
                                        const std::string& key) {
   const at::Tensor& t = require_state(who, state, key);
-  state_impl::check_kind(who, key, t, /*integral=*/true, 1);
+  detail::check_state_kind(who, key, t, /*integral=*/true, 1);
   const at::Tensor c = t.to(at::kCPU, at::kLong).contiguous();
   const int64_t* p = c.data_ptr<int64_t>();
   return std::vector<int64_t>(p, p + c.numel());
@@ -95,7 +102,7 @@ inline std::vector<int64_t> state_ints(const std::string& who, const CallbackSta
 inline std::vector<double> state_doubles(const std::string& who, const CallbackState& state,
                                          const std::string& key) {
   const at::Tensor& t = require_state(who, state, key);
-  state_impl::check_kind(who, key, t, /*integral=*/false, 1);
+  detail::check_state_kind(who, key, t, /*integral=*/false, 1);
   const at::Tensor c = t.to(at::kCPU, at::kDouble).contiguous();
   const double* p = c.data_ptr<double>();
   return std::vector<double>(p, p + c.numel());
@@ -118,5 +125,4 @@ inline void check_state_keys(const std::string& who, const CallbackState& state,
   }
 }
 
-}  // namespace detail
 }  // namespace trainpack
