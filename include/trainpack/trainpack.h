@@ -9,7 +9,6 @@
 // The loop: trainers, towers, the training state, ModelDesc and TrainConfig
 #include "trainpack/train/config.h"
 #include "trainpack/train/defaults.h"
-#include "trainpack/train/exceptions.h"
 #include "trainpack/train/optimizer_state.h"
 #include "trainpack/train/resume_point.h"
 #include "trainpack/train/single_cost.h"
@@ -49,7 +48,8 @@
 #include "trainpack/input/input_desc.h"
 #include "trainpack/input/input_source.h"
 
-// The Graph registry and session initialisers
+// The Graph registry, the loop's exceptions and session initialisers
+#include "trainpack/exceptions.h"
 #include "trainpack/graph.h"
 #include "trainpack/session_init.h"
 
@@ -61,11 +61,14 @@
 #include "trainpack/utils/command_template.h"
 #include "trainpack/utils/crc32c.h"
 #include "trainpack/utils/demangle.h"
+#include "trainpack/utils/event_file_writer.h"
+#include "trainpack/utils/file_io.h"
 #include "trainpack/utils/float_repr.h"
 #include "trainpack/utils/histogram.h"
 #include "trainpack/utils/humanize.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/npz.h"
+#include "trainpack/utils/output_dir.h"
 #include "trainpack/utils/png.h"
 #include "trainpack/utils/runtime.h"
 #include "trainpack/utils/stats_json.h"

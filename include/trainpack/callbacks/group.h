@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "trainpack/callbacks/base.h"
-#include "trainpack/train/exceptions.h"
+#include "trainpack/exceptions.h"
 
 namespace trainpack {
 

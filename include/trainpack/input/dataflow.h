@@ -49,7 +49,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/arg.h>
 
-#include "trainpack/train/exceptions.h"
+#include "trainpack/exceptions.h"
 
 namespace trainpack {
 

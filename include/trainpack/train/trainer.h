@@ -51,7 +51,7 @@
 #include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/graph.h"
 #include "trainpack/session_init.h"
-#include "trainpack/train/exceptions.h"
+#include "trainpack/exceptions.h"
 #include "trainpack/train/resume_point.h"
 #include "trainpack/train/step_context.h"
 #include "trainpack/train/tower_registry.h"
