@@ -24,15 +24,7 @@ using testing::FileSizeLimit;
 using testing::message_of;
 using testing::read_text;
 
-class FileIoTest : public ::testing::Test {
- protected:
-  void SetUp() override { dir_ = testing::make_temp_dir("file_io_test"); }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  fs::path dir_;
-};
+class FileIoTest : public testing::TempDirTest {};
 
 // A buffer larger than one read() chunk, with every byte value.
 std::string big_text() {
@@ -42,7 +34,7 @@ std::string big_text() {
 }
 
 TEST_F(FileIoTest, WriteAllThenReadFileGiveTheSameBytes) {
-  const std::string p = (dir_ / "f").string();
+  const std::string p = (dir() / "f").string();
   const std::string text = big_text();
   const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   ASSERT_GE(fd, 0);
@@ -56,7 +48,7 @@ TEST_F(FileIoTest, WriteAllThenReadFileGiveTheSameBytes) {
 }
 
 TEST_F(FileIoTest, PwriteAllWritesAtTheOffset) {
-  const std::string p = (dir_ / "f").string();
+  const std::string p = (dir() / "f").string();
   testing::write_text(p, "0123456789");
   const int fd = ::open(p.c_str(), O_WRONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0);
@@ -67,7 +59,7 @@ TEST_F(FileIoTest, PwriteAllWritesAtTheOffset) {
 }
 
 TEST_F(FileIoTest, ReadAllAppendsFromTheCurrentOffset) {
-  const std::string p = (dir_ / "f").string();
+  const std::string p = (dir() / "f").string();
   testing::write_text(p, "hello world");
   const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0);
@@ -80,7 +72,7 @@ TEST_F(FileIoTest, ReadAllAppendsFromTheCurrentOffset) {
 }
 
 TEST_F(FileIoTest, AMissingFileIsNulloptOrAnErrorNamingIt) {
-  const std::string p = (dir_ / "missing").string();
+  const std::string p = (dir() / "missing").string();
   EXPECT_EQ(read_file_if_exists(p), std::nullopt);
   EXPECT_EQ(read_file_if_exists<std::vector<char>>(p), std::nullopt);
   EXPECT_EQ(message_of<std::system_error>([&] { read_file(p); }),
@@ -93,14 +85,14 @@ TEST_F(FileIoTest, AMissingFileIsNulloptOrAnErrorNamingIt) {
 }
 
 TEST_F(FileIoTest, ReadingADirectoryIsAReadError) {
-  const std::string p = dir_.string();
+  const std::string p = dir().string();
   EXPECT_EQ(message_of<std::runtime_error>([&] { read_file(p); }),
             "cannot read " + p + ": Is a directory");
   EXPECT_THROW(read_file_if_exists(p), std::system_error);
 }
 
 TEST_F(FileIoTest, AFailedWriteNamesTheFileAndTheReason) {
-  const std::string p = (dir_ / "f").string();
+  const std::string p = (dir() / "f").string();
   const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   ASSERT_GE(fd, 0);
   {

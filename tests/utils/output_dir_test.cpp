@@ -18,31 +18,25 @@ namespace {
 namespace fs = std::filesystem;
 using testing::message_of;
 
-class OutputDirTest : public ::testing::Test {
+class OutputDirTest : public testing::TempDirTest {
  protected:
   void SetUp() override {
-    dir_ = testing::make_temp_dir("output_dir_test");
+    testing::TempDirTest::SetUp();
     logger::unset_logger_dir();
   }
-  void TearDown() override {
-    logger::unset_logger_dir();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  fs::path dir_;
 };
 
 TEST_F(OutputDirTest, TheGivenDirectoryWinsEvenWhenEmpty) {
-  logger::set_logger_dir((dir_ / "log").string(), 'k');
+  logger::set_logger_dir((dir() / "log").string(), 'k');
   EXPECT_EQ(output_dir_or_logger_dir(std::string("/x/y")), "/x/y");
   EXPECT_EQ(output_dir_or_logger_dir(std::string()), "");
   EXPECT_EQ(resolve_output_dir(std::string("rel"), "C", "COptions().dir(dir)"), "rel");
 }
 
 TEST_F(OutputDirTest, ElseTheLoggerDirectory) {
-  logger::set_logger_dir((dir_ / "log").string(), 'k');
-  EXPECT_EQ(output_dir_or_logger_dir(std::nullopt), (dir_ / "log").string());
-  EXPECT_EQ(resolve_output_dir(std::nullopt, "C", "COptions().dir(dir)"), (dir_ / "log").string());
+  logger::set_logger_dir((dir() / "log").string(), 'k');
+  EXPECT_EQ(output_dir_or_logger_dir(std::nullopt), (dir() / "log").string());
+  EXPECT_EQ(resolve_output_dir(std::nullopt, "C", "COptions().dir(dir)"), (dir() / "log").string());
 }
 
 TEST_F(OutputDirTest, ElseOneMessageNamingTheClassAndTheFix) {
