@@ -127,6 +127,16 @@ int64_t count_records(const std::string& path, uintmax_t* bytes) {
   return n;
 }
 
+// True when `files` is one event file holding the version record and `scalars` events; else says
+// what was found on stderr. `bytes` gets the file's size.
+bool one_file_with(const std::vector<std::string>& files, int64_t scalars, uintmax_t* bytes) {
+  const int64_t records = files.size() == 1 ? count_records(files[0], bytes) : -1;
+  if (records == scalars + 1) return true;
+  std::fprintf(stderr, "error: expected %lld records in one file, found %lld\n",
+               static_cast<long long>(scalars + 1), static_cast<long long>(records));
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -176,12 +186,7 @@ int main(int argc, char** argv) {
       check_exit(trainer);
       const auto files = writer->files();
       uintmax_t bytes = 0;
-      const int64_t records = files.size() == 1 ? count_records(files[0], &bytes) : -1;
-      if (records != scalars + 1) {
-        std::fprintf(stderr, "error: expected %lld records in one file, found %lld\n",
-                     static_cast<long long>(scalars + 1), static_cast<long long>(records));
-        return 1;
-      }
+      if (!one_file_with(files, scalars, &bytes)) return 1;
       rates.push_back(static_cast<double>(scalars) / secs);
       std::printf("rep %lld: %lld scalars to disk in %.3f s (%.0f scalars/s, %.1f MB file)\n",
                   static_cast<long long>(r), static_cast<long long>(scalars), secs, rates.back(),
@@ -221,12 +226,7 @@ int main(int argc, char** argv) {
       const double secs = std::chrono::duration<double>(Clock::now() - start).count();
       const auto files = writer.files();
       uintmax_t bytes = 0;
-      const int64_t records = files.size() == 1 ? count_records(files[0], &bytes) : -1;
-      if (records != scalars + 1) {
-        std::fprintf(stderr, "error: expected %lld records in one file, found %lld\n",
-                     static_cast<long long>(scalars + 1), static_cast<long long>(records));
-        return 1;
-      }
+      if (!one_file_with(files, scalars, &bytes)) return 1;
       writer_rates.push_back(static_cast<double>(scalars) / secs);
       std::printf(
           "rep %lld: EventFileWriter alone: %lld scalars to disk in %.3f s (%.0f scalars/s)\n",
