@@ -26,9 +26,14 @@
 // which (OMP_WAIT_POLICY is set to PASSIVE by re-executing the program once, unless the
 // environment sets it; trainpack/utils/runtime.h). At the end it prints
 // the per-epoch table of this run and the final val-error-top1; it exits with status 1 when that is
-// above --max-val-error (or training failed), 2 on a bad flag or missing data, and 130/143 when
-// stopped by SIGINT/SIGTERM: training stops at the next step boundary, a checkpoint of that step is
-// saved, and the log says where it stopped and how to resume.
+// above --max-val-error (or training failed), 2 on a bad flag or missing data, and 130/143/129/131
+// when stopped by SIGINT/SIGTERM/SIGHUP/SIGQUIT: training stops at the next step boundary, a
+// checkpoint of that step is saved, and the log says where it stopped and how to resume.
+//
+// Flags are checked before anything runs: `nan`, `inf`, negative seeds, fractions for counts and
+// --threads above the hardware threads (unless --oversubscribe) are refused naming the flag
+// (flag_checks.h). A resume with another --batch-size or --train-limit than the checkpoint's run is
+// refused, one with other epoch lengths, validation images or rates is warned about (run_flags.h).
 //
 //   fashion_mnist [--max-epoch N] [--batch-size 128] [--lr 0.1] [--data DIR] [--threads 2] ...
 //   fashion_mnist --no-resume ...   # start over in --logdir
@@ -54,7 +59,9 @@
 #include <variant>
 #include <vector>
 
+#include "flag_checks.h"
 #include "model.h"
+#include "run_flags.h"
 #include "trainpack/trainpack.h"
 
 namespace {
@@ -187,8 +194,7 @@ std::optional<double> last_stat(const std::string& path, const std::string& key)
 // ModelSaver saves one at the stop step, unless that save failed), and how to go on from it.
 void log_stop(const trainpack::Trainer& trainer, const trainpack::ModelSaver& saver,
               const std::string& logdir) {
-  const int sig = trainer.received_signal();
-  const char* name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
+  const std::string name = trainpack::stop_signal_name(trainer.received_signal());
   const int64_t step = trainer.global_step();
   const trainpack::ResumePoint next = trainer.resume_point();
   TP_LOG_INFO(
@@ -237,8 +243,12 @@ int main(int argc, char** argv) {
   std::string malloc_mode = "tuned";
   bool resume = true;
 
-  const CLI::Range kPositive(int64_t{1}, int64_t{1000000000});
-  const CLI::Range kNonNegative(int64_t{0}, int64_t{1000000000});
+  bool oversubscribe = false;
+
+  // Bounds said in words; `nan`, `inf`, `-1` for the seed and `1e3` for a count are refused here,
+  // naming the flag (flag_checks.h).
+  const CLI::Validator kPositive = fashion_mnist::whole_number(1, 1000000000);
+  const CLI::Validator kNonNegative = fashion_mnist::whole_number(0, 1000000000);
   CLI::App app{
       "fashion_mnist: trainpack's main job. Trains a small CNN on Fashion-MNIST with "
       "SimpleTrainer, validates on the test set every epoch, and writes log.log, stats.json, a "
@@ -276,25 +286,29 @@ int main(int argc, char** argv) {
                  "Initial learning rate (SGD, Nesterov momentum 0.9); divided by 10 after 60% "
                  "of the epochs and by 100 after 85%")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(fashion_mnist::finite_number(0, /*min_inclusive=*/false));
   app.add_option("--weight-decay", weight_decay, "L2 weight decay of SGD")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(fashion_mnist::finite_number(0, /*min_inclusive=*/true));
   app.add_option("--seed", seed, "Seed of the initialisation (torch::manual_seed) and shuffling")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(fashion_mnist::unsigned_number());
   app.add_option("--threads", threads,
                  "Intra-op threads (torch::set_num_threads); default: the number of CPUs. They "
                  "wait with OMP_WAIT_POLICY=PASSIVE unless the environment sets it (ACTIVE: "
                  "spin; about 10% faster on an idle machine, about 5 times slower on a busy one)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
+      ->check(fashion_mnist::whole_number(1, 1024));
+  app.add_flag("--oversubscribe", oversubscribe,
+               "Allow --threads above the number of hardware threads (each step then waits for "
+               "threads that share a core; refused without this flag)");
   app.add_option(
          "--blas-threads", blas_threads,
          "OpenBLAS threads (openblas_set_num_threads). 1: ATen parallelises around its BLAS "
          "calls already, and OpenBLAS's own threads would compete with those (15 to 40% "
          "slower here); 0: leave OpenBLAS's setting")
       ->capture_default_str()
-      ->check(CLI::Range(0, 1024));
+      ->check(fashion_mnist::whole_number(0, 1024));
   app.add_option("--train-limit", train_limit,
                  "Use only the first N training images; 0: all 60,000")
       ->capture_default_str()
@@ -305,7 +319,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-val-error", max_val_error,
                  "Exit with status 1 when the final val-error-top1 is above this")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(fashion_mnist::finite_number(0, /*min_inclusive=*/true, 1));
   app.add_option("--malloc", malloc_mode,
                  "tuned: fixed mmap/trim thresholds (mallopt), no page faults per step; default: "
                  "glibc's defaults")
@@ -315,6 +329,15 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  const unsigned hardware_threads = std::max(1u, std::thread::hardware_concurrency());
+  if (static_cast<unsigned>(threads) > hardware_threads && !oversubscribe) {
+    std::fprintf(stderr,
+                 "--threads: %d is more than the %u hardware threads of this machine; every step "
+                 "would wait for threads sharing a core. Lower --threads, or pass --oversubscribe "
+                 "to use %d anyway\n",
+                 threads, hardware_threads, threads);
+    return 2;
   }
 
   // Threads, BLAS, malloc and OpenMP's waiting (trainpack/utils/runtime.h): before anything
@@ -389,6 +412,11 @@ int main(int argc, char** argv) {
       saver,
       std::make_shared<trainpack::MinSaver>("val-error-top1"),
       summary,
+      // The flags in every checkpoint: a resume with another batch size or other training images
+      // is refused, one with other epochs, validation images or rates is warned about.
+      std::make_shared<fashion_mnist::RunFlags>(fashion_mnist::RunFlagValues{
+          train_size, batch_size, steps_per_epoch > 0 ? steps_per_epoch : *train->size(),
+          *test_points->size(), lr, weight_decay, static_cast<int64_t>(seed)}),
       std::make_shared<trainpack::ScheduledHyperParamSetter>("learning_rate",
                                                              lr_schedule(lr, max_epoch)),
       std::make_shared<trainpack::HumanHyperParamSetter>("learning_rate"),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tests of the fashion_mnist program's checkpoints and resuming, run by ctest as
-#   bash resume_test.sh <fashion_mnist> <logdir> <sigterm|continue|no_resume>
+#   bash resume_test.sh <fashion_mnist> <logdir> <sigterm|sighup|continue|no_resume|changed_flags>
 # (bash rather than a CMake script: the sigterm mode signals a program running in the background.)
 #
 # sigterm: SIGTERM to a running job (sent once log.log shows that epoch 2 started) makes it exit
@@ -8,12 +8,17 @@
 #   line, named by the `checkpoint` index); the same command again resumes at that step (its log
 #   says so), finishes with 0 and appends to stats.json: the entries written before the stop stay
 #   byte for byte, and the epochs go on 1, 2, ... with global_step 4 per epoch.
+# sighup: the same with SIGHUP (a closed terminal): exit status 129, the checkpoint of the stop step,
+#   and the same command resumes there.
 # continue: --max-epoch 1, then --max-epoch 2 in the same directory: the second run trains epoch 2
 #   only, resuming at global_step 4, and appends its entry; a third run with --max-epoch 2 has
 #   nothing left to train: it reports the final val-error-top1 from stats.json, exits with 0 and
 #   changes nothing in stats.json.
 # no_resume: a finished run, then --no-resume: the old directory is moved aside whole to
 #   <logdir>.<MMDD-HHMMSS> and the new run starts from step 0 in a fresh directory.
+# changed_flags: a finished run resumed with another --batch-size or --train-limit is refused
+#   before the first step (exit 1, the saved and the given flags named, the directory unchanged);
+#   with another --weight-decay it goes on with a warning that the resume is not exact.
 # Each mode also checks MinSaver's copy: min-val-error-top1.data exists and is the
 # checkpoint of the epoch with the lowest val-error-top1 in stats.json (the first one on ties).
 #
@@ -22,12 +27,15 @@
 set -euo pipefail
 
 if [[ $# -ne 3 ]]; then
-  echo "usage: bash resume_test.sh <fashion_mnist> <logdir> <sigterm|continue|no_resume>" >&2
+  echo "usage: bash resume_test.sh <fashion_mnist> <logdir> <sigterm|sighup|continue|no_resume|changed_flags>" >&2
   exit 2
 fi
 readonly PROGRAM=$1 LOGDIR=$2 MODE=$3
 readonly STEPS_PER_EPOCH=4
-if [[ $MODE == continue ]]; then
+if [[ $MODE == changed_flags ]]; then
+  # Each run gives --train-limit and --batch-size itself (a flag may appear only once).
+  SIZES=(--val-limit 64 --val-batch-size 64)
+elif [[ $MODE == continue ]]; then
   # The smoke test's sizes: with them epoch 1 has the lower val-error-top1 (0.6 against 0.695
   # when this was written), so check_min_saver also checks that the resumed run remembered it (a
   # MinSaver that forgot its best would copy model-8).
@@ -127,7 +135,8 @@ check_min_saver() {
 rm -rf -- "$LOGDIR" "$LOGDIR".[0-9]* "$LOGDIR".*.out
 
 case $MODE in
-  sigterm)
+  sigterm | sighup)
+    if [[ $MODE == sigterm ]]; then SIG=TERM STATUS=143; else SIG=HUP STATUS=129; fi
     readonly -a FLAGS=(--max-epoch 10)
     out="$LOGDIR.stopped.out"
     OUTPUTS+=("$out")
@@ -140,14 +149,14 @@ case $MODE in
       kill -0 "$pid" 2>/dev/null || break
       sleep 0.05
     done
-    kill -TERM "$pid" 2>/dev/null || true
+    kill -"$SIG" "$pid" 2>/dev/null || true
     status=0
     wait "$pid" || status=$?
-    [[ $status == 143 ]] || fail "the job exited with $status after SIGTERM, expected 143"
-    stop=$(sed -n 's/.*fashion_mnist: stopped by SIGTERM at global_step \([0-9]*\);.*/\1/p' "$out")
-    [[ -n $stop ]] || fail "$out has no 'stopped by SIGTERM at global_step N' line"
+    [[ $status == "$STATUS" ]] || fail "the job exited with $status after SIG$SIG, expected $STATUS"
+    stop=$(sed -n "s/.*fashion_mnist: stopped by SIG$SIG at global_step \\([0-9]*\\);.*/\\1/p" "$out")
+    [[ -n $stop ]] || fail "$out has no 'stopped by SIG$SIG at global_step N' line"
     ((stop >= STEPS_PER_EPOCH)) || fail "stopped at global_step $stop, before epoch 2"
-    expect_in "$out" "Detected SIGTERM and exiting main loop."
+    expect_in "$out" "Detected SIG$SIG and exiting main loop."
     expect_in "$out" "checkpoint $LOGDIR/model-$stop holds that point. Run the same command again"
     check_latest "$LOGDIR" "$stop"
     epoch=$((stop / STEPS_PER_EPOCH + 1)) step_in_epoch=$((stop % STEPS_PER_EPOCH))
@@ -214,6 +223,32 @@ case $MODE in
     check_latest "$LOGDIR" 4
     if compgen -G "$LOGDIR/log.log.*" >/dev/null; then fail "$LOGDIR is not a fresh directory"; fi
     check_min_saver "$LOGDIR"
+    ;;
+
+  changed_flags)
+    run first 0 --max-epoch 1 --train-limit 256 --batch-size 32
+    check_latest "$LOGDIR" 4
+    # Every file but the logs: a refused run adds its own log.log and a new (empty) event file, and
+    # changes nothing that was there.
+    snapshot() {
+      (cd "$LOGDIR" && for f in $(ls | grep -v -e '^log\.log' -e '^events\.out' | sort); do
+        echo "$f $(cksum <"$f")"
+      done)
+    }
+    before=$(snapshot)
+    run batch 1 --max-epoch 2 --train-limit 256 --batch-size 16
+    out="$LOGDIR.batch.out"
+    expect_in "$out" "the checkpoint was saved by a run with --batch-size 32 (this run: 16)"
+    expect_in "$out" "--no-resume"
+    expect_not_in "$out" "Start Epoch"
+    [[ $(snapshot) == "$before" ]] || fail "a refused resume changed $LOGDIR:"$'\n'"$before"$'\n'"$(snapshot)"
+    run limit 1 --max-epoch 2 --train-limit 128 --batch-size 32
+    expect_in "$LOGDIR.limit.out" "256 training images, --train-limit (this run: 128)"
+    [[ $(snapshot) == "$before" ]] || fail "a refused resume changed $LOGDIR"
+    run decay 0 --max-epoch 2 --train-limit 256 --batch-size 32 --weight-decay 0.001
+    out="$LOGDIR.decay.out"
+    expect_in "$out" "resuming with other flags than the run that saved the checkpoint: --weight-decay 0.0001 -> 0.001"
+    expect_in "$out" "fashion_mnist: OK"
     ;;
 
   *)

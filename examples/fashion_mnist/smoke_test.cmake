@@ -9,6 +9,9 @@
 # missing_data: --data /nonexistent fails (non-zero status) with the message that names the
 #   Debian package, before touching the log directory.
 # help: --help lists the flags the README documents.
+# bad_flags: values that are not what a flag takes (nan, inf, -1 for the seed, 1e3 for a count,
+#   0 epochs, --threads above the hardware threads without --oversubscribe) exit with status 2
+#   and a message naming the flag and its bounds in words, before touching the log directory.
 if(NOT FASHION_MNIST OR NOT LOGDIR OR NOT MODE)
   message(FATAL_ERROR
     "smoke_test.cmake: pass -DFASHION_MNIST=<program> -DLOGDIR=<dir> -DMODE=<smoke|missing_data|help>")
@@ -47,6 +50,38 @@ if(MODE STREQUAL "help")
                --no-resume)
     expect_in("${out}" "${flag}" "the output of --help")
   endforeach()
+  return()
+endif()
+
+if(MODE STREQUAL "bad_flags")
+  cmake_host_system_information(RESULT cores QUERY NUMBER_OF_LOGICAL_CORES)
+  math(EXPR too_many "${cores} + 1")
+  set(cases
+    "--lr|nan|--lr: must be a finite number above 0, got 'nan'"
+    "--lr|inf|--lr: must be a finite number above 0, got 'inf'"
+    "--lr|-1|--lr: must be a finite number above 0, got -1"
+    "--weight-decay|nan|--weight-decay: must be a finite number of at least 0, got 'nan'"
+    "--max-val-error|nan|--max-val-error: must be a finite number from 0 to 1, got 'nan'"
+    "--max-val-error|1.5|--max-val-error: must be a finite number from 0 to 1, got 1.5"
+    "--seed|-1|--seed: must be a whole number from 0 to 18446744073709551615, got '-1'"
+    "--batch-size|1e3|--batch-size: must be a whole number from 1 to 1000000000, got '1e3'"
+    "--max-epoch|0|--max-epoch: must be a whole number from 1 to 1000000000, got 0"
+    "--threads|${too_many}|--threads: ${too_many} is more than the ${cores} hardware threads")
+  foreach(case IN LISTS cases)
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 flag)
+    list(GET parts 1 value)
+    list(GET parts 2 expected)
+    execute_process(COMMAND ${FASHION_MNIST} --logdir ${LOGDIR} ${flag} ${value}
+      RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+    if(NOT status EQUAL 2)
+      message(FATAL_ERROR "fashion_mnist ${flag} ${value} exited with ${status}, expected 2:\n${out}${err}")
+    endif()
+    expect_in("${out}${err}" "${expected}" "the output of fashion_mnist ${flag} ${value}")
+  endforeach()
+  if(EXISTS ${LOGDIR})
+    message(FATAL_ERROR "fashion_mnist created ${LOGDIR} although its flags were refused")
+  endif()
   return()
 endif()
 

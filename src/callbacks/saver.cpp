@@ -182,7 +182,7 @@ void ModelSaver::_after_train() {
   if (!options_.save_on_signal() || sig == 0) return;
   if (last_saved_step_ == trainer().global_step()) return;
   TP_LOG_INFO("Saving a checkpoint at global_step={} before exiting on {}.",
-              trainer().global_step(), sig == SIGINT ? "SIGINT" : "SIGTERM");
+              trainer().global_step(), stop_signal_name(sig));
   save();
 }
 

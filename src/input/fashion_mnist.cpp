@@ -79,6 +79,25 @@ class IdxReader {
     }
   }
 
+  // Refuses a header that claims more bytes than the file can hold, before anything of that size
+  // is allocated: deflate compresses at most 1032:1, so a gzip file of S bytes holds at most
+  // about 1032 * S bytes. A forged or damaged count (2^32-1 images: 3.4 TB) is then an error
+  // that names the file, not an allocation failure that names nothing.
+  void check_count(int64_t count, int64_t bytes_each, const char* what) const {
+    std::error_code ec;
+    const auto compressed = std::filesystem::file_size(path_, ec);
+    if (ec) return;  // the reads will fail with the file named
+    constexpr int64_t kMaxDeflateRatio = 1032;
+    const int64_t limit = static_cast<int64_t>(compressed) * kMaxDeflateRatio + 1024;
+    if (count > limit / bytes_each) {
+      throw std::runtime_error(fmt::format(
+          "Fashion-MNIST file {} is corrupt: its header says {} {} ({} bytes), more than a gzip "
+          "file of {} bytes can hold; download or reinstall it (Debian package "
+          "dataset-fashion-mnist)",
+          path_, count, what, count * bytes_each, compressed));
+    }
+  }
+
   const std::string& path() const { return path_; }
 
  private:
@@ -96,6 +115,7 @@ at::Tensor read_images(const std::string& path) {
     throw std::runtime_error(fmt::format("Fashion-MNIST file {} holds {}x{} images, expected {}x{}",
                                          path, rows, cols, kSide, kSide));
   }
+  r.check_count(n, rows * cols, "images");
   auto bytes = at::empty({n, rows, cols}, at::kByte);
   r.read(bytes.data_ptr<uint8_t>(), static_cast<size_t>(n * rows * cols),
          fmt::format("{} images", n).c_str());
@@ -106,6 +126,7 @@ at::Tensor read_labels(const std::string& path) {
   IdxReader r(path);
   r.check_magic(kLabelsMagic, "labels");
   const int64_t n = r.read_u32("the header");
+  r.check_count(n, 1, "labels");
   auto bytes = at::empty({n}, at::kByte);
   r.read(bytes.data_ptr<uint8_t>(), static_cast<size_t>(n), fmt::format("{} labels", n).c_str());
   if (n > 0) {

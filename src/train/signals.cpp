@@ -21,9 +21,16 @@ extern "C" void on_stop_signal(int sig) {
 
 }  // namespace
 
+namespace {
+// The signals that stop training at a step boundary: Ctrl-C, a scheduler's or kill's SIGTERM, a
+// closed terminal or ssh session (SIGHUP), and Ctrl-\ (SIGQUIT, whose default action would dump
+// core and lose the steps since the last checkpoint).
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+constexpr size_t kStopSignalCount = sizeof(kStopSignals) / sizeof(kStopSignals[0]);
+}  // namespace
+
 struct SignalHandlerScope::Saved {
-  struct sigaction int_action;
-  struct sigaction term_action;
+  struct sigaction previous[kStopSignalCount];
 };
 
 SignalHandlerScope::SignalHandlerScope(bool enable) : enabled_(enable) {
@@ -34,8 +41,9 @@ SignalHandlerScope::SignalHandlerScope(bool enable) : enabled_(enable) {
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // blocking I/O in the step resumes; the loop polls the flag
-  install(SIGINT, action, &saved_->int_action);
-  install(SIGTERM, action, &saved_->term_action);
+  for (size_t i = 0; i < kStopSignalCount; ++i) {
+    install(kStopSignals[i], action, &saved_->previous[i]);
+  }
 }
 
 // A signal that the process ignores (`nohup`, `cmd &` in a script) stays ignored, as in Python.
@@ -48,8 +56,9 @@ void SignalHandlerScope::install(int sig, const struct sigaction& action,
 
 SignalHandlerScope::~SignalHandlerScope() {
   if (enabled_) {
-    sigaction(SIGINT, &saved_->int_action, nullptr);
-    sigaction(SIGTERM, &saved_->term_action, nullptr);
+    for (size_t i = 0; i < kStopSignalCount; ++i) {
+      sigaction(kStopSignals[i], &saved_->previous[i], nullptr);
+    }
     delete saved_;
   }
   g_pending_signal.store(0);

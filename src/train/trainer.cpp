@@ -20,6 +20,21 @@ std::string SessionInit::name() const { return class_name(typeid(*this)); }
 
 int exit_code_for_signal(int signal) { return signal == 0 ? 0 : 128 + signal; }
 
+std::string stop_signal_name(int signal) {
+  switch (signal) {
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGQUIT:
+      return "SIGQUIT";
+    default:
+      return "signal " + std::to_string(signal);
+  }
+}
+
 Trainer::Trainer() : step_context_(*this) {}
 Trainer::~Trainer() = default;
 
@@ -158,7 +173,7 @@ void Trainer::set_starting_global_step(int64_t step) {
 bool Trainer::should_stop() {
   if (int sig = detail::pending_signal()) {  // reported even when a stop was also requested
     received_signal_ = sig;
-    throw StopTraining(sig == SIGINT ? "SIGINT (Ctrl-C)" : "SIGTERM");
+    throw StopTraining(sig == SIGINT ? std::string("SIGINT (Ctrl-C)") : stop_signal_name(sig));
   }
   return stop_requested_;
 }
@@ -280,7 +295,7 @@ bool Trainer::run_epoch(int64_t epoch, int64_t first_step) {
 void Trainer::log_stop(const StopTraining& e) const {
   if (received_signal_ != 0) {  // tensorpack's KeyboardInterrupt line, for either signal
     TP_LOG_INFO("Detected {} and exiting main loop.",
-                received_signal_ == SIGINT ? "Ctrl-C" : "SIGTERM");
+                received_signal_ == SIGINT ? "Ctrl-C" : stop_signal_name(received_signal_));
   } else {
     TP_LOG_INFO("Training was stopped by exception {}.", e.what());
   }

@@ -146,6 +146,28 @@ TEST(FashionMnist, TruncatedFileNamesTheFile) {
             std::string::npos);
 }
 
+// A header that claims 2^32-1 images (3.4 TB) is refused with the file named, before anything of
+// that size is allocated; the same for the labels.
+TEST(FashionMnist, ImpossibleCountInTheHeaderNamesTheFile) {
+  ScopedTempDir dir("fashion_mnist_test");
+  const auto images = dir.path() / "t10k-images-idx3-ubyte.gz";
+  const auto labels = dir.path() / "t10k-labels-idx1-ubyte.gz";
+  write_gz(images, images_file(0xffffffffu, 2));
+  write_gz(labels, labels_file(2, 2));
+  std::string msg = message_of([&] { FashionMnist("test", dir.path().string()); });
+  EXPECT_NE(msg.find("Fashion-MNIST file " + images.string() +
+                     " is corrupt: its header says 4294967295 images (3367254359280 bytes)"),
+            std::string::npos)
+      << msg;
+  write_gz(images, images_file(2, 2));
+  write_gz(labels, labels_file(0xffffffffu, 2));
+  msg = message_of([&] { FashionMnist("test", dir.path().string()); });
+  EXPECT_NE(msg.find("Fashion-MNIST file " + labels.string() +
+                     " is corrupt: its header says 4294967295 labels"),
+            std::string::npos)
+      << msg;
+}
+
 TEST(FashionMnist, CountMismatchNamesBothFiles) {
   ScopedTempDir dir("fashion_mnist_test");
   write_gz(dir.path() / "train-images-idx3-ubyte.gz", images_file(3, 3));

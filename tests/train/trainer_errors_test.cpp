@@ -322,6 +322,30 @@ TEST(TrainerSignals, ASecondSignalTerminatesAtOnce) {
       ::testing::KilledBySignal(SIGINT), "");
 }
 
+// A closed terminal (SIGHUP) and Ctrl-\ (SIGQUIT) stop training as SIGTERM does: at the next
+// step boundary, after_train running, the handler removed afterwards.
+TEST(TrainerSignals, SighupAndSigquitStopAtTheNextStepLikeSigterm) {
+  for (const int sig : {SIGHUP, SIGQUIT}) {
+    SCOPED_TRACE(stop_signal_name(sig));
+    auto trace = std::make_shared<Trace>();
+    NoOpTrainer trainer;
+    LogCapture log;
+    trainer.train({std::make_shared<SignalAt>(sig, 2), std::make_shared<TraceCallback>(trace)}, {},
+                  4, 1, 2);
+    EXPECT_EQ(trainer.received_signal(), sig);
+    EXPECT_EQ(exit_code_for_signal(sig), 128 + sig);
+    EXPECT_EQ(trace->back(), "after_train ep=1 ls=1 gs=2");
+    EXPECT_TRUE(log.contains("Detected " + stop_signal_name(sig) + " and exiting main loop."));
+    struct sigaction current {};
+    sigaction(sig, nullptr, &current);
+    EXPECT_EQ(current.sa_handler, SIG_DFL);
+  }
+  EXPECT_EQ(stop_signal_name(SIGHUP), "SIGHUP");
+  EXPECT_EQ(stop_signal_name(SIGQUIT), "SIGQUIT");
+  EXPECT_EQ(exit_code_for_signal(SIGHUP), 129);
+  EXPECT_EQ(exit_code_for_signal(SIGQUIT), 131);
+}
+
 TEST(TrainerSignals, NoSignalMeansExitCodeZero) { EXPECT_EQ(exit_code_for_signal(0), 0); }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// SIGINT/SIGTERM handling for the training loop. The handler only records the signal; the loop
+// SIGINT/SIGTERM/SIGHUP/SIGQUIT handling for the training loop. The handler only records the signal; the loop
 // polls it at step boundaries. A second signal while one is pending restores the default action
 // and re-raises, so a second Ctrl-C ends the process at once.
 #pragma once

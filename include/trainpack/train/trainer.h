@@ -25,9 +25,10 @@
 // MaintainStepCounter (the first callback after the trainer's own), so trigger_step sees the
 // incremented value.
 //
-// SIGINT and SIGTERM (handle_signals, on by default): the handler only sets a flag; the loop
-// stops at the next step boundary as if StopTraining were raised, every after_train runs, and
-// `received_signal()` tells the caller, who can exit with `exit_code_for_signal()` (130 / 143).
+// SIGINT, SIGTERM, SIGHUP and SIGQUIT (handle_signals, on by default): the handler only sets a
+// flag; the loop stops at the next step boundary as if StopTraining were raised, every
+// after_train runs (ModelSaver saves a checkpoint of the stop step), and `received_signal()`
+// tells the caller, who can exit with `exit_code_for_signal()` (130 / 143 / 129 / 131).
 // A second signal while the first is pending terminates the process at once.
 //
 // Differences from tensorpack (numbers of docs/tensorpack-differences.md): local_step is -1 from
@@ -49,9 +50,9 @@
 #include "trainpack/callbacks/base.h"
 #include "trainpack/callbacks/group.h"
 #include "trainpack/callbacks/monitor_base.h"
+#include "trainpack/exceptions.h"
 #include "trainpack/graph.h"
 #include "trainpack/session_init.h"
-#include "trainpack/exceptions.h"
 #include "trainpack/train/resume_point.h"
 #include "trainpack/train/step_context.h"
 #include "trainpack/train/tower_registry.h"
@@ -172,10 +173,10 @@ class Trainer {
   void request_stop() { stop_requested_ = true; }
   bool stop_requested() const { return stop_requested_; }
 
-  // Install SIGINT/SIGTERM handlers during main_loop (default: true).
+  // Install the SIGINT/SIGTERM/SIGHUP/SIGQUIT handlers during main_loop (default: true).
   void set_handle_signals(bool handle) { handle_signals_ = handle; }
-  // The signal received during main_loop (SIGINT or SIGTERM), or 0. Set also when it arrived too
-  // late to stop anything (during the last step or after_train).
+  // The signal received during main_loop (SIGINT, SIGTERM, SIGHUP or SIGQUIT), or 0. Set also when
+  // it arrived too late to stop anything (during the last step or after_train).
   int received_signal() const { return received_signal_; }
 
  protected:
@@ -259,7 +260,10 @@ class NoOpTrainer : public Trainer {
 };
 
 // The conventional exit status of a process stopped by `signal` (128 + signal: 130 for SIGINT,
-// 143 for SIGTERM), or 0 when `signal` is 0.
+// 143 for SIGTERM, 129 for SIGHUP, 131 for SIGQUIT), or 0 when `signal` is 0.
 int exit_code_for_signal(int signal);
+
+// "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT" (the signals that stop training), else "signal <n>".
+std::string stop_signal_name(int signal);
 
 }  // namespace trainpack
