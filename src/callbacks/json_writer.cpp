@@ -59,19 +59,30 @@ std::string backup_path(const std::string& path, const std::string& label) {
   return candidate;
 }
 
-void copy_file_synced(const std::string& from, const std::string& to, const std::string& dir) {
-  const std::string data = read_file(from);
-  const int fd = ::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) throw_file_error("create", to, errno);
+// Writes `data` (a file as found) to the new file `to` as a backup: completely, to a temporary
+// file that is fsynced and only then given the name `to`, which is not replaced if it was taken
+// meanwhile. A failure (a full disk) leaves no backup, not an empty or partial one, and throws
+// "cannot back up <from> to <to>: <reason>"; the caller then leaves `from` as it is.
+void write_backup(const std::string& from, const std::string& data, const std::string& to,
+                  const std::string& dir) {
   try {
-    pwrite_all(fd, data, 0, to);
-    if (::fsync(fd) != 0) throw_file_error("fsync", to, errno);
-  } catch (...) {
-    ::close(fd);
-    throw;
+    AtomicFileWriter file(to);
+    file.write(data);
+    file.commit_as_new();
+    fsync_directory(dir);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(fmt::format("cannot back up {} to {}: {}", from, to, e.what()));
   }
-  ::close(fd);
-  fsync_directory(dir);
+}
+
+// How stats.json is read: a regular file (a FIFO never blocks, a symlink is not followed: it is
+// moved aside like any file that is not a stats file), of at most 1 GiB.
+ReadFileOptions stats_read_options() {
+  ReadFileOptions options;
+  options.max_bytes = uint64_t{1} << 30;
+  options.kind = "stats file";
+  options.follow_symlinks = false;
+  return options;
 }
 
 void move_file(const std::string& from, const std::string& to, const std::string& dir) {
@@ -124,7 +135,7 @@ std::optional<std::vector<StatsEntry>> JSONWriter::load_existing_json(
   if (!fs::exists(fs::symlink_status(path, ec))) return std::nullopt;
   std::string text;
   try {
-    text = read_file(path);
+    text = read_file(path, stats_read_options());
   } catch (const std::system_error& e) {
     throw std::runtime_error(fmt::format("JSONWriter: {}", e.what()));
   }
@@ -241,7 +252,7 @@ void JSONWriter::adopt_existing_file() {
   std::string text;
   ParsedStats p;
   try {
-    text = read_file(path_);
+    text = read_file(path_, stats_read_options());
     p = parse_stats_file(text);
   } catch (const std::system_error& e) {
     p.status = ParsedStats::Status::kMalformed;
@@ -274,18 +285,20 @@ void JSONWriter::adopt_existing_file() {
     stats_ = std::move(p.entries);
     if (p.status == ParsedStats::Status::kValid && text.back() == ']' && !drop_entries) {
       // Appended to as it is: the bytes already there are never touched.
-      fd_ = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
+      // O_NOFOLLOW: a symlink put there since the read is not written through.
+      fd_ = ::open(path_.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
       if (fd_ < 0) throw_file_error("open", path_, errno);
       close_offset_ = static_cast<int64_t>(text.size()) - 1;
       return;
     }
     // Truncated, followed by white space, or with entries dropped on resume: keep a copy of the
-    // file as found, then rewrite it once (temporary file and rename) with the entries kept.
+    // file as found, then rewrite it once (temporary file and rename) with the entries kept. The
+    // copy is complete before the file is rewritten; when it cannot be made, nothing is changed.
     const char* label = p.status == ParsedStats::Status::kTruncated ? "truncated-"
                         : drop_entries                              ? "before-resume-"
                                                                     : "orig-";
     const std::string backup = backup_path(path_, label);
-    copy_file_synced(path_, backup, dir_);
+    write_backup(path_, text, backup, dir_);
     rewrite_all();
     TP_LOG_WARN("Rewrote {} with its {} complete entries; the file as found is kept as {}.", path_,
                 stats_.size(), backup);
@@ -355,7 +368,7 @@ void JSONWriter::rewrite_all() {
   close_file();
   const std::string text = format_stats_file(stats_);
   write_file_atomically(path_, text);
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   if (fd_ < 0) throw_file_error("open", path_, errno);
   close_offset_ = static_cast<int64_t>(text.size()) - 1;
   need_rewrite_ = false;

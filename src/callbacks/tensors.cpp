@@ -5,13 +5,13 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <stdexcept>
 
 #include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/graph.h"
 #include "trainpack/train/trainer.h"
+#include "trainpack/utils/atomic_file.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/npz.h"
 #include "trainpack/utils/output_dir.h"
@@ -343,11 +343,12 @@ void DumpTensorAsImage::_trigger() {
     const std::string path = (std::filesystem::path(dir_) /
                               fmt::format("{}-ep{:03d}-{}.png", file_prefix_, epoch_num(), k))
                                  .string();
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(png.data(), static_cast<std::streamsize>(png.size()));
-    out.close();
-    if (!out) {
-      throw std::runtime_error(fmt::format("DumpTensorAsImage: cannot write {}", path));
+    // A temporary file and a rename, as for every file in the log directory: a file or symlink
+    // under the name is replaced, never written through. Not fsynced (a picture, not state).
+    try {
+      write_file_atomically(path, png, /*durable=*/false);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(fmt::format("DumpTensorAsImage: {}", e.what()));
     }
   }
   trainer().monitors().put_image(prefix_, pixels);

@@ -9,10 +9,13 @@
 
 #include <cstdio>  // renameat2, RENAME_EXCHANGE (glibc >= 2.28, _GNU_SOURCE)
 
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
+#include <string>
 
 #include "trainpack/utils/file_io.h"
 
@@ -32,11 +35,30 @@ void fsync_directory(const std::string& dir) {
   if (rc != 0) throw_file_error("fsync directory", dir, err);
 }
 
+namespace {
+
+// Numbers the temporary files of this process: with the process id, a name no other writer of
+// this process or of another one uses at the same time.
+std::atomic<uint64_t> g_temporary_files{0};
+
+// The most names tried before giving up: each one taken is a file someone else put there.
+constexpr int kMaxNameAttempts = 100;
+
+}  // namespace
+
 AtomicFileWriter::AtomicFileWriter(std::string path, bool durable)
-    : path_(std::move(path)), tmp_(path_ + ".tmp"), durable_(durable) {
+    : path_(std::move(path)), durable_(durable) {
   if (path_.empty()) throw std::invalid_argument("AtomicFileWriter: the path is empty");
-  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw_file_error("create", tmp_, errno);
+  // A new file under a name of its own: O_EXCL fails on any existing name (O_NOFOLLOW makes it
+  // explicit that a symlink there is not followed), so a file or link planted at a temporary
+  // name, or a leftover of a crashed run, is never written through or truncated.
+  const std::string base = path_ + ".tmp." + std::to_string(::getpid()) + ".";
+  for (int attempt = 0;; ++attempt) {
+    tmp_ = base + std::to_string(g_temporary_files.fetch_add(1));
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd_ >= 0) return;
+    if (errno != EEXIST || attempt + 1 == kMaxNameAttempts) throw_file_error("create", tmp_, errno);
+  }
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -73,6 +95,26 @@ void AtomicFileWriter::commit() {
   committed_ = true;
 }
 
+void AtomicFileWriter::commit_as_new() {
+  if (committed_) return;
+  finish();
+  if (::renameat2(AT_FDCWD, tmp_.c_str(), AT_FDCWD, path_.c_str(), RENAME_NOREPLACE) != 0) {
+    int err = errno;
+    if (err == EINVAL || err == ENOSYS || err == ENOTSUP) {
+      // A filesystem without RENAME_NOREPLACE: link() never replaces an existing name either;
+      // the temporary name is then removed by discard() below.
+      err = ::link(tmp_.c_str(), path_.c_str()) == 0 ? 0 : errno;
+      if (err == 0) {
+        discard();
+        committed_ = true;
+        return;
+      }
+    }
+    throw std::runtime_error("cannot rename " + tmp_ + " to " + path_ + ": " + std::strerror(err));
+  }
+  committed_ = true;
+}
+
 void write_file_atomically(const std::string& path, std::string_view data, bool durable) {
   AtomicFileWriter file(path, durable);
   file.write(data);
@@ -104,7 +146,9 @@ void replace_file_by_swap(const std::string& path, const std::string& swap_path,
   }
   // The swap file: reused when it is a plain file of its own, else created; O_NOFOLLOW: a
   // symlink is not followed.
-  int fd = ::open(swap_path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+  // symlink is not followed; O_NONBLOCK: a FIFO there does not block the open (it is then
+  // refused as not a plain file, or fails with ENXIO when no one reads it).
+  int fd = ::open(swap_path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd >= 0 && (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1)) {
     ::close(fd);
     write_file_atomically(path, data, durable);  // not ours to write into
@@ -115,7 +159,8 @@ void replace_file_by_swap(const std::string& path, const std::string& swap_path,
       write_file_atomically(path, data, durable);  // a symlink, a directory, no permission
       return;
     }
-    fd = ::open(swap_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    // O_EXCL: a file or link that appeared since is not written through.
+    fd = ::open(swap_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) throw_file_error("create", swap_path, errno);
   }
   try {

@@ -27,6 +27,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <limits>
 #include <system_error>
 #include <utility>
 
@@ -69,10 +70,24 @@ void write_le16(char* p, uint16_t v) {
   p[1] = static_cast<char>(v >> 8);
 }
 
-// Reads the whole file; nullopt when it does not exist. Other errors: CheckpointError.
-std::optional<std::vector<char>> read_checkpoint_file(const std::string& path) {
+// The largest `checkpoint` index read: a real one is a few hundred bytes per checkpoint kept.
+constexpr uint64_t kMaxIndexBytes = uint64_t{1} << 20;
+
+// Reads the whole file; nullopt when it does not exist. Only a regular file is read (a FIFO is
+// refused without blocking, a link to /dev/zero without reading it), and no more than
+// `max_bytes`. Other errors: CheckpointError.
+std::optional<std::vector<char>> read_checkpoint_file(
+    const std::string& path, const char* kind,
+    uint64_t max_bytes = std::numeric_limits<uint64_t>::max()) {
+  ReadFileOptions options;
+  options.kind = kind;
+  options.max_bytes = max_bytes;
   try {
-    return read_file_if_exists<std::vector<char>>(path);
+    return read_file_if_exists<std::vector<char>>(path, options);
+  } catch (const FileRefusedError& e) {
+    // "is not a regular file (a FIFO)" -> "<path>: not a regular file (a FIFO)"
+    const std::string& r = e.reason();
+    throw CheckpointError(path, r.rfind("is ", 0) == 0 ? r.substr(3) : r);
   } catch (const std::system_error& e) {
     throw CheckpointError(path, fmt::format("cannot read: {}", e.code().message()));
   }
@@ -80,7 +95,8 @@ std::optional<std::vector<char>> read_checkpoint_file(const std::string& path) {
 
 // The last `max_bytes` bytes of a file (all of it when shorter); nullopt when it cannot be read.
 std::optional<std::string> read_tail(const std::string& path, size_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO under the name is not waited on (fstat then finds it is not a file).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return std::nullopt;
   struct stat st {};
   std::optional<std::string> out;
@@ -133,6 +149,34 @@ size_t find_comment(const char* data, size_t size) {
   return std::string::npos;
 }
 
+// `text` with every byte outside printable ASCII written as \xNN, for an error message.
+std::string printable(const std::string& text) {
+  std::string out;
+  for (const unsigned char c : text) {
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      out += fmt::format("\\x{:02x}", c);
+    }
+  }
+  return out;
+}
+
+// Whether a zip comment that does not start with the trailer's magic is a damaged trailer rather
+// than another program's comment (torch.save writes none): its first bytes differ from the magic
+// in a few places only, or it carries the trailer's fields.
+bool looks_like_damaged_trailer(const std::string& comment) {
+  const std::string magic = kTrailerMagic;
+  if (comment.find(" entries=") != std::string::npos ||
+      comment.find(" crc32c=") != std::string::npos) {
+    return true;
+  }
+  if (comment.size() < magic.size()) return false;
+  size_t differences = 0;
+  for (size_t i = 0; i < magic.size(); ++i) differences += comment[i] != magic[i];
+  return differences <= 3;
+}
+
 // Parses the trailer at the end of a data file (`data`, `size`: the whole file, or its tail when
 // only the trailer is wanted). Throws CheckpointError naming `path` when there is none or it is
 // malformed; says so when a format-1 `.index` lies beside the file.
@@ -155,6 +199,12 @@ Trailer parse_trailer(const std::string& path, const char* data, size_t size,
                             "checksum in {}{}), which this version does not read; start a new "
                             "run (--no-resume) or load it with torch.load in Python",
                             fs::path(prefix).filename().string(), kFormat1IndexSuffix));
+    }
+    if (looks_like_damaged_trailer(comment)) {
+      throw CheckpointError(
+          path, fmt::format("corrupt: its checksum trailer is damaged ('{}' where '{} {} "
+                            "entries=<n> crc32c=<checksum>' belongs); the file cannot be trusted",
+                            printable(comment), kTrailerMagic, kFormatVersion));
     }
     throw CheckpointError(path,
                           "has no trainpack checksum trailer (a zip archive, but not written by "
@@ -268,7 +318,7 @@ class DataFileSink {
 // Reads `<prefix>.data` and checks it against its trailer.
 std::vector<char> read_checked_data(const std::string& prefix, Trailer* trailer_out = nullptr) {
   const std::string path = prefix + kDataSuffix;
-  auto data = read_checkpoint_file(path);
+  auto data = read_checkpoint_file(path, "checkpoint");
   if (!data) {
     throw CheckpointError(path, "the checkpoint's data file does not exist");
   }
@@ -546,7 +596,7 @@ void copy_checkpoint(const std::string& from, const std::string& to,
 
 std::optional<CheckpointIndex> read_checkpoint_index(const std::string& dir) {
   const std::string path = join_path(dir, kCheckpointIndexFile);
-  const auto bytes = read_checkpoint_file(path);
+  const auto bytes = read_checkpoint_file(path, "checkpoint index", kMaxIndexBytes);
   if (!bytes) return std::nullopt;
   const std::string text(bytes->begin(), bytes->end());
   CheckpointIndex index;

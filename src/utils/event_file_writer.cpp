@@ -190,7 +190,8 @@ void EventFileWriter::Impl::open_file() {
   const uint64_t n = g_files_opened.fetch_add(1);
   std::string p =
       logdir + "/" + file_name(static_cast<int64_t>(std::time(nullptr)), host, getpid(), n);
-  const int f = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  // A new file: an existing name (a file or a symlink someone put there) is never reused.
+  const int f = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (f < 0) {
     TP_LOG_ERROR("{}: cannot create the event file {}: {}; events are dropped", name, p,
                  std::strerror(errno));

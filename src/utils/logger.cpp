@@ -1,5 +1,6 @@
 #include "trainpack/utils/logger.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -319,8 +320,17 @@ void set_logger_dir(const std::string& dir, std::optional<char> action) {
     if (ec) fail("back up (rename to '" + backup + "')", log_path, ec.message());
     TP_LOG_INFO("Existing log file '{}' backuped to '{}'", log_path, backup);
   }
-  FilePtr file(std::fopen(log_path.c_str(), "we"));
-  if (!file) fail("open", log_path, std::strerror(errno));
+  // A new file (any log.log was moved aside above): O_EXCL|O_NOFOLLOW, so that a file or symlink
+  // put there since is not written through.
+  const int log_fd =
+      ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (log_fd < 0) fail("create", log_path, std::strerror(errno));
+  FilePtr file(::fdopen(log_fd, "w"));
+  if (!file) {
+    const int err = errno;
+    ::close(log_fd);
+    fail("open", log_path, std::strerror(err));
+  }
   {
     std::lock_guard<std::mutex> lock(state().mutex);
     state().log_file = std::move(file);

@@ -181,7 +181,7 @@ std::string central_header(const Entry& e) {
   return s;
 }
 
-// Writes the zip through an AtomicFileWriter (`<path>.tmp`, fsync, rename).
+// Writes the zip through an AtomicFileWriter (a new temporary file, fsync, rename).
 void write_file(AtomicFileWriter& file, const std::vector<Entry>& entries,
                 const std::string& central, const std::string& end) {
   for (const Entry& e : entries) {

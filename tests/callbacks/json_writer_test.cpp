@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "support/command.h"
+#include "support/fifo.h"
 #include "support/files.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/monitor.h"
@@ -47,12 +48,14 @@ class PutScalars : public Callback {
   }
 };
 
-// The backups of stats.json in `dir`: names starting with `stats.json.` but not `.tmp`.
+// The backups of stats.json in `dir`: names starting with `stats.json.`, not temporary files.
 std::vector<fs::path> backups(const fs::path& dir, const std::string& prefix = "stats.json.") {
   std::vector<fs::path> out;
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind(prefix, 0) == 0 && name != "stats.json.tmp") out.push_back(e.path());
+    if (name.rfind(prefix, 0) == 0 && name.find(".tmp.") == std::string::npos) {
+      out.push_back(e.path());
+    }
   }
   return out;
 }
@@ -89,7 +92,7 @@ TEST_F(JSONWriterTest, WritesTensorpacksLayoutByteForByte) {
   auto writer = train(2, 1, 2);
   EXPECT_EQ(read_text(stats_path()), kTwoEpochs);
   EXPECT_EQ(writer->stats().size(), 4u);
-  EXPECT_FALSE(fs::exists(dir() / "stats.json.tmp"));
+  EXPECT_EQ(testing::temporary_files(dir()), std::vector<std::string>{});
 }
 
 TEST_F(JSONWriterTest, WritesWhatEarlierCallbacksPutInBeforeTrainWithThePreviousEpoch) {
@@ -363,6 +366,57 @@ TEST_F(JSONWriterTest, MovesAMalformedFileAside) {
               R"([{"cost": 1.0, "lr": 0.1, "epoch_num": 1, "global_step": 1}])");
     fs::remove(moved[0]);
   }
+}
+
+// A full disk at resume: the backup of the file as found cannot be written. No empty or partial
+// backup is left, and the file is left as it is.
+TEST_F(JSONWriterTest, ABackupThatCannotBeWrittenLeavesNoBackupAndTheFileAsItWas) {
+  const std::string cut = R"([{"a": 0.5, "epoch_num": 1, "global_step": 10}, {"a": 1)";
+  write_text(stats_path(), cut);
+  LogCapture log;
+  {
+    testing::FileSizeLimit limit(16);
+    train(1, 2, 2);
+  }
+  EXPECT_EQ(backups(dir(), "stats.json.truncated-"), std::vector<fs::path>{});
+  EXPECT_EQ(testing::temporary_files(dir()), std::vector<std::string>{});
+  EXPECT_EQ(read_text(stats_path()), cut);
+  EXPECT_TRUE(log.contains("cannot back up " + stats_path().string() + " to " +
+                           stats_path().string() + ".truncated-"));
+  EXPECT_TRUE(log.contains("File too large"));
+  EXPECT_TRUE(log.contains(stats_path().string() + " is left as it is"));
+}
+
+TEST_F(JSONWriterTest, AFifoAsStatsJsonIsMovedAsideWithoutBlocking) {
+  testing::make_fifo(stats_path());
+  {
+    testing::FifoGuard guard(stats_path());
+    EXPECT_THAT([&] { JSONWriter::load_existing_json(); },
+                ::testing::ThrowsMessage<std::runtime_error>(::testing::HasSubstr(
+                    stats_path().string() + " is not a regular file (a FIFO)")));
+    LogCapture log;
+    train(1, 1, 1);
+    EXPECT_FALSE(guard.blocked());
+    EXPECT_TRUE(log.contains("is not a regular file (a FIFO)"));
+  }
+  const auto moved = backups(dir(), "stats.json.malformed-");
+  ASSERT_EQ(moved.size(), 1u);
+  EXPECT_TRUE(fs::is_fifo(fs::symlink_status(moved[0])));
+  EXPECT_EQ(read_text(stats_path()),
+            R"([{"cost": 1.0, "lr": 0.1, "epoch_num": 1, "global_step": 1}])");
+}
+
+TEST_F(JSONWriterTest, ASymlinkAsStatsJsonIsNotWrittenThrough) {
+  const fs::path outside = dir() / "outside.json";
+  const std::string valid = R"([{"a": 1, "epoch_num": 1, "global_step": 1}])";
+  write_text(outside, valid);
+  fs::create_symlink(outside, stats_path());
+  train(1, 2, 2);  // would append to it: the starting epoch follows
+  EXPECT_EQ(read_text(outside), valid);
+  EXPECT_FALSE(fs::is_symlink(stats_path()));
+  const auto moved = backups(dir(), "stats.json.malformed-");
+  ASSERT_EQ(moved.size(), 1u);
+  EXPECT_TRUE(fs::is_symlink(moved[0]));
 }
 
 TEST_F(JSONWriterTest, LoadExistingEpochNumber) {

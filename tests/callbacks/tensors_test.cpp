@@ -22,6 +22,7 @@
 
 #include "support/command.h"
 #include "support/errors.h"
+#include "support/files.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/graph.h"
 #include "trainpack/callbacks/trigger.h"
@@ -239,7 +240,7 @@ TEST_F(TensorsTest, DumpTensorsWritesOneNpzPerRunNamedAfterTheIncrementedStep) {
   const std::vector<std::string> names = files(log_dir(), ".npz");
   ASSERT_THAT(names, ElementsAre("DumpTensor-1.npz", "DumpTensor-2.npz", "DumpTensor-3.npz",
                                  "DumpTensor-4.npz"));
-  EXPECT_TRUE(files(log_dir(), ".tmp").empty());
+  EXPECT_TRUE(testing::temporary_files(log_dir()).empty());
   if (!python_has("numpy")) GTEST_SKIP() << "/usr/bin/python3 with numpy is not installed";
   EXPECT_EQ(python("import os, sys, numpy as np\n"
                    "for p in sys.argv[1:]:\n"

@@ -5,10 +5,12 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace trainpack {
 namespace testing {
@@ -24,6 +26,29 @@ inline std::string read_text(const std::filesystem::path& p) {
 // Replaces the content of `p` with `text`.
 inline void write_text(const std::filesystem::path& p, const std::string& text) {
   std::ofstream(p, std::ios::binary | std::ios::trunc) << text;
+}
+
+// The names of the temporary files of AtomicFileWriter (`<name>.tmp.<pid>.<n>`) in `dir`, sorted:
+// what a failed or interrupted write would leave behind.
+inline std::vector<std::string> temporary_files(const std::filesystem::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.find(".tmp.") != std::string::npos) out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The temporary file name AtomicFileWriter uses for `path` has this form: `<path>.tmp.<pid>.<n>`.
+// A regular expression (std::regex ECMAScript) matching it, for messages that name it.
+inline std::string temporary_name_pattern(const std::string& path) {
+  std::string escaped;
+  for (const char c : path) {
+    if (std::string("\\^$.|?*+()[]{}").find(c) != std::string::npos) escaped += '\\';
+    escaped += c;
+  }
+  return escaped + "\\.tmp\\.[0-9]+\\.[0-9]+";
 }
 
 // Sets the soft RLIMIT_FSIZE (with SIGXFSZ ignored, so that a write past it fails with EFBIG

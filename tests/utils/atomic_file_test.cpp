@@ -9,10 +9,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 
 #include "support/errors.h"
+#include "support/fifo.h"
 #include "support/files.h"
 #include "support/temp_dir.h"
 #include "trainpack/utils/atomic_file.h"
@@ -24,6 +26,9 @@ namespace fs = std::filesystem;
 using testing::FileSizeLimit;
 using testing::message_of;
 using testing::read_text;
+using testing::temporary_files;
+using testing::temporary_name_pattern;
+using Names = std::vector<std::string>;
 
 class AtomicFileTest : public testing::TempDirTest {};
 
@@ -35,13 +40,13 @@ TEST_F(AtomicFileTest, WritesAndReplacesTheContentLeavingNoTemporaryFile) {
   EXPECT_EQ(read_text(p), "second, longer");
   write_file_atomically(p.string(), "");
   EXPECT_EQ(read_text(p), "");
-  EXPECT_FALSE(fs::exists(p.string() + ".tmp"));
+  EXPECT_EQ(temporary_files(dir()), Names{});
 }
 
 TEST_F(AtomicFileTest, AMissingDirectoryIsAnErrorNamingTheFileAndTheReason) {
   const std::string p = (dir() / "no" / "f.txt").string();
   const std::string msg = message_of<std::runtime_error>([&] { write_file_atomically(p, "x"); });
-  EXPECT_NE(msg.find(p + ".tmp"), std::string::npos) << msg;
+  EXPECT_TRUE(std::regex_search(msg, std::regex(temporary_name_pattern(p)))) << msg;
   EXPECT_NE(msg.find("No such file or directory"), std::string::npos) << msg;
 }
 
@@ -51,10 +56,11 @@ TEST_F(AtomicFileTest, AFailedRenameKeepsTheOldFileAndRemovesTheTemporary) {
   fs::create_directories(p / "inside");
   const std::string msg =
       message_of<std::runtime_error>([&] { write_file_atomically(p.string(), "x"); });
-  EXPECT_NE(msg.find("cannot rename " + p.string() + ".tmp to " + p.string()), std::string::npos)
+  EXPECT_TRUE(std::regex_search(
+      msg, std::regex("cannot rename " + temporary_name_pattern(p.string()) + " to ")))
       << msg;
   EXPECT_TRUE(fs::is_directory(p / "inside"));
-  EXPECT_FALSE(fs::exists(p.string() + ".tmp"));
+  EXPECT_EQ(temporary_files(dir()), Names{});
 }
 
 TEST_F(AtomicFileTest, AWriteBeyondTheFileSizeLimitFailsAndChangesNothing) {
@@ -66,9 +72,11 @@ TEST_F(AtomicFileTest, AWriteBeyondTheFileSizeLimitFailsAndChangesNothing) {
     msg = message_of<std::runtime_error>(
         [&] { write_file_atomically(p.string(), std::string(5000, 'x')); });
   }
-  EXPECT_EQ(msg, "cannot write " + p.string() + ".tmp: File too large");
+  EXPECT_TRUE(std::regex_match(
+      msg, std::regex("cannot write " + temporary_name_pattern(p.string()) + ": File too large")))
+      << msg;
   EXPECT_EQ(read_text(p), "old content");
-  EXPECT_FALSE(fs::exists(p.string() + ".tmp"));
+  EXPECT_EQ(temporary_files(dir()), Names{});
 }
 
 TEST_F(AtomicFileTest, AnUncommittedWriterRemovesItsTemporaryFile) {
@@ -79,10 +87,12 @@ TEST_F(AtomicFileTest, AnUncommittedWriterRemovesItsTemporaryFile) {
     w.write("new");
     w.finish();
     EXPECT_TRUE(fs::exists(w.temporary_path()));
-    EXPECT_EQ(w.temporary_path(), p.string() + ".tmp");
+    EXPECT_TRUE(
+        std::regex_match(w.temporary_path(), std::regex(temporary_name_pattern(p.string()))))
+        << w.temporary_path();
   }
   EXPECT_EQ(read_text(p), "old");
-  EXPECT_FALSE(fs::exists(p.string() + ".tmp"));
+  EXPECT_EQ(temporary_files(dir()), Names{});
 }
 
 TEST_F(AtomicFileTest, TwoWritersCommitAfterBothAreWritten) {
@@ -99,7 +109,106 @@ TEST_F(AtomicFileTest, TwoWritersCommitAfterBothAreWritten) {
   fsync_directory(dir().string());
   EXPECT_EQ(read_text(a), "A1A2");
   EXPECT_EQ(read_text(b), "B");
-  EXPECT_FALSE(fs::exists(a.string() + ".tmp"));
+  EXPECT_EQ(temporary_files(dir()), Names{});
+}
+
+// ---- files and links planted in the directory ----
+
+// A directory with `log` (where trainpack writes) and `outside` holding a file that must not
+// change.
+class PlantedLinkTest : public AtomicFileTest {
+ protected:
+  void SetUp() override {
+    AtomicFileTest::SetUp();
+    fs::create_directories(log());
+    fs::create_directories(dir() / "outside");
+    testing::write_text(outside(), "outside, not to be touched");
+  }
+  fs::path log() const { return dir() / "log"; }
+  fs::path outside() const { return dir() / "outside" / "victim"; }
+  void expect_outside_untouched() const {
+    EXPECT_EQ(read_text(outside()), "outside, not to be touched");
+  }
+};
+
+TEST_F(PlantedLinkTest, ALinkOrFileAtTheOldTemporaryNameIsLeftAlone) {
+  const fs::path p = log() / "stats.json";
+  fs::create_symlink(outside(), p.string() + ".tmp");
+  testing::write_text(p.string() + ".swp", "x");
+  write_file_atomically(p.string(), "new content");
+  EXPECT_EQ(read_text(p), "new content");
+  expect_outside_untouched();
+  EXPECT_TRUE(fs::is_symlink(p.string() + ".tmp"));
+}
+
+TEST_F(PlantedLinkTest, LinksAtTheNextTemporaryNamesAreSkipped) {
+  const fs::path p = log() / "model-6.data";
+  std::string first;
+  {
+    AtomicFileWriter w(p.string());
+    first = w.temporary_path();
+  }
+  // `<p>.tmp.<pid>.<n>`: plant links at the names of the next writers of this process.
+  const size_t dot = first.rfind('.');
+  const uint64_t n = std::stoull(first.substr(dot + 1));
+  for (uint64_t k = 1; k <= 5; ++k) {
+    fs::create_symlink(outside(), first.substr(0, dot + 1) + std::to_string(n + k));
+  }
+  write_file_atomically(p.string(), "checkpoint bytes");
+  EXPECT_EQ(read_text(p), "checkpoint bytes");
+  expect_outside_untouched();
+  EXPECT_EQ(temporary_files(log()).size(), 5u);  // the planted links, still there
+  for (const auto& name : temporary_files(log())) EXPECT_TRUE(fs::is_symlink(log() / name));
+}
+
+TEST_F(PlantedLinkTest, ALinkAtTheFinalNameIsReplacedNotFollowed) {
+  for (const char* name : {"stats.json", "model-6.data", "dump.npz"}) {
+    const fs::path p = log() / name;
+    fs::create_symlink(outside(), p);
+    write_file_atomically(p.string(), "mine");
+    EXPECT_FALSE(fs::is_symlink(p)) << name;
+    EXPECT_EQ(read_text(p), "mine");
+    expect_outside_untouched();
+  }
+}
+
+TEST_F(PlantedLinkTest, ReplaceBySwapFollowsNoLinkAtEitherName) {
+  const fs::path p = log() / "checkpoint", swap = log() / "checkpoint.previous";
+  fs::create_symlink(outside(), p);
+  fs::create_symlink(outside(), swap);
+  replace_file_by_swap(p.string(), swap.string(), "index 1");
+  replace_file_by_swap(p.string(), swap.string(), "index 2");
+  EXPECT_EQ(read_text(p), "index 2");
+  EXPECT_FALSE(fs::is_symlink(p));
+  expect_outside_untouched();
+}
+
+TEST_F(PlantedLinkTest, AFifoAsTheSwapFileDoesNotBlock) {
+  const fs::path p = log() / "checkpoint", swap = log() / "checkpoint.previous";
+  write_file_atomically(p.string(), "index 1");
+  ASSERT_EQ(::mkfifo(swap.c_str(), 0644), 0);
+  testing::FifoGuard guard(swap);
+  replace_file_by_swap(p.string(), swap.string(), "index 2");
+  EXPECT_FALSE(guard.blocked());
+  EXPECT_EQ(read_text(p), "index 2");
+}
+
+TEST_F(AtomicFileTest, CommitAsNewDoesNotReplaceAnExistingFile) {
+  const fs::path p = dir() / "stats.json.orig-1";
+  {
+    AtomicFileWriter w(p.string());
+    w.write("backup");
+    w.commit_as_new();
+  }
+  EXPECT_EQ(read_text(p), "backup");
+  {
+    AtomicFileWriter w(p.string());
+    w.write("another");
+    const std::string msg = message_of<std::runtime_error>([&] { w.commit_as_new(); });
+    EXPECT_NE(msg.find(": File exists"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(read_text(p), "backup");
+  EXPECT_EQ(temporary_files(dir()), Names{});
 }
 
 // ---- replace_file_by_swap ----
@@ -126,7 +235,7 @@ TEST_F(AtomicFileTest, ReplaceBySwapLeavesThePreviousContentInTheSwapFile) {
   EXPECT_EQ(read_text(swap), "second");
   EXPECT_EQ(inode_of(p), first);
   EXPECT_EQ(inode_of(swap), second);
-  EXPECT_FALSE(fs::exists(p.string() + ".tmp"));
+  EXPECT_EQ(temporary_files(dir()), Names{});
 }
 
 // A swap file with another name (a hard-linked backup of the directory) is not written into.

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "support/errors.h"
+#include "support/fifo.h"
 #include "support/files.h"
 #include "support/temp_dir.h"
 #include "trainpack/testing.h"
@@ -31,6 +32,7 @@ using testing::FileSizeLimit;
 using testing::LogCapture;
 using testing::message_of;
 using testing::read_text;
+using testing::temporary_name_pattern;
 using testing::write_text;
 
 TensorMap sample_map() {
@@ -248,6 +250,96 @@ TEST_F(CheckpointTest, AFlippedByteIsRefusedNamingTheFile) {
   }
 }
 
+// A damaged magic in the trailer (which its checksum does not cover) is corruption, not another
+// program's file.
+TEST_F(CheckpointTest, ADamagedTrailerMagicIsReportedAsCorrupt) {
+  write_checkpoint(prefix(), sample_map());
+  const std::string data_path = prefix() + ".data";
+  const std::string good = read_text(data_path);
+  const size_t trailer_at = good.size() - trailer_of(good).size();
+  for (const size_t offset : {size_t{0}, size_t{4}, size_t{19}}) {
+    std::string data = good;
+    data[trailer_at + offset] = static_cast<char>(data[trailer_at + offset] ^ 0x01);
+    write_text(data_path, data);
+    const std::string msg = message_of<CheckpointError>([&] { read_checkpoint(prefix()); });
+    EXPECT_EQ(msg.rfind(data_path + ": corrupt: its checksum trailer is damaged ('", 0), 0u) << msg;
+    EXPECT_EQ(msg.find("torch.save"), std::string::npos) << msg;
+    EXPECT_EQ(verify_checkpoint(prefix()), msg);
+    EXPECT_FALSE(checkpoint_fingerprint(prefix()).has_value());
+  }
+  // A byte outside printable ASCII is shown escaped.
+  std::string data = good;
+  data[trailer_at + 2] = '\x01';
+  write_text(data_path, data);
+  const std::string msg = message_of<CheckpointError>([&] { read_checkpoint(prefix()); });
+  EXPECT_NE(msg.find("'tr\\x01inpack-checkpoint 2 entries=7 crc32c="), std::string::npos) << msg;
+}
+
+// ---- special files: refused without blocking or reading them ----
+
+TEST_F(CheckpointTest, AFifoNamedLikeACheckpointIsRefusedAtOnce) {
+  const fs::path data = dir() / "model-12.data";
+  testing::make_fifo(data);
+  testing::FifoGuard guard(data);
+  const std::string msg = message_of<CheckpointError>([&] { read_checkpoint(prefix("model-12")); });
+  EXPECT_EQ(msg, data.string() + ": not a regular file (a FIFO)");
+  EXPECT_EQ(verify_checkpoint(prefix("model-12")), msg);
+  EXPECT_FALSE(checkpoint_fingerprint(prefix("model-12")).has_value());
+  EXPECT_FALSE(guard.blocked());
+}
+
+TEST_F(CheckpointTest, AFifoNamedCheckpointIsRefusedAtOnce) {
+  const fs::path index = dir() / "checkpoint";
+  testing::make_fifo(index);
+  testing::FifoGuard guard(index);
+  EXPECT_EQ(message_of<CheckpointError>([&] { read_checkpoint_index(dir().string()); }),
+            index.string() + ": not a regular file (a FIFO)");
+  EXPECT_FALSE(guard.blocked());
+}
+
+TEST_F(CheckpointTest, ACheckpointLinkedToDevZeroIsRefusedWithoutReadingIt) {
+  fs::create_symlink("/dev/zero", prefix("model-12") + ".data");
+  EXPECT_EQ(message_of<CheckpointError>([&] { read_checkpoint(prefix("model-12")); }),
+            prefix("model-12") + ".data: not a regular file (a character device)");
+  fs::create_symlink("/dev/zero", dir() / "checkpoint");
+  EXPECT_EQ(message_of<CheckpointError>([&] { read_checkpoint_index(dir().string()); }),
+            (dir() / "checkpoint").string() + ": not a regular file (a character device)");
+}
+
+TEST_F(CheckpointTest, AnIndexOverOneMebibyteIsRefused) {
+  write_text(dir() / "checkpoint",
+             "model_checkpoint_path: \"model-1\"\n" + std::string(2 << 20, '#') + "\n");
+  EXPECT_EQ(message_of<CheckpointError>([&] { read_checkpoint_index(dir().string()); }),
+            (dir() / "checkpoint").string() + ": " +
+                std::to_string(fs::file_size(dir() / "checkpoint")) +
+                " bytes, more than the 1048576-byte limit for a checkpoint index");
+}
+
+// ---- links planted in the directory ----
+
+CheckpointIndex sample_index();
+
+TEST_F(CheckpointTest, PlantedLinksAreNeverWrittenThrough) {
+  const fs::path outside = dir() / "outside";
+  const fs::path log = dir() / "log";
+  fs::create_directories(log);
+  write_text(outside, "outside");
+  const std::string p = (log / "model-6").string();
+  // At the temporary name of the past, and at the final names of the data file and the index.
+  fs::create_symlink(outside, p + ".data.tmp");
+  fs::create_symlink(outside, p + ".data");
+  fs::create_symlink(outside, log / "checkpoint");
+  fs::create_symlink(outside, log / "checkpoint.previous");
+  write_checkpoint(p, sample_map());
+  write_checkpoint_index(log.string(), sample_index());
+  write_checkpoint_index(log.string(), sample_index());
+  copy_checkpoint(p, (log / "min-val-error-top1").string());
+  EXPECT_EQ(read_text(outside), "outside");
+  EXPECT_FALSE(fs::is_symlink(p + ".data"));
+  expect_same(sample_map(), read_checkpoint(p));
+  EXPECT_EQ(read_checkpoint_index(log.string())->model_checkpoint_path, "model-600");
+}
+
 TEST_F(CheckpointTest, MissingAndEmptyFilesAreRefusedNamingTheFile) {
   EXPECT_EQ(message_of<CheckpointError>([&] { read_checkpoint(prefix()); }),
             prefix() + ".data: the checkpoint's data file does not exist");
@@ -325,7 +417,10 @@ TEST_F(CheckpointTest, AFailedWriteLeavesTheExistingCheckpointAsItWas) {
       write_checkpoint(prefix(), {{"a", at::ones({10000})}});
     });
   }
-  EXPECT_EQ(msg, "cannot write " + prefix() + ".data.tmp: File too large");
+  EXPECT_TRUE(std::regex_match(
+      msg, std::regex("cannot write " + temporary_name_pattern(prefix() + ".data") +
+                      ": File too large")))
+      << msg;
   EXPECT_EQ(read_text(prefix() + ".data"), before);
   expect_same(small, read_checkpoint(prefix()));
   EXPECT_EQ(files_in(dir()), (std::vector<std::string>{"model-600.data"}));
@@ -363,15 +458,22 @@ TEST_F(CheckpointTest, AWriteThatFailsInsideALargeTensorReplacesNothing) {
       write_checkpoint(prefix(), {{"a", at::ones({1000000})}, {"b", at::ones({5})}});
     });
   }
-  EXPECT_EQ(msg, "cannot write " + prefix() + ".data.tmp: File too large");
+  EXPECT_TRUE(std::regex_match(
+      msg, std::regex("cannot write " + temporary_name_pattern(prefix() + ".data") +
+                      ": File too large")))
+      << msg;
   expect_same(small, read_checkpoint(prefix()));
   EXPECT_EQ(files_in(dir()), (std::vector<std::string>{"model-600.data"}));
 }
 
 TEST_F(CheckpointTest, AnUnwritableDirectoryIsAnErrorNamingTheFile) {
   const std::string p = (dir() / "gone" / "model-1").string();
-  EXPECT_EQ(message_of<std::runtime_error>([&] { write_checkpoint(p, sample_map()); }),
-            "cannot create " + p + ".data.tmp: No such file or directory");
+  const std::string msg =
+      message_of<std::runtime_error>([&] { write_checkpoint(p, sample_map()); });
+  EXPECT_TRUE(
+      std::regex_match(msg, std::regex("cannot create " + temporary_name_pattern(p + ".data") +
+                                       ": No such file or directory")))
+      << msg;
 }
 
 TEST_F(CheckpointTest, CopyAndRemove) {
@@ -436,7 +538,7 @@ TEST_F(CheckpointTest, TheCheckpointIndexIsTensorFlowsTextForm) {
   EXPECT_EQ(back->all_model_checkpoint_paths, sample_index().all_model_checkpoint_paths);
   EXPECT_EQ(back->all_model_checkpoint_timestamps, sample_index().all_model_checkpoint_timestamps);
   EXPECT_EQ(back->last_preserved_timestamp, 1763849940);
-  EXPECT_FALSE(fs::exists(dir() / "checkpoint.tmp"));
+  EXPECT_EQ(testing::temporary_files(dir()), std::vector<std::string>{});
 }
 
 TEST_F(CheckpointTest, TheCheckpointIndexOmitsEmptyFieldsAndEscapesNames) {

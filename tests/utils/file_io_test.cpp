@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "support/errors.h"
+#include "support/fifo.h"
 #include "support/files.h"
 #include "support/temp_dir.h"
 
@@ -89,6 +90,65 @@ TEST_F(FileIoTest, ReadingADirectoryIsAReadError) {
   EXPECT_EQ(message_of<std::runtime_error>([&] { read_file(p); }),
             "cannot read " + p + ": Is a directory");
   EXPECT_THROW(read_file_if_exists(p), std::system_error);
+}
+
+// ---- only regular files are read, and no more than the caller's limit ----
+
+TEST_F(FileIoTest, AFifoIsRefusedWithoutBlocking) {
+  const fs::path p = dir() / "stats.json";
+  testing::make_fifo(p);
+  testing::FifoGuard guard(p);
+  const std::string expected = p.string() + " is not a regular file (a FIFO)";
+  EXPECT_EQ(message_of<FileRefusedError>([&] { read_file(p.string()); }), expected);
+  EXPECT_EQ(message_of<std::system_error>([&] { read_file_if_exists(p.string()); }), expected);
+  EXPECT_EQ(message_of<std::runtime_error>([&] { read_file<std::vector<char>>(p.string()); }),
+            expected);
+  EXPECT_FALSE(guard.blocked());
+  try {
+    read_file(p.string());
+  } catch (const FileRefusedError& e) {
+    EXPECT_EQ(e.code().value(), EINVAL);
+    EXPECT_EQ(e.reason(), "is not a regular file (a FIFO)");
+  }
+}
+
+TEST_F(FileIoTest, ALinkToADeviceIsRefusedBeforeReading) {
+  const fs::path p = dir() / "model-12.data";
+  fs::create_symlink("/dev/zero", p);
+  EXPECT_EQ(message_of<FileRefusedError>([&] { read_file(p.string()); }),
+            p.string() + " is not a regular file (a character device)");
+}
+
+TEST_F(FileIoTest, AFileOverTheLimitIsRefusedNamingTheLimit) {
+  const fs::path p = dir() / "hyper.txt";
+  testing::write_text(p, std::string(5000, 'x'));
+  ReadFileOptions options;
+  options.max_bytes = 1000;
+  options.kind = "hyper-parameter file";
+  EXPECT_EQ(
+      message_of<FileRefusedError>([&] { read_file(p.string(), options); }),
+      p.string() + " is 5000 bytes, more than the 1000-byte limit for a hyper-parameter file");
+  try {
+    read_file_if_exists(p.string(), options);
+  } catch (const FileRefusedError& e) {
+    EXPECT_EQ(e.code().value(), EFBIG);
+  }
+  options.max_bytes = 5000;  // at the limit: read
+  EXPECT_EQ(read_file(p.string(), options).size(), 5000u);
+  EXPECT_EQ(read_file(p.string()).size(), 5000u);  // no limit by default
+}
+
+TEST_F(FileIoTest, ASymlinkIsFollowedUnlessTheCallerSaysNot) {
+  const fs::path target = dir() / "target", link = dir() / "link";
+  testing::write_text(target, "content");
+  fs::create_symlink(target, link);
+  EXPECT_EQ(read_file(link.string()), "content");
+  ReadFileOptions options;
+  options.follow_symlinks = false;
+  EXPECT_EQ(message_of<FileRefusedError>([&] { read_file(link.string(), options); }),
+            link.string() + " is not a regular file (a symbolic link)");
+  EXPECT_EQ(read_file(target.string(), options), "content");
+  EXPECT_EQ(read_file_if_exists((dir() / "missing").string(), options), std::nullopt);
 }
 
 TEST_F(FileIoTest, AFailedWriteNamesTheFileAndTheReason) {

@@ -14,8 +14,13 @@
 //   data.commit(); index.commit();
 //   fsync_directory(parent_directory(prefix));
 //
+// The temporary file is a new file under a name of its own, `<name>.tmp.<pid>.<n>`, created with
+// O_CREAT|O_EXCL|O_NOFOLLOW: whatever already lies in the directory (a leftover of a crashed run,
+// a file or symlink someone planted at a temporary name) is never written through, truncated or
+// removed, and the final rename replaces a symlink at the final name, not its target.
+//
 // Errors are std::runtime_error naming the file and the system's reason
-// ("cannot write /logs/model-6.data.tmp: File too large").
+// ("cannot write /logs/model-6.data.tmp.4242.0: File too large").
 //
 // Differences from tensorpack: tensorpack writes stats.json with a plain write and a move, and
 // relies on TensorFlow's saver for checkpoints; neither fsyncs.
@@ -26,8 +31,8 @@
 
 namespace trainpack {
 
-// Replaces `path` with `data`: `<path>.tmp` in the same directory, written completely, fsynced
-// (when `durable`), renamed to `path`, then the directory fsynced (when `durable`). Throws
+// Replaces `path` with `data`: a new temporary file in the same directory, written completely,
+// fsynced (when `durable`), renamed to `path`, then the directory fsynced (when `durable`). Throws
 // std::runtime_error naming the file and the system's reason ("No space left on device", "File
 // too large", "Permission denied"); the temporary file is removed and `path` is left as it was.
 void write_file_atomically(const std::string& path, std::string_view data, bool durable = true);
@@ -57,13 +62,13 @@ void fsync_directory(const std::string& dir);
 // The directory part of `path` ("." when it has none).
 std::string parent_directory(const std::string& path);
 
-// One file being replaced, in steps: the constructor creates `<path>.tmp` (truncating a stale
-// one), write() appends to it, finish() fsyncs (when `durable`) and closes it, commit() renames
-// it over `path`. The directory is not fsynced here (the caller does it once for all files, with
-// fsync_directory). Destroying a writer that was not committed removes the temporary file, so an
-// exception anywhere leaves `path` as it was and no temporary file behind. Every step throws
-// std::runtime_error naming the file and the system's reason; after an error the writer can
-// only be destroyed.
+// One file being replaced, in steps: the constructor creates the temporary file
+// `<path>.tmp.<pid>.<n>` (a new file: a name already taken is skipped), write() appends to it,
+// finish() fsyncs (when `durable`) and closes it, commit() renames it over `path`. The directory is
+// not fsynced here (the caller does it once for all files, with fsync_directory). Destroying a
+// writer that was not committed removes the temporary file, so an exception anywhere leaves `path`
+// as it was and no temporary file behind. Every step throws std::runtime_error naming the file and
+// the system's reason; after an error the writer can only be destroyed.
 class AtomicFileWriter {
  public:
   explicit AtomicFileWriter(std::string path, bool durable = true);
@@ -79,6 +84,10 @@ class AtomicFileWriter {
   void finish();
   // Renames the temporary file to `path` (finish() first if it was not called).
   void commit();
+  // The same for a new file: gives the temporary file the name `path` only when no file has it
+  // (renameat2 with RENAME_NOREPLACE, or link() where the filesystem lacks it); when one has,
+  // throws "cannot rename <tmp> to <path>: File exists" and the existing file is left as it is.
+  void commit_as_new();
 
   const std::string& path() const { return path_; }
   const std::string& temporary_path() const { return tmp_; }

@@ -6,22 +6,67 @@
 //   trainpack::write_all(fd, text, path);            // throws on a failed write
 //   std::string text = trainpack::read_file(path);    // the whole file
 //
+// Only regular files are read whole: read_file opens without blocking (a FIFO named like a
+// checkpoint never hangs the job), then refuses anything but a regular file, and a file larger
+// than the caller's limit, before reading a byte (a link to /dev/zero is not read until memory
+// runs out).
+//
+//   ReadFileOptions opts;
+//   opts.max_bytes = 1 << 20;
+//   opts.kind = "checkpoint index";
+//   std::string index = trainpack::read_file("/logs/checkpoint", opts);
+//
 // Errors: std::system_error carrying the errno (std::generic_category()), whose what() is
 // "cannot <action> <path>: <the system's reason>", e.g. "cannot write /logs/model-6.data.tmp:
-// File too large" or "cannot open /logs/stats.json: No such file or directory". It is a
-// std::runtime_error, so callers that catch those see it too.
+// File too large" or "cannot open /logs/stats.json: No such file or directory"; a file refused
+// before reading is a FileRefusedError ("/logs/checkpoint is not a regular file (a FIFO)"). Both
+// are std::runtime_errors, so callers that catch those see them too.
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 namespace trainpack {
+
+// What read_file accepts.
+struct ReadFileOptions {
+  // The largest file read, in bytes: a larger one is refused before it is read, and a file that
+  // grows past it while being read is refused too. The default: the file's own size, whatever it
+  // is (a regular file is finite).
+  uint64_t max_bytes = std::numeric_limits<uint64_t>::max();
+  // What the file is, for the message about the limit ("... limit for a checkpoint index").
+  std::string kind = "file";
+  // Whether a symbolic link as the last part of the path is followed; when not, it is refused
+  // as "not a regular file (a symbolic link)".
+  bool follow_symlinks = true;
+};
+
+// A file refused by read_file before it was read: not a regular file (errno EINVAL in code()),
+// or larger than the limit (EFBIG). what() is "<path> <reason>", reason() the part after the
+// path ("is not a regular file (a FIFO)", "is 5000 bytes, more than the 1000-byte limit for a
+// stats file").
+class FileRefusedError : public std::system_error {
+ public:
+  FileRefusedError(int err, const std::string& path, const std::string& reason);
+  const char* what() const noexcept override { return what_->c_str(); }
+  const std::string& reason() const noexcept { return *reason_; }
+
+ private:
+  // Shared: copying an exception must not throw.
+  std::shared_ptr<const std::string> what_, reason_;
+};
+
+// "a FIFO", "a character device", "a directory", ... for a file type of st_mode (S_IFMT bits).
+std::string file_type_name(mode_t mode);
 
 // Throws the std::system_error described above: `action` is a verb ("write", "open directory").
 [[noreturn]] void throw_file_error(std::string_view action, const std::string& path, int err);
@@ -44,23 +89,30 @@ void pwrite_all(int fd, std::string_view data, int64_t offset, const std::string
 ssize_t read_some(int fd, void* buf, size_t size) noexcept;
 
 // Appends everything from the current offset of `fd` to its end to `out` (reserving the file's
-// size first when it is a regular file). Throws "cannot read <path>: ...".
+// size first when it is a regular file). Throws "cannot read <path>: ...". No check of the kind
+// or size of the file: read_file makes them.
 void read_all(int fd, std::string* out, const std::string& path);
 void read_all(int fd, std::vector<char>* out, const std::string& path);
 
-// The bytes of the file `path`, as a std::string or a std::vector<char>. Throws "cannot open
-// <path>: ..." or "cannot read <path>: ...".
+// The bytes of the regular file `path`, as a std::string or a std::vector<char>. It is opened
+// with O_NONBLOCK, so that a FIFO does not block, and checked with fstat before anything is
+// read. Throws "cannot open <path>: ..." or "cannot read <path>: ..." (a directory: "cannot read
+// <path>: Is a directory"), and FileRefusedError for another kind of file or one larger than
+// `options.max_bytes`.
 template <class Bytes = std::string>
-Bytes read_file(const std::string& path);
+Bytes read_file(const std::string& path, const ReadFileOptions& options = {});
 
 // The same, but nullopt when the file does not exist (open fails with ENOENT); other errors throw.
 template <class Bytes = std::string>
-std::optional<Bytes> read_file_if_exists(const std::string& path);
+std::optional<Bytes> read_file_if_exists(const std::string& path,
+                                         const ReadFileOptions& options = {});
 
-extern template std::string read_file<std::string>(const std::string&);
-extern template std::vector<char> read_file<std::vector<char>>(const std::string&);
-extern template std::optional<std::string> read_file_if_exists<std::string>(const std::string&);
+extern template std::string read_file<std::string>(const std::string&, const ReadFileOptions&);
+extern template std::vector<char> read_file<std::vector<char>>(const std::string&,
+                                                               const ReadFileOptions&);
+extern template std::optional<std::string> read_file_if_exists<std::string>(const std::string&,
+                                                                            const ReadFileOptions&);
 extern template std::optional<std::vector<char>> read_file_if_exists<std::vector<char>>(
-    const std::string&);
+    const std::string&, const ReadFileOptions&);
 
 }  // namespace trainpack

@@ -29,8 +29,9 @@ namespace trainpack {
 std::string encode_npy(const at::Tensor& tensor);
 
 // Writes `arrays` as an `.npz` (a zip of `<name>.npy` entries, stored) that numpy.load opens,
-// with the keys in the given order. The file is written to `<path>.tmp`, fsynced and renamed to
-// `path` (an existing file is replaced atomically), then the directory is fsynced. Throws
+// with the keys in the given order. The file is written to a new temporary file beside it
+// (AtomicFileWriter's `<path>.tmp.<pid>.<n>`), fsynced and renamed to `path` (an existing file,
+// or a symlink, is replaced atomically), then the directory is fsynced. Throws
 // std::invalid_argument before touching the file system for: an empty name, a name with a NUL
 // byte, a leading '/' or '\\', or a `..` component (so that extracting cannot escape a
 // directory), a duplicate name, an unsupported dtype (naming dtype and name), or a size needing
