@@ -12,8 +12,8 @@
 #   and the same command resumes there.
 # continue: --max-epoch 1, then --max-epoch 2 in the same directory: the second run trains epoch 2
 #   only, resuming at global_step 4, and appends its entry; a third run with --max-epoch 2 has
-#   nothing left to train: it reports the final val-error-top1 from stats.json, exits with 0 and
-#   changes nothing in stats.json.
+#   nothing left to train: it reports the final val-error-top1 held by its checkpoint, exits with
+#   0 and changes nothing in stats.json.
 # no_resume: a finished run, then --no-resume: the old directory is moved aside whole to
 #   <logdir>.<MMDD-HHMMSS> and the new run starts from step 0 in a fresh directory.
 # changed_flags: a finished run resumed with another --batch-size or --train-limit is refused
@@ -197,7 +197,7 @@ case $MODE in
 
     run third 0 --max-epoch 2
     expect_in "$LOGDIR.third.out" "has finished its 2 epochs already"
-    expect_in "$LOGDIR.third.out" "its final val-error-top1 (stats.json) is"
+    expect_in "$LOGDIR.third.out" "its final val-error-top1 (checkpoint $LOGDIR/model-8) is"
     expect_in "$LOGDIR.third.out" "fashion_mnist: OK"
     expect_not_in "$LOGDIR.third.out" "Start Epoch"
     [[ $(cat "$LOGDIR/stats.json") == "$after" ]] || fail "the third run changed stats.json"
