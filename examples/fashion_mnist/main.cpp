@@ -25,10 +25,19 @@
 // At start trainpack::configure_runtime sets the threads, BLAS, malloc and OpenMP settings and says
 // which (OMP_WAIT_POLICY is set to PASSIVE by re-executing the program once, unless the
 // environment sets it; trainpack/utils/runtime.h). At the end it prints
-// the per-epoch table of this run and the final val-error-top1; it exits with status 1 when that is
-// above --max-val-error (or training failed), 2 on a bad flag or missing data, and 130/143/129/131
-// when stopped by SIGINT/SIGTERM/SIGHUP/SIGQUIT: training stops at the next step boundary, a
-// checkpoint of that step is saved, and the log says where it stopped and how to resume.
+// the per-epoch table of this run and the final val-error-top1. Exit status:
+//   0        the final val-error-top1 is at most --max-val-error, and everything was written;
+//   1        that val-error is above --max-val-error or unknown (no epoch finished, an empty
+//            validation set, a finished run whose checkpoint holds none), training failed, or a
+//            checkpoint, the best copy, stats.json or the event file could not be written
+//            (trainpack::WriteFailedError: training went on, the summary names the files; this
+//            wins over the signal statuses when a signal stopped the run too);
+//   2        a bad flag or missing data;
+//   130/143/129/131  stopped by SIGINT/SIGTERM/SIGHUP/SIGQUIT: training stops at the next step
+//            boundary, a checkpoint of that step is saved, and the log says where it stopped and
+//            how to resume.
+// A finished run run again (nothing left to train) takes its verdict from the val-error-top1 its
+// latest checkpoint holds (EpochSummary's state), not from stats.json.
 //
 // Flags are checked before anything runs: `nan`, `inf`, negative seeds, fractions for counts and
 // --threads above the hardware threads (unless --oversubscribe) are refused naming the flag
@@ -44,6 +53,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -113,7 +123,11 @@ trainpack::ScheduledHyperParamSetter::Schedule lr_schedule(double lr, int64_t ma
 // this one (validation), counts minor page faults per training step, puts the learning rate of
 // the epoch to the monitors, logs one line per epoch; main() prints its rows at the end. Place it
 // after the InferenceRunner: it reads the round's val-error-top1 from the monitors at
-// trigger_epoch.
+// trigger_epoch (NaN in a row when the round put none).
+// Its state in a checkpoint is the last val-error-top1 put (`val_error_top1`) and its global_step
+// (`val_error_step`): ModelSaver saves after the InferenceRunner at every epoch end, so the
+// checkpoint of a finished run holds the final validation error, which is the verdict of a run
+// that has nothing left to train (rather than stats.json, which may be damaged or stale).
 class EpochSummary : public trainpack::Callback {
  public:
   struct Row {
@@ -124,8 +138,29 @@ class EpochSummary : public trainpack::Callback {
     double val_error_top1;
     double val_error_top5;
   };
+  // A val-error-top1 and the global_step it was computed at.
+  struct Measured {
+    int64_t step;
+    double value;
+  };
 
   const std::vector<Row>& rows() const { return rows_; }
+  // The val-error-top1 a restored checkpoint held, if any.
+  const std::optional<Measured>& restored() const { return restored_; }
+
+  trainpack::CallbackState state() const override {
+    std::optional<Measured> last = restored_;
+    const auto& history = trainer().monitors().get_history("val-error-top1");
+    if (!history.empty()) last = Measured{history.back().first, history.back().second};
+    if (!last) return {};
+    return {{"val_error_step", trainpack::state_scalar(last->step)},
+            {"val_error_top1", trainpack::state_scalar(last->value)}};
+  }
+  void load_state(const trainpack::CallbackState& state) override {
+    trainpack::check_state_keys(name(), state, {"val_error_step", "val_error_top1"});
+    restored_ = Measured{trainpack::state_int(name(), state, "val_error_step"),
+                         trainpack::state_double(name(), state, "val_error_top1")};
+  }
 
  protected:
   void _before_epoch() override {
@@ -155,12 +190,11 @@ class EpochSummary : public trainpack::Callback {
   }
 
  private:
+  // The value put at this step, or NaN (never a number a verdict could pass with).
   double latest(const std::string& name) const {
-    try {
-      return trainer().monitors().get_latest(name);
-    } catch (const std::out_of_range&) {
-      return -1;
-    }
+    const auto& history = trainer().monitors().get_history(name);
+    if (history.empty() || history.back().first != global_step()) return std::nan("");
+    return history.back().second;
   }
 
   Clock::time_point start_, end_of_training_;
@@ -169,22 +203,71 @@ class EpochSummary : public trainpack::Callback {
   double train_seconds_ = 0;
   double faults_per_step_ = 0;
   std::vector<Row> rows_;
+  std::optional<Measured> restored_;
 };
 
 // ---- a finished run ----
 
-// The last value of `key` in the stats.json at `path`, or nullopt (no file, no such value).
-std::optional<double> last_stat(const std::string& path, const std::string& key) {
+// The verdict of a run that has nothing left to train: the val-error-top1 its checkpoint holds
+// (EpochSummary's state), computed at the checkpoint's global_step. A checkpoint without it (saved
+// by an older version of this program) falls back to stats.json, saying so, and only when
+// stats.json is valid and its last val-error-top1 is of the checkpoint's global_step. nullopt,
+// with the reason logged, when neither gives it.
+std::optional<double> finished_run_error(const EpochSummary& summary, int64_t checkpoint_step,
+                                         const std::string& checkpoint, const std::string& logdir) {
+  if (const auto& restored = summary.restored()) {
+    if (restored->step == checkpoint_step) {
+      TP_LOG_INFO("fashion_mnist: its final val-error-top1 (checkpoint {}) is {:.4f}", checkpoint,
+                  restored->value);
+      return restored->value;
+    }
+    TP_LOG_ERROR(
+        "fashion_mnist: checkpoint {} (global_step {}) holds a val-error-top1 of global_step {} "
+        "only: the validation of its last epoch did not finish, so there is no final "
+        "val-error-top1.",
+        checkpoint, checkpoint_step, restored->step);
+    return std::nullopt;
+  }
+  const std::string path = logdir + "/stats.json";
+  TP_LOG_WARN(
+      "fashion_mnist: checkpoint {} holds no val-error-top1 (saved by an older version of this "
+      "program); the verdict comes from {} instead, checked against the checkpoint's global_step "
+      "{}.",
+      checkpoint, path, checkpoint_step);
   std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
+  if (!in) {
+    TP_LOG_ERROR("fashion_mnist: cannot read {}, so there is no final val-error-top1.", path);
+    return std::nullopt;
+  }
   std::ostringstream text;
   text << in.rdbuf();
   const trainpack::ParsedStats parsed = trainpack::parse_stats_file(text.str());
-  for (auto it = parsed.entries.rbegin(); it != parsed.entries.rend(); ++it) {
-    if (const trainpack::StatValue* value = it->find(key)) {
-      return std::visit([](auto v) { return static_cast<double>(v); }, *value);
-    }
+  if (parsed.status == trainpack::ParsedStats::Status::kMalformed) {
+    TP_LOG_ERROR(
+        "fashion_mnist: {} is not a valid stats file ({}), so there is no final "
+        "val-error-top1.",
+        path, parsed.message);
+    return std::nullopt;
   }
+  auto number = [](const trainpack::StatValue& v) {
+    return std::visit([](auto x) { return static_cast<double>(x); }, v);
+  };
+  for (auto it = parsed.entries.rbegin(); it != parsed.entries.rend(); ++it) {
+    const trainpack::StatValue* value = it->find("val-error-top1");
+    if (value == nullptr) continue;
+    const trainpack::StatValue* step = it->find("global_step");
+    if (step == nullptr || number(*step) != static_cast<double>(checkpoint_step)) {
+      TP_LOG_ERROR(
+          "fashion_mnist: the last val-error-top1 in {} is of global_step {}, not of the "
+          "checkpoint's {}: stats.json is stale, so there is no final val-error-top1.",
+          path, step ? fmt::format("{}", number(*step)) : std::string("(none)"), checkpoint_step);
+      return std::nullopt;
+    }
+    TP_LOG_INFO("fashion_mnist: its final val-error-top1 (stats.json) is {:.4f}", number(*value));
+    return number(*value);
+  }
+  TP_LOG_ERROR("fashion_mnist: {} holds no val-error-top1, so there is no final val-error-top1.",
+               path);
   return std::nullopt;
 }
 
@@ -447,6 +530,11 @@ int main(int argc, char** argv) {
   trainpack::SimpleTrainer trainer;
   try {
     trainpack::launch_train_with_config(config, trainer);
+  } catch (const trainpack::WriteFailedError& e) {
+    // Checkpoints or statistics were not written: never a success, whatever the val-error.
+    if (trainer.received_signal() != 0) log_stop(trainer, *saver, logdir);
+    TP_LOG_ERROR("fashion_mnist: FAILED: {}", e.what());
+    return 1;
   } catch (const std::exception& e) {
     TP_LOG_ERROR("fashion_mnist: training failed: {}", e.what());
     if (!resumed_from.empty()) {
@@ -488,10 +576,12 @@ int main(int argc, char** argv) {
         "fashion_mnist: the run in {} has finished its {} epochs already (checkpoint {}); nothing "
         "to train. Raise --max-epoch to train more, or pass --no-resume to start over.",
         logdir, restored->epoch - 1, resumed_from);
-    final_error = last_stat(logdir + "/stats.json", "val-error-top1");
-    if (final_error) {
-      TP_LOG_INFO("fashion_mnist: its final val-error-top1 (stats.json) is {:.4f} (limit {:.4f})",
-                  *final_error, max_val_error);
+    final_error = finished_run_error(*summary, restored->global_step, resumed_from, logdir);
+    if (!final_error) {
+      TP_LOG_ERROR(
+          "fashion_mnist: FAILED: the final val-error-top1 of the finished run is "
+          "unknown (see above)");
+      return 1;
     }
   }
   if (!final_error) {
@@ -499,6 +589,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   const double error = *final_error;
+  if (std::isnan(error)) {
+    TP_LOG_ERROR(
+        "fashion_mnist: FAILED: the last epoch put no val-error-top1 (did its validation run?)");
+    return 1;
+  }
   if (!(error <= max_val_error)) {
     TP_LOG_ERROR(
         "fashion_mnist: FAILED: the final val-error-top1 {:.4f} is above --max-val-error "

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tests of the fashion_mnist program's checkpoints and resuming, run by ctest as
-#   bash resume_test.sh <fashion_mnist> <logdir> <sigterm|sighup|continue|no_resume|changed_flags>
+#   bash resume_test.sh <fashion_mnist> <logdir> <sigterm|sighup|continue|no_resume|changed_flags|unwritable>
 # (bash rather than a CMake script: the sigterm mode signals a program running in the background.)
 #
 # sigterm: SIGTERM to a running job (sent once log.log shows that epoch 2 started) makes it exit
@@ -12,8 +12,11 @@
 #   and the same command resumes there.
 # continue: --max-epoch 1, then --max-epoch 2 in the same directory: the second run trains epoch 2
 #   only, resuming at global_step 4, and appends its entry; a third run with --max-epoch 2 has
-#   nothing left to train: it reports the final val-error-top1 from stats.json, exits with 0 and
-#   changes nothing in stats.json.
+#   nothing left to train: it reports the final val-error-top1 held by its checkpoint, exits with
+#   0 and changes nothing in stats.json; a fourth, after stats.json was replaced by one claiming
+#   a val-error-top1 of 0, still takes the verdict from the checkpoint.
+# unwritable: a run whose checkpoints cannot be written (a file-size limit) trains on and ends
+#   FAILED with status 1, naming the files.
 # no_resume: a finished run, then --no-resume: the old directory is moved aside whole to
 #   <logdir>.<MMDD-HHMMSS> and the new run starts from step 0 in a fresh directory.
 # changed_flags: a finished run resumed with another --batch-size or --train-limit is refused
@@ -27,7 +30,7 @@
 set -euo pipefail
 
 if [[ $# -ne 3 ]]; then
-  echo "usage: bash resume_test.sh <fashion_mnist> <logdir> <sigterm|sighup|continue|no_resume|changed_flags>" >&2
+  echo "usage: bash resume_test.sh <fashion_mnist> <logdir> <sigterm|sighup|continue|no_resume|changed_flags|unwritable>" >&2
   exit 2
 fi
 readonly PROGRAM=$1 LOGDIR=$2 MODE=$3
@@ -197,10 +200,35 @@ case $MODE in
 
     run third 0 --max-epoch 2
     expect_in "$LOGDIR.third.out" "has finished its 2 epochs already"
-    expect_in "$LOGDIR.third.out" "its final val-error-top1 (stats.json) is"
+    expect_in "$LOGDIR.third.out" "its final val-error-top1 (checkpoint $LOGDIR/model-8) is"
     expect_in "$LOGDIR.third.out" "fashion_mnist: OK"
     expect_not_in "$LOGDIR.third.out" "Start Epoch"
     [[ $(cat "$LOGDIR/stats.json") == "$after" ]] || fail "the third run changed stats.json"
+
+    # A stats.json that claims a perfect last epoch does not change the verdict: it comes from
+    # the checkpoint.
+    echo '[{"val-error-top1": 0.0, "epoch_num": 2, "global_step": 8}]' >"$LOGDIR/stats.json"
+    run fourth 0 --max-epoch 2
+    expect_in "$LOGDIR.fourth.out" "its final val-error-top1 (checkpoint $LOGDIR/model-8) is"
+    expect_not_in "$LOGDIR.fourth.out" "val-error-top1 (checkpoint $LOGDIR/model-8) is 0.0000"
+    ;;
+
+  unwritable)
+    # Files larger than 100 KiB cannot be written (SIGXFSZ ignored, so a write fails with EFBIG,
+    # which binds root too): no checkpoint (0.9 MB) can be saved. Training goes on, and the run
+    # ends FAILED with status 1 and the files named, not OK.
+    out="$LOGDIR.limited.out"
+    OUTPUTS+=("$out")
+    status=0
+    (trap '' XFSZ; ulimit -f 200; exec "$PROGRAM" "${COMMON[@]}" --max-epoch 2) >"$out" 2>&1 ||
+      status=$?
+    [[ $status == 1 ]] || fail "the run with a file-size limit exited with $status, expected 1"
+    expect_in "$out" "Start Epoch 2 ..."
+    expect_in "$out" "ERR Exception in ModelSaver!"
+    expect_in "$out" "could not be saved"  # MinSaver: the save failed, not a missing ModelSaver
+    expect_not_in "$out" "Do you forget to use ModelSaver?"
+    expect_in "$out" "fashion_mnist: FAILED: Training ended, but not everything it was to write was written: 4 writes failed (3 files): $LOGDIR/model-4.data (ModelSaver, 1 failure)"
+    expect_not_in "$out" "fashion_mnist: OK"
     ;;
 
   no_resume)

@@ -14,6 +14,14 @@ std::string shape_of(const at::Tensor& t) {
   return fmt::format("[{}]", fmt::join(t.sizes().begin(), t.sizes().end(), ", "));
 }
 
+// An inferencer that saw no sample has no statistic: 0 would read as a perfect score.
+[[noreturn]] void fail_no_sample(const std::string& who, const std::string& stats) {
+  throw std::runtime_error(fmt::format(
+      "{}: no sample was seen, so {} cannot be computed; the validation data is empty (check the "
+      "dataflow given to the InferenceRunner)",
+      who, stats));
+}
+
 }  // namespace
 
 // ---- ScalarStats ----
@@ -48,11 +56,13 @@ void ScalarStats::_on_fetches(const std::vector<at::Tensor>& results) {
 
 Inferencer::Stats ScalarStats::_after_inference() {
   Stats stats;
-  if (batches_ == 0) return stats;
+  std::string keys;
   for (size_t i = 0; i < names_.size(); ++i) {
     stats.emplace_back(prefix_.empty() ? names_[i] : prefix_ + "_" + names_[i],
-                       sums_[i] / static_cast<double>(batches_));
+                       batches_ == 0 ? 0.0 : sums_[i] / static_cast<double>(batches_));
+    keys += fmt::format("{}'{}'", i == 0 ? "" : ", ", stats.back().first);
   }
+  if (batches_ == 0) fail_no_sample(fmt::format("ScalarStats({})", keys), keys);
   return stats;
 }
 
@@ -84,7 +94,11 @@ void ClassificationError::_on_fetches(const std::vector<at::Tensor>& results) {
 }
 
 Inferencer::Stats ClassificationError::_after_inference() {
-  return {{summary_name_, total_ == 0 ? 0.0 : wrong_ / static_cast<double>(total_)}};
+  if (total_ == 0) {
+    fail_no_sample(fmt::format("ClassificationError('{}')", wrong_name_),
+                   fmt::format("'{}'", summary_name_));
+  }
+  return {{summary_name_, wrong_ / static_cast<double>(total_)}};
 }
 
 // ---- BinaryClassificationStats ----
@@ -101,7 +115,9 @@ BinaryClassificationStats::BinaryClassificationStats(std::string pred_tensor_nam
   }
 }
 
-void BinaryClassificationStats::_before_inference() { nr_pos_ = nr_pred_pos_ = corr_pos_ = 0; }
+void BinaryClassificationStats::_before_inference() {
+  nr_pos_ = nr_pred_pos_ = corr_pos_ = samples_ = 0;
+}
 
 void BinaryClassificationStats::_on_fetches(const std::vector<at::Tensor>& results) {
   const at::Tensor& pred = results[0];
@@ -116,9 +132,14 @@ void BinaryClassificationStats::_on_fetches(const std::vector<at::Tensor>& resul
   nr_pos_ += label_pos.sum().item<int64_t>();
   nr_pred_pos_ += pred_pos.sum().item<int64_t>();
   corr_pos_ += pred_pos.logical_and(label_pos).sum().item<int64_t>();
+  samples_ += pred.numel();
 }
 
 Inferencer::Stats BinaryClassificationStats::_after_inference() {
+  if (samples_ == 0) {
+    fail_no_sample(fmt::format("BinaryClassificationStats('{}', '{}')", pred_name_, label_name_),
+                   fmt::format("'{0}_precision' and '{0}_recall'", prefix_));
+  }
   const double precision =
       nr_pred_pos_ == 0 ? 0.0 : static_cast<double>(corr_pos_) / static_cast<double>(nr_pred_pos_);
   const double recall =

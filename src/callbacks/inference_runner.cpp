@@ -257,6 +257,7 @@ void InferenceRunner::_before_train() {
   input_->reset_state();
   const auto size = input_->size();
   size_ = size ? *size : -1;
+  if (size && *size == 0) fail_empty_input("InferenceRunner", "its size() is 0");
   if (size) {
     TP_LOG_INFO("[InferenceRunner] Will eval {} iterations", *size);
   } else {
@@ -350,6 +351,7 @@ void InferenceRunner::run_round(bool parallel, const std::string& who) {
   }
   bar.close();
   batches_last_round_ = done;
+  if (done == 0) fail_empty_input(who, "this round's pass yielded no batch");
 
   for (auto& inf : inferencers_) {
     for (const auto& [name, value] : inf->after_inference()) {
@@ -359,6 +361,14 @@ void InferenceRunner::run_round(bool parallel, const std::string& who) {
 }
 
 void InferenceRunner::_trigger() { run_round(/*parallel=*/false, "InferenceRunner"); }
+
+void InferenceRunner::fail_empty_input(const std::string& who, const std::string& why) const {
+  // No statistic can come out of it, and a missing one must not read as a perfect score.
+  throw std::runtime_error(fmt::format(
+      "{}: the input {} is empty ({}): there is nothing to validate on. Give it a dataflow that "
+      "yields at least one batch (is the validation set empty, or limited to 0 samples?)",
+      who, input_->name(), why));
+}
 
 // ---- DataParallelInferenceRunner ----
 

@@ -177,6 +177,12 @@ void JSONWriter::_setup_graph() {
 
 void JSONWriter::_before_train() {
   adopt_existing_file();
+  if (disabled_) {
+    // The ERROR line is logged; the run ends with an error saying stats.json was not written.
+    trainer().report_write_failure(name(), path_,
+                                   "the stats.json found at start could not be adopted safely; "
+                                   "nothing was written to it in this training");
+  }
   _trigger();
   sync();
 }
@@ -359,6 +365,7 @@ void JSONWriter::write_stat() {
     close_offset_ += static_cast<int64_t>(tail.size()) - 1;
   } catch (const std::exception& e) {
     TP_LOG_ERROR("Exception in JSONWriter._write_stat()! {}", e.what());
+    trainer().report_write_failure(name(), path_, e.what());
     close_file();
     need_rewrite_ = true;
   }
@@ -377,8 +384,9 @@ void JSONWriter::rewrite_all() {
 void JSONWriter::sync() {
   if (fd_ < 0 || !dirty_) return;
   if (::fdatasync(fd_) != 0) {
-    TP_LOG_ERROR("Exception in JSONWriter._write_stat()! cannot fdatasync {}: {}", path_,
-                 std::strerror(errno));
+    const std::string error = fmt::format("cannot fdatasync {}: {}", path_, std::strerror(errno));
+    TP_LOG_ERROR("Exception in JSONWriter._write_stat()! {}", error);
+    if (is_set_up()) trainer().report_write_failure(name(), path_, error);
     return;
   }
   dirty_ = false;

@@ -159,6 +159,9 @@ bool ModelSaver::save() {
     write_checkpoint_index(dir_, index, write_options);  // last: it makes the save visible
   } catch (const std::exception& e) {
     TP_LOG_ERROR("Exception in ModelSaver! {}", e.what());
+    // The run ends with an error naming what was not saved (Trainer::report_write_failure).
+    trainer().report_write_failure(this->name(),
+                                   written ? join(dir_, "checkpoint") : prefix + ".data", e.what());
     // A complete checkpoint that no index names is removed, unless an earlier one of the same
     // name (which some index may name) was replaced by it.
     if (written && !existed) remove_checkpoint(prefix);
@@ -245,12 +248,28 @@ bool MinSaver::save(int64_t step, double value) {
     TP_LOG_ERROR("[{}] Cannot read the checkpoint index: {}", name(), e.what());
     return false;
   }
+  const std::string path = index ? join(dir_, index->model_checkpoint_path) : std::string();
+  if (!index || checkpoint_step(path) != step) {
+    if (const std::optional<std::string> failure = failed_save(step)) {
+      // ModelSaver did run at this step but could not save: that is the reason, not the order of
+      // the callbacks. The copy is promised too, so it is reported as well.
+      const std::string copy = best_checkpoint_prefix() + ".data";
+      TP_LOG_ERROR(
+          "[{}] New {} '{}'={:.5g} found at global_step={}, but its checkpoint could not be saved "
+          "({}), so it was not copied to {}.",
+          name(), extreme, stat_, value, step, *failure, copy);
+      trainer().report_write_failure(
+          name(), copy,
+          fmt::format("the checkpoint of global_step={} with the new {} '{}' could not be saved",
+                      step, extreme, stat_));
+      return false;
+    }
+  }
   if (!index) {
     // tensorpack's messages say "MinSaver" for MaxSaver too (it is a MinSaver with reverse).
     throw std::runtime_error(
         "[MinSaver] Cannot find a checkpoint state. Do you forget to use ModelSaver?");
   }
-  const std::string path = join(dir_, index->model_checkpoint_path);
   if (checkpoint_step(path) != step) {
     TP_LOG_WARN("[MinSaver] New {} '{}' found at global_step={}, but the latest checkpoint is {}.",
                 extreme, stat_, step, path);
@@ -264,10 +283,22 @@ bool MinSaver::save(int64_t step, double value) {
                     CheckpointWriteOptions().fsync(options_.fsync()));
   } catch (const std::exception& e) {
     TP_LOG_ERROR("[{}] Cannot copy {} to {}: {}", name(), path, best_checkpoint_prefix(), e.what());
+    trainer().report_write_failure(name(), best_checkpoint_prefix() + ".data", e.what());
     return false;
   }
   TP_LOG_INFO("Model at global_step={} with {} {}={:.5g} saved.", step, extreme, stat_, value);
   return true;
+}
+
+std::optional<std::string> MinSaver::failed_save(int64_t step) const {
+  // A failure of this step whose file is this directory's checkpoint of `step` or its index.
+  const std::string data = join(dir_, fmt::format("model-{}.data", step));
+  const std::string index = join(dir_, "checkpoint");
+  const auto& failures = trainer().write_failures();
+  for (auto it = failures.rbegin(); it != failures.rend(); ++it) {
+    if (it->global_step == step && (it->path == data || it->path == index)) return it->error;
+  }
+  return std::nullopt;
 }
 
 CallbackState MinSaver::state() const {

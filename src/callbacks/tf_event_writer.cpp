@@ -3,8 +3,11 @@
 #include "trainpack/callbacks/tf_event_writer.h"
 
 #include <chrono>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "trainpack/train/trainer.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/output_dir.h"
 
@@ -52,13 +55,22 @@ std::vector<std::string> TFEventWriter::files() const { return writer_.files(); 
 void TFEventWriter::_setup_graph() { writer_.start(); }
 
 void TFEventWriter::_trigger() {
-  if (options_.split_files()) {
-    writer_.start_new_file();
-  } else {
-    writer_.flush();
-  }
+  const bool ok = options_.split_files() ? writer_.start_new_file() : writer_.flush();
+  if (!ok) report_lost_events();
 }
 
-void TFEventWriter::_after_train() { writer_.close(); }
+void TFEventWriter::_after_train() {
+  // flush() tells whether something was lost since the last trigger; close() does not.
+  if (!writer_.flush()) report_lost_events();
+  writer_.close();
+}
+
+void TFEventWriter::report_lost_events() {
+  // The writer logged the ERROR line naming the file; the run ends with an error naming it too.
+  const std::vector<std::string> files = writer_.files();
+  trainer().report_write_failure(
+      kName, files.empty() ? writer_.logdir() : files.back(),
+      "events were dropped or could not be written (see the TFEventWriter ERROR lines)");
+}
 
 }  // namespace trainpack

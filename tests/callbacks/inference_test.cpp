@@ -43,9 +43,15 @@ TEST(ClassificationErrorTest, IsTheErrorOverAllSamplesNotTheMeanOfBatchErrors) {
   ASSERT_EQ(stats.size(), 1u);
   EXPECT_EQ(stats[0].first, "val-error-top1");
   EXPECT_DOUBLE_EQ(stats[0].second, 0.5);
-  // A new round starts from zero; no samples gives 0.
-  stats = run_inferencer(err, {});
-  EXPECT_DOUBLE_EQ(stats[0].second, 0.0);
+  // A new round starts from zero; no samples is an error, not an error rate of 0.
+  EXPECT_EQ(message_of([&] { run_inferencer(err, {}); }),
+            "ClassificationError('wrong-top1'): no sample was seen, so 'val-error-top1' cannot be "
+            "computed; the validation data is empty (check the dataflow given to the "
+            "InferenceRunner)");
+  EXPECT_NE(message_of([&] { run_inferencer(err, {{torch::zeros({0})}}); }).find("no sample"),
+            std::string::npos);
+  stats = run_inferencer(err, {{torch::tensor({1.f})}});
+  EXPECT_DOUBLE_EQ(stats[0].second, 1.0);
   EXPECT_EQ(message_of([&] {
               run_inferencer(err, {{torch::zeros({2, 2})}});
             }),
@@ -81,6 +87,10 @@ TEST(BinaryClassificationStatsTest, NoPositivePredictionsAndNoPositiveLabels) {
             }),
             "BinaryClassificationStats: prediction 'pred' [2] and label 'label' [3] have different "
             "shapes");
+  EXPECT_EQ(message_of([&] { run_inferencer(stats_inf, {}); }),
+            "BinaryClassificationStats('pred', 'label'): no sample was seen, so 'test_precision' "
+            "and 'test_recall' cannot be computed; the validation data is empty (check the "
+            "dataflow given to the InferenceRunner)");
 }
 
 TEST(ScalarStatsTest, UnweightedMeanOverBatchesWithPrefix) {
@@ -94,7 +104,13 @@ TEST(ScalarStatsTest, UnweightedMeanOverBatchesWithPrefix) {
   EXPECT_DOUBLE_EQ(stats[1].second, 0.75);
   ScalarStats bare({"cost"}, "");
   EXPECT_EQ(run_inferencer(bare, {{torch::tensor(2.0)}})[0].first, "cost");
-  EXPECT_TRUE(run_inferencer(bare, {}).empty());
+  EXPECT_EQ(message_of([&] { run_inferencer(bare, {}); }),
+            "ScalarStats('cost'): no sample was seen, so 'cost' cannot be computed; the validation "
+            "data is empty (check the dataflow given to the InferenceRunner)");
+  EXPECT_NE(message_of([&] {
+              run_inferencer(s, {});
+            }).find("ScalarStats('validation_cost', 'validation_acc'): no sample was seen"),
+            std::string::npos);
   EXPECT_EQ(message_of([&] { run_inferencer(bare, {{torch::zeros({2})}}); }),
             "ScalarStats: output 'cost' must be a scalar, but has shape [2]");
   EXPECT_NE(message_of([] { ScalarStats({}); }).find("names is empty"), std::string::npos);
@@ -294,6 +310,36 @@ TEST(InferenceRunnerTest, ErrorsNameTheFix) {
     EXPECT_TRUE(
         capture.contains("ERR [InferenceRunner] input stopped before reaching its size()!"));
     EXPECT_TRUE(s.net->is_training());  // the mode is restored after the error
+  }
+  {
+    // An empty validation set: an error at before_train, before any training step.
+    RunnerSetup s;
+    auto runner = std::make_shared<InferenceRunner>(
+        std::make_shared<BatchData>(std::make_shared<DataFromList>(std::vector<Datapoint>{}), 4,
+                                    /*remainder=*/true),
+        std::make_shared<ClassificationError>("wrong", "val-error"),
+        InferenceRunnerOptions().progress_bar(false));
+    const std::string msg = message_of([&] { s.trainer.train({runner}, {}, 1, 1, 1); });
+    EXPECT_NE(msg.find("Callback InferenceRunner failed in before_train: InferenceRunner: the "
+                       "input BatchData is empty (its size() is 0): there is nothing to validate "
+                       "on."),
+              std::string::npos)
+        << msg;
+    EXPECT_EQ(s.trainer.global_step(), 0);
+  }
+  {
+    // A dataflow of unknown size whose pass yields nothing: an error at the round.
+    RunnerSetup s;
+    auto gen = std::make_shared<DataFromGenerator>(
+        []() -> std::optional<Datapoint> { return std::nullopt; });
+    auto runner =
+        std::make_shared<InferenceRunner>(gen, std::make_shared<ClassificationError>("wrong", "e"),
+                                          InferenceRunnerOptions().progress_bar(false));
+    const std::string msg = message_of([&] { s.trainer.train({runner}, {}, 1, 1, 1); });
+    EXPECT_NE(msg.find("InferenceRunner: the input DataFromGenerator is empty (this round's pass "
+                       "yielded no batch)"),
+              std::string::npos)
+        << msg;
   }
   {
     RunnerSetup s;

@@ -519,7 +519,14 @@ TEST_F(JSONWriterTest, AWriteErrorIsLoggedAndTrainingGoesOn) {
   NoOpTrainer trainer;
   trainer.set_handle_signals(false);
   LogCapture log;
-  EXPECT_NO_THROW(trainer.train({std::make_shared<Recreate>(dir())}, {writer}, 3, 1, 1));
+  // Training goes on, and the run ends with an error naming stats.json.
+  try {
+    trainer.train({std::make_shared<Recreate>(dir())}, {writer}, 3, 1, 1);
+    ADD_FAILURE() << "no WriteFailedError";
+  } catch (const WriteFailedError& e) {
+    EXPECT_EQ(e.files(), std::vector<std::string>{stats_path().string()});
+    EXPECT_EQ(e.failure_count(), 1);
+  }
   int errors = 0;
   for (const auto& line : log.lines()) {
     if (line.rfind("ERR Exception in JSONWriter._write_stat()! ", 0) == 0) ++errors;

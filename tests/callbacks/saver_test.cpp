@@ -299,9 +299,11 @@ TEST_F(SaverTest, AFailedSaveKeepsThePreviousCheckpointAndIndexAndTrainingGoesOn
   };
   std::vector<std::string> seen;
   LogCapture log;
-  m.train({limiter, std::make_shared<ModelSaver>(options().fsync(true)), unlimiter,
-           lister(dir(), &seen)},
-          2, 3);
+  // The run ends with WriteFailedError after training went on (tests/train/write_failures_test).
+  EXPECT_THROW(m.train({limiter, std::make_shared<ModelSaver>(options().fsync(true)), unlimiter,
+                        lister(dir(), &seen)},
+                       2, 3),
+               WriteFailedError);
   EXPECT_EQ(seen, (std::vector<std::string>{"model-2 | checkpoint", "model-2 | checkpoint",
                                             "model-2 model-6 | checkpoint"}));
   ASSERT_EQ(indexes.size(), 3u);
@@ -333,7 +335,9 @@ TEST_F(SaverTest, AFailedIndexWriteRemovesTheNewCheckpoint) {
   };
   std::vector<std::string> seen;
   LogCapture log;
-  m.train({blocker, std::make_shared<ModelSaver>(options()), lister(dir(), &seen)}, 2, 3);
+  EXPECT_THROW(
+      m.train({blocker, std::make_shared<ModelSaver>(options()), lister(dir(), &seen)}, 2, 3),
+      WriteFailedError);
   EXPECT_EQ(seen, (std::vector<std::string>{"model-2 | checkpoint",
                                             "model-2 | checkpoint checkpoint.kept",
                                             "model-2 model-6 | checkpoint"}));
@@ -341,14 +345,14 @@ TEST_F(SaverTest, AFailedIndexWriteRemovesTheNewCheckpoint) {
   EXPECT_TRUE(log.contains(" to " + (dir() / "checkpoint").string() + ": Is a directory"));
 }
 
-TEST_F(SaverTest, AVanishedDirectoryIsAnErrorLineAndTrainingGoesOn) {
+TEST_F(SaverTest, AVanishedDirectoryIsAnErrorLineTrainingGoesOnAndTheRunFails) {
   const fs::path sub = dir() / "ckpt";
   ModelTrainer m;
   auto saver = std::make_shared<ModelSaver>(options().checkpoint_dir(sub.string()));
   EXPECT_TRUE(fs::is_directory(sub));  // created at construction
   fs::remove_all(sub);
   LogCapture log;
-  m.train({saver}, 1, 2);
+  EXPECT_THROW(m.train({saver}, 1, 2), WriteFailedError);
   EXPECT_EQ(
       count_lines(log, "ERR Exception in ModelSaver! cannot create " + (sub / "model-").string()),
       2);
@@ -356,13 +360,13 @@ TEST_F(SaverTest, AVanishedDirectoryIsAnErrorLineAndTrainingGoesOn) {
   EXPECT_EQ(m.trainer.global_step(), 2);
 }
 
-TEST_F(SaverTest, AReadOnlyDirectoryIsAnErrorLineAndTrainingGoesOn) {
+TEST_F(SaverTest, AReadOnlyDirectoryIsAnErrorLineTrainingGoesOnAndTheRunFails) {
   if (geteuid() == 0) GTEST_SKIP() << "root ignores directory permissions";
   ModelTrainer m;
   auto saver = std::make_shared<ModelSaver>(options());
   fs::permissions(dir(), fs::perms::owner_read | fs::perms::owner_exec);
   LogCapture log;
-  m.train({saver}, 1, 2);
+  EXPECT_THROW(m.train({saver}, 1, 2), WriteFailedError);
   fs::permissions(dir(), fs::perms::owner_all);
   EXPECT_EQ(count_lines(log, "Permission denied"), 2);
   EXPECT_EQ(listing(dir()), " |");

@@ -547,7 +547,7 @@ TEST_F(TFEventWriterTest, BadOptionsThrow) {
   EXPECT_EQ(w->logdir(), dir().string());
 }
 
-TEST_F(TFEventWriterTest, UnwritableDirectoryIsAnErrorLineNotACrash) {
+TEST_F(TFEventWriterTest, UnwritableDirectoryIsAnErrorLineNotACrashAndTheRunFails) {
   const fs::path gone = dir() / "gone";
   fs::create_directories(gone);
   auto w = make_writer(TFEventWriterOptions().logdir(gone.string()));
@@ -559,7 +559,14 @@ TEST_F(TFEventWriterTest, UnwritableDirectoryIsAnErrorLineNotACrash) {
     c.trainer().monitors().put_scalar("loss", 1.0);
     ++steps;
   };
-  EXPECT_NO_THROW(train({cb}, {w}, 2, 2));
+  // Training goes on; the run ends with an error naming the lost events' directory (no file
+  // could be opened there).
+  try {
+    train({cb}, {w}, 2, 2);
+    ADD_FAILURE() << "no WriteFailedError";
+  } catch (const WriteFailedError& e) {
+    EXPECT_EQ(e.files(), std::vector<std::string>{gone.string()});
+  }
   EXPECT_EQ(steps, 4);
   bool named = false;
   for (const auto& line : log.lines()) {

@@ -23,7 +23,10 @@
 //     void _on_fetches(const std::vector<at::Tensor>& r) override {
 //       sum_ += r[0].abs().sum().item<double>(); n_ += r[0].numel();
 //     }
-//     Stats _after_inference() override { return {{"val-mae", n_ ? sum_ / n_ : 0.0}}; }
+//     Stats _after_inference() override {
+//       if (n_ == 0) throw std::runtime_error("MeanAbs: no sample was seen");  // not a 0
+//       return {{"val-mae", sum_ / n_}};
+//     }
 //     double sum_ = 0; int64_t n_ = 0;
 //   };
 //
@@ -73,9 +76,11 @@ class Inferencer : public Callback {
 using InferencerPtr = std::shared_ptr<Inferencer>;
 
 // The mean over batches of scalar outputs (an unweighted mean of per-batch values, as in
-// tensorpack). Keys: `{prefix}_{name}`, or `name` with an empty prefix. No batches: no stats.
+// tensorpack). Keys: `{prefix}_{name}`, or `name` with an empty prefix.
 // Errors: an output with more than one element is std::invalid_argument naming it; empty names
-// at construction.
+// at construction; a round without any batch is std::runtime_error from after_inference
+// ("ScalarStats('validation_cost'): no sample was seen, so 'validation_cost' cannot be computed;
+// the validation data is empty ...").
 class ScalarStats : public Inferencer {
  public:
   explicit ScalarStats(std::vector<std::string> names, std::string prefix = "validation");
@@ -96,8 +101,11 @@ class ScalarStats : public Inferencer {
 // The error rate over all samples: the output `wrong_tensor_name` is a vector with one entry per
 // sample, 1 where the prediction is wrong; the stat `summary_name` is sum / count over the whole
 // round (so batches of 4 and 2 with 1 and 2 errors give 3/6 = 0.5, not the mean of 0.25 and 1).
-// 0 when there were no samples. Errors: an output that is not 1-D is std::invalid_argument
-// naming it (tensorpack asserts `{name} is not a vector!`).
+// Errors: an output that is not 1-D is std::invalid_argument naming it (tensorpack asserts
+// `{name} is not a vector!`); a round without any sample is std::runtime_error from
+// after_inference ("ClassificationError('wrong-top1'): no sample was seen, so 'val-error-top1'
+// cannot be computed; the validation data is empty ..."), where tensorpack divides by zero and a
+// zero count would read as a perfect score.
 class ClassificationError : public Inferencer {
  public:
   explicit ClassificationError(std::string wrong_tensor_name = "incorrect_vector",
@@ -120,7 +128,8 @@ class ClassificationError : public Inferencer {
 // precision = #(pred=1 and label=1) / #(pred=1) (0 when nothing is predicted positive), recall =
 // #(pred=1 and label=1) / #(label=1) (0 without positive labels). Keys `{prefix}_precision`,
 // `{prefix}_recall`. Errors: prediction and label of different shapes (std::invalid_argument
-// naming both and their shapes).
+// naming both and their shapes); a round without any sample (std::runtime_error from
+// after_inference naming the inferencer and both statistics).
 class BinaryClassificationStats : public Inferencer {
  public:
   BinaryClassificationStats(std::string pred_tensor_name, std::string label_tensor_name,
@@ -139,6 +148,7 @@ class BinaryClassificationStats : public Inferencer {
   int64_t nr_pos_ = 0;
   int64_t nr_pred_pos_ = 0;
   int64_t corr_pos_ = 0;
+  int64_t samples_ = 0;
 };
 
 }  // namespace trainpack

@@ -24,7 +24,10 @@
 //
 // Errors: a trainer that is not a TowerTrainer, an output no tower produced (listing those that
 // exist), a batch that does not match the signature, a dataflow whose pass ends before `size()`
-// batches (logged as tensorpack's ERROR line, then std::runtime_error), null arguments.
+// batches (logged as tensorpack's ERROR line, then std::runtime_error), null arguments. An empty
+// input is std::runtime_error naming the runner and the dataflow: a size() of 0 at before_train,
+// a pass that yields no batch at a round (tensorpack would put statistics of zero samples; the
+// inferencers refuse those too, see callbacks/inference.h).
 //
 // chief_only: true.
 //
@@ -82,6 +85,8 @@ class InferenceRunner : public Callback {
   // Runs a round; `parallel` spreads groups of batches over the towers.
   void run_round(bool parallel, const std::string& who);
   void deliver(const std::vector<at::Tensor>& outputs);
+  // Throws the error of an input with nothing to validate on.
+  [[noreturn]] void fail_empty_input(const std::string& who, const std::string& why) const;
 
   DataFlowPtr input_;
   std::vector<InferencerPtr> inferencers_;

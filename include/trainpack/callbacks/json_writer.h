@@ -62,7 +62,9 @@
 // - The directory is the logger directory at construction (tensorpack reads it in before_train).
 // - A write error logs `Exception in JSONWriter._write_stat()! <reason>` (ERROR) and training
 //   goes on, as in tensorpack; the next write then rewrites the whole file (temporary file and
-//   rename) so that it holds every entry again.
+//   rename) so that it holds every entry again. Unlike tensorpack, the error (and a file found at
+//   start that could not be adopted) is reported to the trainer (Trainer::report_write_failure),
+//   so the run ends with WriteFailedError naming stats.json instead of a success.
 #pragma once
 
 #include <cstdint>

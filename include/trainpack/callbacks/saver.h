@@ -73,16 +73,17 @@ struct ModelSaverOptions {
 // Errors: a save that fails (disk full, file-size limit, permission, any std::exception while
 // collecting or writing) logs ERR `Exception in ModelSaver! <reason>` naming the file; training
 // goes on, the `checkpoint` index still names the last good checkpoint, and no partial or
-// temporary file is left. Construction throws std::invalid_argument for max_to_keep < 0, a
-// negative or non-finite keep_checkpoint_every_n_hours, an unsupported var_collections, and
-// std::runtime_error when the directory cannot be created. setup_graph throws
-// std::invalid_argument("ModelSaver: no directory was given and the logger directory is not set;
-// pass one with ModelSaverOptions().checkpoint_dir(dir), or call
-// trainpack::logger::set_logger_dir(dir) first") when neither a directory nor a logger directory
-// was given (it is checked there, not at construction, because a non-chief worker never sets it
-// up; tensorpack's text is "Please provide 'checkpoint_dir' for ModelSaver, or use
-// logger.set_logger_dir()").
-// chief_only: true.
+// temporary file is left. The failure is reported to the trainer (Trainer::report_write_failure:
+// `model-<gs>.data`, or `checkpoint` when the index could not be written), so the run ends with
+// WriteFailedError after every after_train (a failed save at a signal included). Construction
+// throws std::invalid_argument for max_to_keep < 0, a negative or non-finite
+// keep_checkpoint_every_n_hours, an unsupported var_collections, and std::runtime_error when the
+// directory cannot be created. setup_graph throws std::invalid_argument("ModelSaver: no directory
+// was given and the logger directory is not set; pass one with
+// ModelSaverOptions().checkpoint_dir(dir), or call trainpack::logger::set_logger_dir(dir) first")
+// when neither a directory nor a logger directory was given (it is checked there, not at
+// construction, because a non-chief worker never sets it up; tensorpack's text is "Please provide
+// 'checkpoint_dir' for ModelSaver, or use logger.set_logger_dir()"). chief_only: true.
 //
 // Differences from tensorpack:
 // - A checkpoint is one file, `model-<gs>.data` (torch::pickle_save of a str -> Tensor dict;
@@ -169,13 +170,17 @@ struct MinSaverOptions {
 // same checksum trailer as `model-<pending_step>.data` in the directory
 // (checkpoint_fingerprint). A run resumed from the
 // checkpoint of its best epoch therefore keeps that epoch as the best.
-// Errors: no `checkpoint` index in the directory is std::runtime_error("[MinSaver] Cannot find a
-// checkpoint state. Do you forget to use ModelSaver?"), which stops training as in tensorpack. A
-// malformed index or a failed copy (disk full, a corrupt checkpoint) is an ERR line; the best is
-// not changed and training goes on. Construction: std::invalid_argument for an empty stat name or
-// a filename that is not a plain file name; setup_graph: std::invalid_argument when neither a
-// directory nor a logger directory was given.
-// chief_only: true.
+// Errors: when the checkpoint of the stat's step is missing because ModelSaver's save of that
+// step failed (the trainer recorded it), ERR `[MinSaver] New minimum '<stat>'=<value> found at
+// global_step=<step>, but its checkpoint could not be saved (<error>), so it was not copied to
+// <copy>.`; the copy is reported as a failed write (the run ends with WriteFailedError), the best
+// is not changed and training goes on. Otherwise, no `checkpoint` index in the directory is
+// std::runtime_error("[MinSaver] Cannot find a checkpoint state. Do you forget to use
+// ModelSaver?"), which stops training as in tensorpack. A malformed index is an ERR line; a
+// failed copy (disk full, a corrupt checkpoint) is an ERR line and a reported failed write; the
+// best is not changed and training goes on. Construction: std::invalid_argument for an empty stat
+// name or a filename that is not a plain file name; setup_graph: std::invalid_argument when neither
+// a directory nor a logger directory was given. chief_only: true.
 //
 // Differences from tensorpack (docs/tensorpack-differences.md #5, fixed):
 // - the latest checkpoint must be `model-<step>` exactly (tensorpack tests whether its path ends
@@ -209,6 +214,9 @@ class MinSaver : public Callback {
  private:
   // Copies the latest checkpoint if it was taken at `step`; true when it did.
   bool save(int64_t step, double value);
+  // The error of the failed save of `step` into this directory that the trainer recorded
+  // (Trainer::report_write_failure), if any.
+  std::optional<std::string> failed_save(int64_t step) const;
   bool is_better(double value) const;
 
   std::string stat_;

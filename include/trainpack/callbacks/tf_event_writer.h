@@ -31,7 +31,9 @@
 // the disk (65536 events pending) waits for the writer instead of growing memory without bound.
 //
 // Errors: a file that cannot be opened or written is an ERROR line naming the file; training
-// goes on, and the events meanwhile are dropped (the open is retried at the next epoch end).
+// goes on, and the events meanwhile are dropped (the open is retried at the next epoch end). The
+// loss is reported to the trainer (Trainer::report_write_failure, found at every epoch end and at
+// after_train), so that the run ends with WriteFailedError naming the event file.
 //
 // Differences from tensorpack: no graph definition is written (there is no TF graph); the `.pid.n`
 // suffix of the file name; the epoch-end flush also fsyncs and waits for the disk; after a split
@@ -100,6 +102,9 @@ class TFEventWriter : public MonitorBase {
   void _after_train() override;
 
  private:
+  // Tells the trainer that events were lost (the writer logged why).
+  void report_lost_events();
+
   TFEventWriterOptions options_;
   EventFileWriter writer_;
 };

@@ -31,6 +31,14 @@
 // tells the caller, who can exit with `exit_code_for_signal()` (130 / 143 / 129 / 131).
 // A second signal while the first is pending terminates the process at once.
 //
+// Promised writes: a callback that cannot write a file it promised (ModelSaver's checkpoint,
+// MinSaver's copy, stats.json, the event file) logs an ERROR, reports it with
+// report_write_failure, and training goes on (as in tensorpack). When training ends, after every
+// callback's after_train ran, main_loop throws WriteFailedError summarising the failures, so that
+// a run whose checkpoints or statistics were not written never ends as a success. A stop by a
+// signal still ends so (received_signal() stays set); an error that ended training wins, with the
+// failures logged.
+//
 // Differences from tensorpack (numbers of docs/tensorpack-differences.md): local_step is -1 from
 // before_epoch until the first step of each epoch (#1); a stop requested during an epoch's last
 // step does not start the next epoch (#14); signals stop training cleanly instead of raising
@@ -179,6 +187,27 @@ class Trainer {
   // it arrived too late to stop anything (during the last step or after_train).
   int received_signal() const { return received_signal_; }
 
+  // ---- promised writes (see the top of this file) ----
+  // One write that failed: who promised the file, the file, the error, and the global_step.
+  struct WriteFailure {
+    std::string callback;
+    std::string path;
+    std::string error;
+    int64_t global_step = 0;
+  };
+  // Records that `callback` could not write `path` (`error`: the reason, e.g. the exception's
+  // what()). Logs nothing: the caller logs its ERROR line. Any time, from any hook.
+  void report_write_failure(const std::string& callback, const std::string& path,
+                            const std::string& error);
+  // The failures reported so far, oldest first (the first kMaxKeptWriteFailures of them).
+  const std::vector<WriteFailure>& write_failures() const { return write_failures_; }
+  // How many were reported (all of them, also those not kept).
+  int64_t write_failure_count() const { return write_failure_count_; }
+  // "3 writes failed (2 files): <path> (ModelSaver, 2 failures), ...; the first error: <error>",
+  // or "" when none failed.
+  std::string write_failure_summary() const;
+  static constexpr size_t kMaxKeptWriteFailures = 100;
+
  protected:
   // The op that the default run_step runs with hooks.
   void set_train_op(StepFn op) { train_op_ = std::move(op); }
@@ -245,6 +274,15 @@ class Trainer {
   bool stop_requested_ = false;
   bool handle_signals_ = true;
   int received_signal_ = 0;
+  std::vector<WriteFailure> write_failures_;
+  int64_t write_failure_count_ = 0;
+  // Every file that failed, in the order of its first failure: (path, callback, failures).
+  struct FailedFile {
+    std::string path;
+    std::string callback;
+    int64_t failures;
+  };
+  std::vector<FailedFile> failed_files_;
   bool setup_callbacks_called_ = false;
   bool setup_done_ = false;  // the callback list is complete; registration is closed
   bool initialize_done_ = false;
