@@ -26,9 +26,11 @@
 // which (OMP_WAIT_POLICY is set to PASSIVE by re-executing the program once, unless the
 // environment sets it; trainpack/utils/runtime.h). At the end it prints
 // the per-epoch table of this run and the final val-error-top1; it exits with status 1 when that is
-// above --max-val-error (or training failed), 2 on a bad flag or missing data, and 130/143/129/131
-// when stopped by SIGINT/SIGTERM/SIGHUP/SIGQUIT: training stops at the next step boundary, a
-// checkpoint of that step is saved, and the log says where it stopped and how to resume.
+// above --max-val-error (or training failed, or --logdir cannot be used: another run holds it, or
+// it holds checkpoints none of which can be resumed, which --no-resume moves aside), 2 on a bad
+// flag or missing data, and 130/143/129/131 when stopped by SIGINT/SIGTERM/SIGHUP/SIGQUIT:
+// training stops at the next step boundary, a checkpoint of that step is saved, and the log says
+// where it stopped and how to resume.
 //
 // Flags are checked before anything runs: `nan`, `inf`, negative seeds, fractions for counts and
 // --threads above the hardware threads (unless --oversubscribe) are refused naming the flag
@@ -431,9 +433,20 @@ int main(int argc, char** argv) {
   // are the truth: docs/tensorpack-differences.md #7); stats.json is appended to.
   std::string resumed_from;
   if (resume) {
-    trainpack::AutoResumeTrainConfig auto_resume(config);
-    resumed_from = auto_resume.found_checkpoint();
-    config = auto_resume;
+    std::optional<trainpack::AutoResumeTrainConfig> auto_resume;
+    try {
+      auto_resume.emplace(config);
+    } catch (const trainpack::AutoResumeError& e) {
+      // Nothing in --logdir can be resumed, and training here would overwrite what is there.
+      TP_LOG_ERROR("fashion_mnist: {}", e.what());
+      TP_LOG_ERROR(
+          "fashion_mnist: pass --no-resume to move {} aside to {}.<MMDD-HHMMSS> and start over, "
+          "or use another --logdir.",
+          logdir, logdir);
+      return 1;
+    }
+    resumed_from = auto_resume->found_checkpoint();
+    config = *auto_resume;
     if (resumed_from.empty()) {
       TP_LOG_INFO("fashion_mnist: no checkpoint in {}; training starts at step 0.", logdir);
     } else {
