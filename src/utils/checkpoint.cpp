@@ -731,7 +731,9 @@ std::string resolve_checkpoint_path(const std::string& path) {
           path, fmt::format("no checkpoint index file '{}' in {}", kCheckpointIndexFile, dir));
     }
     const std::string problem = index_entry_problem(dir, index->model_checkpoint_path, &p);
-    if (!problem.empty()) {
+    // A missing file is reported below as "no such checkpoint", as for a path given directly.
+    if (ends_with(problem, " does not exist")) p = join_path(dir, index->model_checkpoint_path);
+    if (!problem.empty() && !ends_with(problem, " does not exist")) {
       throw CheckpointError(join_path(dir, kCheckpointIndexFile),
                             fmt::format("names \"{}\" as the latest checkpoint: {}",
                                         index->model_checkpoint_path, problem));
