@@ -10,6 +10,22 @@
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
+namespace {
+
+// A checkpoint saved after training diverged restores as asked, but says so.
+void warn_non_finite(const TensorMap& tensors, const std::string& source) {
+  const std::vector<std::string> bad = non_finite_model_entries(tensors);
+  if (bad.empty()) return;
+  std::string names;
+  for (size_t i = 0; i < bad.size() && i < 8; ++i) names += (i ? ", " : "") + bad[i];
+  if (bad.size() > 8) names += fmt::format(" (and {} more)", bad.size() - 8);
+  TP_LOG_WARN(
+      "{} holds weights that are not finite (NaN or inf), in: {}. The run that saved it had "
+      "diverged; training from them will not recover. Restore an earlier checkpoint.",
+      source, names);
+}
+
+}  // namespace
 
 SaverRestore::SaverRestore(const std::string& path, SaverRestoreOptions options)
     : path_(resolve_checkpoint_path(path)), options_(std::move(options)) {}
@@ -17,10 +33,12 @@ SaverRestore::SaverRestore(const std::string& path, SaverRestoreOptions options)
 void SaverRestore::run_init(Trainer& trainer) {
   TP_LOG_INFO("Restoring checkpoint from {} ...", path_);
   const TensorMap tensors = read_checkpoint(path_);
+  warn_non_finite(tensors, "checkpoint " + path_);
   report_ = restore_training_state(trainer, tensors,
                                    RestoreOptions()
                                        .ignore(options_.ignore())
                                        .restore_counters(options_.restore_counters())
+                                       .partial(options_.partial())
                                        .source("checkpoint " + path_));
 }
 
@@ -39,10 +57,12 @@ void DictRestore::run_init(Trainer& trainer) {
   for (const auto& kv : tensors_) names += (names.empty() ? "" : ", ") + kv.first;
   TP_LOG_INFO("Variables to restore from dict: {}", names);
   TP_LOG_INFO("Restoring {} variables from dict ...", tensors_.size());
+  warn_non_finite(tensors_, "the dict");
   report_ = restore_training_state(trainer, tensors_,
                                    RestoreOptions()
                                        .ignore(options_.ignore())
                                        .restore_counters(options_.restore_counters())
+                                       .partial(options_.partial())
                                        .source("the dict"));
 }
 

@@ -28,7 +28,9 @@
 // the per-epoch table of this run and the final val-error-top1. Exit status:
 //   0        the final val-error-top1 is at most --max-val-error, and everything was written;
 //   1        that val-error is above --max-val-error or unknown (no epoch finished, an empty
-//            validation set, a finished run whose checkpoint holds none), training failed, or a
+//            validation set, a finished run whose checkpoint holds none), training failed, or
+//            --logdir cannot be used (another run holds it, or it holds checkpoints none of which
+//            can be resumed: --no-resume moves it aside), or a
 //            checkpoint, the best copy, stats.json or the event file could not be written
 //            (trainpack::WriteFailedError: training went on, the summary names the files; this
 //            wins over the signal statuses when a signal stopped the run too);
@@ -514,9 +516,20 @@ int main(int argc, char** argv) {
   // are the truth: docs/tensorpack-differences.md #7); stats.json is appended to.
   std::string resumed_from;
   if (resume) {
-    trainpack::AutoResumeTrainConfig auto_resume(config);
-    resumed_from = auto_resume.found_checkpoint();
-    config = auto_resume;
+    std::optional<trainpack::AutoResumeTrainConfig> auto_resume;
+    try {
+      auto_resume.emplace(config);
+    } catch (const trainpack::AutoResumeError& e) {
+      // Nothing in --logdir can be resumed, and training here would overwrite what is there.
+      TP_LOG_ERROR("fashion_mnist: {}", e.what());
+      TP_LOG_ERROR(
+          "fashion_mnist: pass --no-resume to move {} aside to {}.<MMDD-HHMMSS> and start over, "
+          "or use another --logdir.",
+          logdir, logdir);
+      return 1;
+    }
+    resumed_from = auto_resume->found_checkpoint();
+    config = *auto_resume;
     if (resumed_from.empty()) {
       TP_LOG_INFO("fashion_mnist: no checkpoint in {}; training starts at step 0.", logdir);
     } else {

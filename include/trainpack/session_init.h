@@ -55,6 +55,11 @@ struct SaverRestoreOptions {
   // Restore the trainer's counters (continue at the checkpoint's epoch and step). Off: load the
   // weights (and everything else) but start training at the configured starting_epoch.
   TORCH_ARG(bool, restore_counters) = true;
+  // Load what matches even when it is less than half of the model's parameter tensors (e.g. a
+  // pretrained backbone): the names missing, unused or of another shape are warnings, as in
+  // tensorpack. Off (the default): such a checkpoint is refused as another model's
+  // (RestoreOptions::partial, train/state.h).
+  TORCH_ARG(bool, partial) = false;
 };
 
 // Restores a checkpoint written by ModelSaver (tensorpack's SaverRestore).
@@ -64,7 +69,11 @@ struct SaverRestoreOptions {
 // The path is resolved at construction (resolve_checkpoint_path: `.data`/`.index` suffixes are
 // auto-corrected with a log line); `path()` is the result. run_init logs `Restoring checkpoint
 // from {path} ...`, reads and verifies the checkpoint (size and checksum) and restores it; a
-// partial restore reports the names it skipped and the ones missing.
+// restore that matches most tensors reports the names it skipped and the ones missing; one that
+// matches fewer than half of the model's parameter tensors is refused (std::invalid_argument
+// naming the checkpoint and a sample of the names) unless SaverRestoreOptions::partial. Weights
+// that are not finite (NaN or inf: the run had diverged) are restored with a warning naming the
+// tensors.
 // Errors: a path with no checkpoint is a CheckpointError naming it (at construction); a
 // truncated or corrupt file is a CheckpointError naming the file (at run_init, before anything
 // is changed); a shape mismatch is std::invalid_argument naming the entry.
@@ -90,9 +99,12 @@ class SaverRestore : public SessionInit {
 // program: `DictRestore({{"fc.weight", w}, {"fc.bias", b}})`. Entries use the names of
 // train/state.h. Logs `Restoring {n} variables from dict ...` and the mismatches both ways.
 // Counters are restored only when the map has trainer/* entries.
-// Errors: a shape mismatch is std::invalid_argument naming the entry (nothing is changed).
-// Differences from tensorpack: no ":0" suffixes; `ignore_mismatch` is not offered (a mismatch
-// is an error).
+// Errors: a shape mismatch is std::invalid_argument naming the entry (nothing is changed); so
+// is a dict that matches fewer than half of the model's parameter tensors, unless
+// SaverRestoreOptions::partial (a head alone: `DictRestore(head, SaverRestoreOptions().partial(
+// true))`).
+// Differences from tensorpack: no ":0" suffixes; `ignore_mismatch` is SaverRestoreOptions::partial
+// (which also accepts a dict that matches few tensors).
 class DictRestore : public SessionInit {
  public:
   explicit DictRestore(TensorMap tensors, SaverRestoreOptions options = {});
@@ -107,7 +119,8 @@ class DictRestore : public SessionInit {
 
 // Runs several initialisers in order (tensorpack's ChainInit): a later one overrides what an
 // earlier one restored. Null entries are std::invalid_argument at construction.
-//   ChainInit({std::make_shared<SaverRestore>(pretrained), std::make_shared<DictRestore>(head)})
+//   ChainInit({std::make_shared<SaverRestore>(pretrained),
+//              std::make_shared<DictRestore>(head, SaverRestoreOptions().partial(true))})
 class ChainInit : public SessionInit {
  public:
   explicit ChainInit(std::vector<std::shared_ptr<SessionInit>> inits);

@@ -99,61 +99,203 @@ void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trai
 
 namespace {
 
-// The steps of the `model-<step>.data` files in `dir`, newest first.
-std::vector<int64_t> checkpoint_steps_in(const std::string& dir) {
-  std::vector<int64_t> steps;
+constexpr const char* kDataSuffix = ".data";
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The step of a checkpoint named `model-<step>` (a file name, without `.data`), or nullopt.
+std::optional<int64_t> step_of(const std::string& name) {
+  const std::string prefix = "model-";
+  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) {
+    return std::nullopt;
+  }
+  const std::string digits = name.substr(prefix.size());
+  if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 18) {
+    return std::nullopt;
+  }
+  return std::stoll(digits);
+}
+
+// The names of the files in `dir` (not following anything).
+std::vector<std::string> file_names(const std::string& dir) {
+  std::vector<std::string> names;
   DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return steps;
+  if (d == nullptr) return names;
   while (const dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
-    const std::string prefix = "model-", suffix = ".data";
-    if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) ||
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix)) {
-      continue;
-    }
-    const std::string digits =
-        name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 18) {
-      continue;
-    }
-    steps.push_back(std::stoll(digits));
+    if (name != "." && name != "..") names.push_back(name);
   }
   ::closedir(d);
-  std::sort(steps.rbegin(), steps.rend());
-  return steps;
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string file_name(const std::string& prefix) {
+  const auto slash = prefix.rfind('/');
+  return slash == std::string::npos ? prefix : prefix.substr(slash + 1);
+}
+
+// Why auto-resume cannot continue from checkpoint `prefix`, "" when it can. `blocks` is set when
+// the checkpoint is intact but not resumable (no counters): then it must not be overwritten by a
+// run resumed from an older one either.
+std::string unusable_reason(const std::string& prefix, bool* blocks) {
+  *blocks = false;
+  TensorMap state;
+  try {
+    state = read_checkpoint(prefix);
+  } catch (const CheckpointError& e) {
+    // "<file>: <reason>": the file is named beside the reason already.
+    const std::string what = e.what();
+    const std::string named = e.path() + ": ";
+    return what.compare(0, named.size(), named) == 0 ? what.substr(named.size()) : what;
+  }
+  std::optional<ResumePoint> point;
+  try {
+    point = saved_resume_point(state, "checkpoint " + prefix);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  if (!point) {
+    *blocks = true;
+    return "it holds no trainer counters (trainer/global_step, trainer/epoch, "
+           "trainer/step_in_epoch: a weights-only checkpoint), so a resume would restart at "
+           "epoch 1 and overwrite the newer files; to train from its weights, use it with "
+           "SaverRestore in a new directory";
+  }
+  const std::vector<std::string> bad = non_finite_model_entries(state);
+  if (!bad.empty()) {
+    std::string names;
+    for (size_t i = 0; i < bad.size() && i < 5; ++i) names += (i ? ", " : "") + bad[i];
+    if (bad.size() > 5) names += fmt::format(" (and {} more)", bad.size() - 5);
+    return fmt::format(
+        "its weights are not finite (NaN or inf in {}): the run that saved it had diverged", names);
+  }
+  return "";
 }
 
 }  // namespace
 
+AutoResumeError::AutoResumeError(std::string dir,
+                                 std::vector<std::pair<std::string, std::string>> unusable,
+                                 const std::string& message)
+    : std::runtime_error(message), dir_(std::move(dir)), unusable_(std::move(unusable)) {}
+
 std::optional<std::string> AutoResumeTrainConfig::find_latest_valid_checkpoint(
     const std::string& dir) {
-  std::vector<std::string> candidates;  // prefixes, in the order to try
-  auto add = [&](const std::string& relative) {
-    const std::string prefix =
-        !relative.empty() && relative.front() == '/' ? relative : dir + "/" + relative;
-    if (std::find(candidates.begin(), candidates.end(), prefix) == candidates.end()) {
-      candidates.push_back(prefix);
-    }
+  struct Candidate {
+    std::string prefix;
+    std::optional<int64_t> step;
   };
+  std::vector<Candidate> candidates;
+  auto add = [&](const std::string& prefix) {
+    for (const auto& c : candidates) {
+      if (c.prefix == prefix) return;
+    }
+    candidates.push_back({prefix, step_of(file_name(prefix))});
+  };
+  // Whatever the directory holds that a fresh run would overwrite: reasons by file.
+  std::vector<std::pair<std::string, std::string>> unusable;
+  bool index_present = false;
+  std::string index_latest;  // the prefix the index names as the latest, when usable as a name
+  const std::string index_path = dir + "/" + kCheckpointIndexFile;
   try {
     if (auto index = read_checkpoint_index(dir)) {
-      if (!index->model_checkpoint_path.empty()) add(index->model_checkpoint_path);
-      for (auto it = index->all_model_checkpoint_paths.rbegin();
-           it != index->all_model_checkpoint_paths.rend(); ++it) {
-        add(*it);
+      index_present = true;
+      std::vector<std::string> entries{index->model_checkpoint_path};
+      entries.insert(entries.end(), index->all_model_checkpoint_paths.rbegin(),
+                     index->all_model_checkpoint_paths.rend());
+      std::vector<std::string> warned;
+      for (size_t i = 0; i < entries.size(); ++i) {
+        std::string prefix;
+        const std::string problem = index_entry_problem(dir, entries[i], &prefix);
+        if (problem.empty()) {
+          if (i == 0) index_latest = prefix;
+          add(prefix);
+        } else if (std::find(warned.begin(), warned.end(), entries[i]) == warned.end()) {
+          warned.push_back(entries[i]);
+          TP_LOG_WARN("The checkpoint index {} names \"{}\": {}; that entry is ignored.",
+                      index_path, entries[i], problem);
+        }
       }
     }
   } catch (const CheckpointError& e) {
+    index_present = true;
+    unusable.emplace_back(index_path, e.what());
     TP_LOG_WARN("{}; looking for checkpoints in {} without it.", e.what(), dir);
   }
-  for (int64_t step : checkpoint_steps_in(dir)) add(fmt::format("model-{}", step));
-  for (const auto& prefix : candidates) {
-    if (!checkpoint_exists(prefix)) continue;
-    const std::string problem = verify_checkpoint(prefix);
-    if (problem.empty()) return prefix;
-    TP_LOG_WARN("Checkpoint {} cannot be used ({}); trying an older one.", prefix, problem);
+  std::vector<std::string> best_copies;  // other `.data` files: MinSaver/MaxSaver copies
+  for (const std::string& name : file_names(dir)) {
+    if (!ends_with(name, kDataSuffix)) continue;
+    const std::string stem = name.substr(0, name.size() - std::string(kDataSuffix).size());
+    if (step_of(stem)) {
+      add(dir + "/" + stem);
+    } else {
+      best_copies.push_back(dir + "/" + name);
+    }
   }
-  return std::nullopt;
+  // Newest first, by the global step in the name; names without one (from the index) last, in
+  // the index's order. Resuming from an older one than the newest valid one would overwrite it.
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) {
+                     if (a.step.has_value() != b.step.has_value()) return a.step.has_value();
+                     return a.step.has_value() && *a.step > *b.step;
+                   });
+  std::vector<std::pair<std::string, std::string>> blocking;  // intact, not resumable, newer
+  for (const auto& c : candidates) {
+    if (!checkpoint_exists(c.prefix)) continue;  // an index entry whose file is gone
+    bool blocks = false;
+    const std::string problem = unusable_reason(c.prefix, &blocks);
+    if (problem.empty()) {
+      if (!blocking.empty()) {
+        std::string list;
+        for (const auto& [path, why] : blocking) list += fmt::format("\n  {}: {}", path, why);
+        throw AutoResumeError(
+            dir, blocking,
+            fmt::format(
+                "AutoResumeTrainConfig: the newest checkpoint that can be resumed in {} is {}, "
+                "but newer ones cannot be resumed and would be overwritten by that run:{}\n"
+                "Move them out of the directory to resume from {}, or start over in a new "
+                "directory (or back this one up: logger::set_logger_dir(dir, 'b') moves it to "
+                "{}.<MMDD-HHMMSS>).",
+                dir, c.prefix, list, c.prefix, dir));
+      }
+      if (!index_latest.empty() && index_latest != c.prefix) {
+        const auto latest_step = step_of(file_name(index_latest));
+        if (!latest_step || !c.step || *latest_step < *c.step) {
+          TP_LOG_WARN(
+              "The checkpoint index names {} as the latest, but {} is newer and valid (saved "
+              "after the index was last written); resuming from {}: resuming from an older one "
+              "would overwrite the newer ones.",
+              index_latest, c.prefix, c.prefix);
+        }
+      }
+      return c.prefix;
+    }
+    unusable.emplace_back(c.prefix + kDataSuffix, problem);
+    if (blocks) blocking.emplace_back(c.prefix + kDataSuffix, problem);
+    TP_LOG_WARN("Checkpoint {} cannot be used ({}); trying an older one.", c.prefix, problem);
+  }
+  for (const auto& copy : best_copies) {
+    unusable.emplace_back(copy,
+                          "a copy of a best checkpoint (MinSaver/MaxSaver) of a previous run");
+  }
+  if (unusable.empty() && !index_present) return std::nullopt;  // nothing to overwrite
+  std::string list;
+  for (const auto& [path, why] : unusable) list += fmt::format("\n  {}: {}", path, why);
+  if (unusable.empty())
+    list = fmt::format("\n  {}: names only checkpoints that are gone", index_path);
+  throw AutoResumeError(
+      dir, unusable,
+      fmt::format(
+          "AutoResumeTrainConfig: log directory {} holds checkpoints of a previous run, but none "
+          "can be resumed:{}\nTraining from scratch here would overwrite them. To start over, use "
+          "a new directory, or back this one up first: logger::set_logger_dir(dir, 'b') moves it "
+          "to {}.<MMDD-HHMMSS>. To continue from one of them anyway, restore it explicitly with "
+          "SaverRestore.",
+          dir, list, dir));
 }
 
 AutoResumeTrainConfig::AutoResumeTrainConfig(TrainConfig config, bool always_resume)
@@ -162,7 +304,8 @@ AutoResumeTrainConfig::AutoResumeTrainConfig(TrainConfig config, bool always_res
   if (!dir) {
     throw std::invalid_argument(
         "AutoResumeTrainConfig: the logger directory is not set. Call "
-        "trainpack::logger::set_logger_dir(dir) before constructing it: that directory is where its "
+        "trainpack::logger::set_logger_dir(dir) before constructing it: that directory is where "
+        "its "
         "checkpoints are looked for.");
   }
   if (!always_resume && session_init()) return;

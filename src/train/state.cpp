@@ -161,27 +161,91 @@ void collect_modules(const Trainer& trainer, TensorMap* state) {
   }
 }
 
+// The parameter entries among module_tensors (the buffers are not counted in the share below).
+std::set<std::string> parameter_entries(const Trainer& trainer) {
+  std::set<std::string> out;
+  for (const auto& [name, module] : trainer.graph().modules()) {
+    for (const auto& p : module->named_parameters(/*recurse=*/true)) {
+      out.insert(module_entry(name, p.key()));
+    }
+  }
+  return out;
+}
+
+// At most `n` of `names`, then "(and k more)".
+std::string sample_names(const std::vector<std::string>& names, size_t n = 8) {
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < n; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > n) out += fmt::format(" (and {} more)", names.size() - n);
+  return out;
+}
+
 // The restore of the module tensors: prepare() checks every one (shape, dtype) without changing
 // anything; apply() copies them in place, on their devices.
+//
+// A map that matches fewer than half of the model's parameter tensors (those not ignored; a
+// tensor of another shape or dtype does not match) is refused, unless RestoreOptions::partial:
+// it is another model's, and "restoring" it would train from random weights while its counters
+// and everything else are applied. With partial, mismatched tensors are skipped with a warning.
 class ModulesRestore {
  public:
   static ModulesRestore prepare(const Trainer& trainer, Reader* in) {
     ModulesRestore out;
+    const std::set<std::string> params = parameter_entries(trainer);
+    size_t considered = 0, matched = 0;
+    std::vector<std::string> unmatched;   // parameters not restored (missing or mismatched)
+    std::vector<std::string> mismatches;  // the message of each mismatched tensor
     for (const auto& [entry, tensor] : module_tensors(trainer)) {
+      const bool param = params.count(entry) != 0;
+      const bool counted = param && !in->ignored(entry);
+      if (counted) ++considered;
       const at::Tensor* value = in->take_model(entry);
-      if (value == nullptr) continue;
+      if (value == nullptr) {
+        if (counted) unmatched.push_back(entry);
+        continue;
+      }
+      std::string mismatch;
       if (value->sizes() != tensor.sizes()) {
-        throw std::invalid_argument(fmt::format(
-            "restoring from {}: '{}' has shape [{}] there, but [{}] in the model", in->source(),
-            entry, fmt::join(value->sizes(), ", "), fmt::join(tensor.sizes(), ", ")));
+        mismatch = fmt::format("'{}' has shape [{}] there, but [{}] in the model", entry,
+                               fmt::join(value->sizes(), ", "), fmt::join(tensor.sizes(), ", "));
+      } else if (value->scalar_type() != tensor.scalar_type()) {
+        mismatch =
+            fmt::format("'{}' is {} there, but {} in the model", entry,
+                        c10::toString(value->scalar_type()), c10::toString(tensor.scalar_type()));
       }
-      if (value->scalar_type() != tensor.scalar_type()) {
-        throw std::invalid_argument(fmt::format(
-            "restoring from {}: '{}' is {} there, but {} in the model", in->source(), entry,
-            c10::toString(value->scalar_type()), c10::toString(tensor.scalar_type())));
+      if (!mismatch.empty()) {
+        if (counted) unmatched.push_back(entry);
+        mismatches.push_back(std::move(mismatch));
+        in->report().mismatched.push_back(entry);
+        continue;
       }
+      if (counted) ++matched;
       out.copies_.emplace_back(tensor, value);
       in->report().restored.push_back(entry);
+    }
+    const bool too_few = considered > 0 && 2 * matched < considered;
+    if (in->options().partial()) {
+      for (const auto& m : mismatches) {
+        TP_LOG_WARN("Restoring from {}: {}; it will not be loaded (partial restore).", in->source(),
+                    m);
+      }
+      if (too_few) {
+        TP_LOG_WARN("Partial restore from {}: {} of the model's {} parameter tensors matched.",
+                    in->source(), matched, considered);
+      }
+    } else if (too_few) {
+      throw std::invalid_argument(fmt::format(
+          "restoring from {}: it matches {} of the model's {} parameter tensors (at least half "
+          "must match); not matched: {}{}. It is probably the checkpoint of another model, and "
+          "nothing was restored. To load only the tensors that match (e.g. pretrained layers), "
+          "ask for a partial restore: SaverRestoreOptions().partial(true).",
+          in->source(), matched, considered, sample_names(unmatched),
+          mismatches.empty()
+              ? ""
+              : fmt::format("; of another shape or dtype: {}", sample_names(mismatches, 3))));
+    } else if (!mismatches.empty()) {
+      throw std::invalid_argument(
+          fmt::format("restoring from {}: {}", in->source(), mismatches.front()));
     }
     return out;
   }
@@ -405,13 +469,31 @@ void collect_counters(const Trainer& trainer, TensorMap* state) {
   (*state)[kStepInEpoch] = at::scalar_tensor(point.step_in_epoch, at::kLong);
 }
 
-int64_t scalar_int(const TensorMap& state, const char* key, const std::string& source) {
+// The largest counter value accepted from a checkpoint: 2^53, the largest integer that
+// stats.json (a JSON number, a double) holds exactly. Far beyond any real run; a forged
+// INT64_MAX would overflow at the next step.
+constexpr int64_t kMaxCounter = int64_t{1} << 53;
+
+int64_t scalar_int(const TensorMap& state, const char* key, const std::string& source,
+                   int64_t min) {
   const at::Tensor& t = state.at(key);
   if (t.numel() != 1) {
     throw std::invalid_argument(fmt::format("{}: '{}' should hold one number, but has shape {}",
                                             source, key, fmt::join(t.sizes(), "x")));
   }
-  return t.item<int64_t>();
+  if (!c10::isIntegralType(t.scalar_type(), /*includeBool=*/false)) {
+    throw std::invalid_argument(fmt::format("{}: '{}' should be an integer, but is {}", source, key,
+                                            c10::toString(t.scalar_type())));
+  }
+  const int64_t value = t.item<int64_t>();
+  if (value < min || value > kMaxCounter) {
+    throw std::invalid_argument(fmt::format(
+        "{}: '{}' is {}, outside the range of that counter [{}, 2^53]; the file is damaged or "
+        "was not written by trainpack. Resume from another checkpoint, or load only its weights "
+        "(SaverRestoreOptions().restore_counters(false))",
+        source, key, value, min));
+  }
+  return value;
 }
 
 // Where to continue: restored as a whole (with restore_counters, and unless trainer/global_step
@@ -451,7 +533,11 @@ RestoreReport restore_training_state(Trainer& trainer, const TensorMap& state,
                                      const RestoreOptions& options) {
   RestoreReport report;
   Reader in(state, options, &report);
-  // The module tensors and the optimizers' entries are checked before anything changes.
+  // The module tensors, the optimizers' entries and the counters are checked before anything
+  // changes: a refused restore applies nothing, the counters of another run included.
+  if (options.restore_counters() && !in.ignored(kGlobalStep)) {
+    (void)saved_resume_point(state, options.source());
+  }
   ModulesRestore modules = ModulesRestore::prepare(trainer, &in);
   OptimizersRestore optimizers = OptimizersRestore::prepare(trainer, &in);
   optimizers.apply_archives();
@@ -470,10 +556,25 @@ std::optional<ResumePoint> saved_resume_point(const TensorMap& state, const std:
     return std::nullopt;
   }
   ResumePoint point;
-  point.global_step = scalar_int(state, kGlobalStep, source);
-  point.epoch = scalar_int(state, kEpoch, source);
-  point.step_in_epoch = scalar_int(state, kStepInEpoch, source);
+  point.global_step = scalar_int(state, kGlobalStep, source, 0);
+  point.epoch = scalar_int(state, kEpoch, source, 1);
+  point.step_in_epoch = scalar_int(state, kStepInEpoch, source, 0);
   return point;
+}
+
+bool is_model_entry(const std::string& entry) {
+  return !(entry == kOptimizerPrefix || starts_with(entry, std::string(kOptimizerPrefix) + "/") ||
+           starts_with(entry, kVariablePrefix) || starts_with(entry, kCallbackPrefix) ||
+           starts_with(entry, "trainer/") || starts_with(entry, "rng/"));
+}
+
+std::vector<std::string> non_finite_model_entries(const TensorMap& state) {
+  std::vector<std::string> out;
+  for (const auto& [entry, tensor] : state) {
+    if (!is_model_entry(entry) || !tensor.defined() || !tensor.is_floating_point()) continue;
+    if (!at::isfinite(tensor).all().item<bool>()) out.push_back(entry);
+  }
+  return out;
 }
 
 }  // namespace trainpack

@@ -686,6 +686,36 @@ void write_checkpoint_index(const std::string& dir, const CheckpointIndex& index
   replace_file_by_swap(path, join_path(dir, kCheckpointIndexSwapFile), text, options.fsync());
 }
 
+std::string index_entry_problem(const std::string& dir, const std::string& entry,
+                                std::string* prefix) {
+  if (entry.empty()) return "an empty path";
+  const fs::path named = fs::path(join_path(dir, entry)).lexically_normal();
+  // The checkpoint must be in the directory itself (ModelSaver writes it there): `..` paths and
+  // absolute paths elsewhere are refused, as is a subdirectory or a symlinked one.
+  std::error_code ec;
+  const fs::path here = fs::canonical(dir.empty() ? "." : dir, ec);
+  if (ec) return fmt::format("its directory {} cannot be read: {}", dir, ec.message());
+  const fs::path parent =
+      fs::weakly_canonical(named.has_parent_path() ? named.parent_path() : fs::path("."), ec);
+  if (ec || parent != here || named.filename().empty() || named.filename() == "." ||
+      named.filename() == "..") {
+    return fmt::format(
+        "a path outside the directory {} (the index names only checkpoints in "
+        "its own directory)",
+        dir);
+  }
+  const std::string data = named.string() + kDataSuffix;
+  struct stat st {};
+  if (::stat(data.c_str(), &st) != 0) {
+    if (errno == ELOOP) return fmt::format("{} is a symlink loop", data);
+    if (errno == ENOENT) return fmt::format("{} does not exist", data);
+    return fmt::format("{} cannot be read: {}", data, std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) return fmt::format("{} is not a regular file", data);
+  if (prefix != nullptr) *prefix = join_path(dir, named.filename().string());
+  return "";
+}
+
 std::string resolve_checkpoint_path(const std::string& path) {
   if (path.empty()) throw CheckpointError(path, "the checkpoint path is empty");
   std::string p = path;
@@ -700,7 +730,14 @@ std::string resolve_checkpoint_path(const std::string& path) {
       throw CheckpointError(
           path, fmt::format("no checkpoint index file '{}' in {}", kCheckpointIndexFile, dir));
     }
-    p = join_path(dir, index->model_checkpoint_path);
+    const std::string problem = index_entry_problem(dir, index->model_checkpoint_path, &p);
+    // A missing file is reported below as "no such checkpoint", as for a path given directly.
+    if (ends_with(problem, " does not exist")) p = join_path(dir, index->model_checkpoint_path);
+    if (!problem.empty() && !ends_with(problem, " does not exist")) {
+      throw CheckpointError(join_path(dir, kCheckpointIndexFile),
+                            fmt::format("names \"{}\" as the latest checkpoint: {}",
+                                        index->model_checkpoint_path, problem));
+    }
   } else {
     // `.index`: what a TensorFlow user (or trainpack's format 1) names a checkpoint by.
     for (const std::string suffix : {kDataSuffix, kFormat1IndexSuffix}) {

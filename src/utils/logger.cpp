@@ -1,6 +1,8 @@
 #include "trainpack/utils/logger.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -39,6 +41,7 @@ struct State {
   int next_sink_id = 0;
   std::optional<std::string> logger_dir;
   FilePtr log_file;  // <logger_dir>/log.log, open while logger_dir is set
+  int lock_fd = -1;  // <logger_dir>/.trainpack.lock, flock-ed while logger_dir is set
 };
 
 State& state() {
@@ -185,11 +188,128 @@ std::vector<std::string> command_line() {
       fmt::format("logger::set_logger_dir: cannot {} '{}': {}", what, path, reason));
 }
 
-// Closes the log file and forgets the directory.
+// Closes the log file, releases the directory's lock and forgets the directory.
 void detach() {
   std::lock_guard<std::mutex> lock(state().mutex);
   state().log_file.reset();
   state().logger_dir.reset();
+  if (state().lock_fd >= 0) ::close(state().lock_fd);
+  state().lock_fd = -1;
+}
+
+// ---- Ownership of a log directory: one run at a time ----
+//
+// The owner holds flock(LOCK_EX) on `<dir>/.trainpack.lock` (a hidden name: a directory holding
+// only it counts as empty) for as long as the directory is its logger directory. The kernel
+// releases the lock when the process dies however it dies, so a stale file from a killed run
+// blocks nothing. The file's text, "<pid> <start time>", is only for the message of a run that
+// finds the directory taken. O_CLOEXEC: a program the run executes does not inherit the lock.
+
+constexpr const char* kLockFile = ".trainpack.lock";
+
+// What the holder wrote into the lock file at `path`: "process 1234 (since ...)".
+std::string lock_holder(int fd) {
+  char buf[256];
+  const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  std::string text = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  const auto space = text.find(' ');
+  const std::string pid = text.substr(0, space);
+  if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) {
+    return "another process (its process id is not recorded yet)";
+  }
+  if (space == std::string::npos) return "process " + pid;
+  std::string since = text.substr(space + 1);
+  for (char& c : since) {
+    if (!std::isprint(static_cast<unsigned char>(c))) c = '?';
+  }
+  return fmt::format("process {} (since {})", pid, since);
+}
+
+// Takes the lock of log directory `dir` (which exists) and returns its file descriptor, or
+// throws std::runtime_error naming the directory and the process that holds it.
+int lock_directory(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kLockFile).string();
+  // O_NOFOLLOW: a planted symlink is not followed; O_NONBLOCK: a FIFO does not block the open.
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  if (fd < 0) fail("lock (open its lock file '" + path + "')", dir, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail("lock", dir, "its lock file '" + path + "' is not a regular file; remove it");
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    if (err == EWOULDBLOCK) {
+      const std::string holder = lock_holder(fd);
+      ::close(fd);
+      throw std::runtime_error(fmt::format(
+          "logger::set_logger_dir: log directory {} is in use by {}; wait for it to finish or "
+          "use another directory",
+          dir, holder));
+    }
+    ::close(fd);
+    fail("lock (flock '" + path + "')", dir, std::strerror(err));
+  }
+  const std::string owner = fmt::format("{} {}\n", ::getpid(), local_time("%Y-%m-%d %H:%M:%S %Z"));
+  if (::ftruncate(fd, 0) != 0 ||
+      ::pwrite(fd, owner.data(), owner.size(), 0) != static_cast<ssize_t>(owner.size())) {
+    // The lock holds all the same; only the message of a second run loses the process id.
+  }
+  return fd;
+}
+
+// Owns a lock fd until released (closing it releases the lock).
+class DirLock {
+ public:
+  DirLock() = default;
+  explicit DirLock(int fd) : fd_(fd) {}
+  ~DirLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// True when `inner` is `outer` or inside it (both made absolute and free of symlinks).
+bool contains(const fs::path& outer, const fs::path& inner) {
+  auto o = outer.begin(), i = inner.begin();
+  for (; o != outer.end(); ++o, ++i) {
+    if (o->empty()) continue;  // a trailing separator
+    if (i == inner.end() || *o != *i) return false;
+  }
+  return true;
+}
+
+// 'b' and 'd' move or delete `dir`: refused when it is `/` or holds the current directory, which
+// could not be moved or deleted (the rename would fail with a message that names neither).
+void check_movable(const std::string& dir, char action) {
+  std::error_code ec;
+  const fs::path canonical = fs::canonical(dir, ec);
+  if (ec) return;  // the rename or deletion reports it
+  const fs::path cwd = fs::current_path(ec);
+  const char* verb = action == 'b' ? "back up (move aside)" : "delete";
+  if (canonical == canonical.root_path()) {
+    throw std::runtime_error(fmt::format(
+        "logger::set_logger_dir: will not {} log directory '{}': it is the root directory; use "
+        "a directory of its own for the logs",
+        verb, dir));
+  }
+  if (!ec && contains(canonical, cwd)) {
+    throw std::runtime_error(fmt::format(
+        "logger::set_logger_dir: cannot {} log directory '{}' ({}): it holds the current "
+        "directory {}; use a directory of its own for the logs (e.g. train_log/run1), or start "
+        "the program from outside it",
+        verb, dir, canonical.string(), cwd.string()));
+  }
 }
 
 }  // namespace
@@ -284,22 +404,31 @@ void set_logger_dir(const std::string& dir, std::optional<char> action) {
         d, answer.empty() ? std::string("action 'q'") : fmt::format("answer '{}'", answer), d, d));
   }
 
-  // Close the previous log.log first, so that its directory may be deleted or moved.
+  if (non_empty && (*action == 'b' || *action == 'd')) check_movable(d, *action);
+
+  // Close the previous log.log and release its lock first, so that its directory may be
+  // deleted, moved or taken again.
   detach();
   std::error_code ec;
   if (non_empty) {
     switch (*action) {
       case 'b': {
+        // Held while the directory is moved: a directory another run holds is never moved.
+        DirLock old(lock_directory(d));
         const std::string backup = free_name(d + "." + time_str());
         fs::rename(d, backup, ec);
         if (ec) fail("back up (rename to '" + backup + "')", d, ec.message());
+        // The backup is nobody's log directory: no lock file of ours is left in it.
+        ::unlink((fs::path(backup) / kLockFile).c_str());
         TP_LOG_INFO("Directory '{}' backuped to '{}'", d, backup);
         break;
       }
-      case 'd':
+      case 'd': {
+        DirLock old(lock_directory(d));  // a directory another run holds is never deleted
         fs::remove_all(d, ec);
         if (ec) fail("delete", d, ec.message());
         break;
+      }
       case 'n':
         d = free_name(d + "." + time_str());
         TP_LOG_INFO("Use a new log directory {}", d);
@@ -312,6 +441,8 @@ void set_logger_dir(const std::string& dir, std::optional<char> action) {
   if (fs::exists(d, ec) && !fs::is_directory(d, ec)) fail("use", d, "it is not a directory");
   fs::create_directories(d, ec);
   if (ec) fail("create", d, ec.message());
+  // Taken before log.log is touched: the log of a run that holds the directory stays as it is.
+  DirLock owned(lock_directory(d));
 
   const std::string log_path = (fs::path(d) / "log.log").string();
   if (fs::exists(fs::symlink_status(log_path, ec))) {
@@ -335,6 +466,7 @@ void set_logger_dir(const std::string& dir, std::optional<char> action) {
     std::lock_guard<std::mutex> lock(state().mutex);
     state().log_file = std::move(file);
     state().logger_dir = d;
+    state().lock_fd = owned.release();
   }
   std::string argv;
   for (const auto& arg : command_line()) argv += (argv.empty() ? "" : " ") + arg;

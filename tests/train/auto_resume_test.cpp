@@ -6,8 +6,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
+#include <limits>
 #include <string>
 #include <vector>
+
+#include <gmock/gmock.h>
 
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/json_writer.h"
@@ -17,12 +22,14 @@
 #include "trainpack/testing.h"
 #include "trainpack/train/config.h"
 #include "trainpack/train/single_cost.h"
+#include "trainpack/utils/checkpoint.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::HasSubstr;
 using testing::LogCapture;
 
 // y = 2 x0 - x1 on 24 fixed points, batches of 8: 3 steps per epoch.
@@ -200,12 +207,143 @@ TEST_F(AutoResumeTest, ATruncatedLatestCheckpointIsSkipped) {
             (dir() / "model-3").string());
 }
 
-TEST_F(AutoResumeTest, NoValidCheckpointAtAllStartsFromScratch) {
+// ---- what cannot be resumed is never overwritten ----
+
+// Rewrites checkpoint `prefix` with `change` applied to its tensors.
+void rewrite_checkpoint(const fs::path& prefix, const std::function<void(TensorMap&)>& change) {
+  TensorMap state = read_checkpoint(prefix.string());
+  change(state);
+  write_checkpoint(prefix.string(), state, CheckpointWriteOptions().fsync(false));
+}
+
+// The AutoResumeError of find_latest_valid_checkpoint(dir); fails the test when there is none.
+std::string refusal(const fs::path& dir) {
+  try {
+    AutoResumeTrainConfig::find_latest_valid_checkpoint(dir.string());
+  } catch (const AutoResumeError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no AutoResumeError";
+  return "";
+}
+
+TEST_F(AutoResumeTest, NoValidCheckpointAtAllIsRefusedListingEachAndHowToStartOver) {
   run(1);
   fs::resize_file(dir() / "model-3.data", 10);
   LogCapture log;
-  EXPECT_EQ(AutoResumeTrainConfig::find_latest_valid_checkpoint(dir().string()), std::nullopt);
+  const std::string what = refusal(dir());
+  EXPECT_THAT(what, HasSubstr("log directory " + dir().string() +
+                              " holds checkpoints of a previous run, but none can be resumed"));
+  EXPECT_THAT(what, HasSubstr((dir() / "model-3.data").string() + ": "));
+  EXPECT_THAT(what, HasSubstr("logger::set_logger_dir(dir, 'b')"));
   EXPECT_TRUE(log.contains("cannot be used"));
+  // Nothing was touched, and launching refuses too.
+  EXPECT_EQ(fs::file_size(dir() / "model-3.data"), 10u);
+  EXPECT_THROW(run(2), AutoResumeError);
+  EXPECT_EQ(fs::file_size(dir() / "model-3.data"), 10u);
+}
+
+TEST_F(AutoResumeTest, ABestCopyWithoutAResumableCheckpointIsRefused) {
+  run(1);
+  fs::copy_file(dir() / "model-3.data", dir() / "min-val-error-top1.data");
+  for (const char* name : {"model-3.data", "checkpoint", "checkpoint.previous"}) {
+    fs::remove(dir() / name);
+  }
+  const std::string what = refusal(dir());
+  EXPECT_THAT(what, HasSubstr((dir() / "min-val-error-top1.data").string() +
+                              ": a copy of a best checkpoint"));
+}
+
+TEST_F(AutoResumeTest, ADirectoryWithOnlyLogsAndStatisticsStartsFromScratch) {
+  run(1);
+  for (const char* name : {"model-3.data", "checkpoint", "checkpoint.previous"}) {
+    fs::remove(dir() / name);
+  }
+  EXPECT_EQ(AutoResumeTrainConfig::find_latest_valid_checkpoint(dir().string()), std::nullopt);
+  auto rec = run(1);
+  EXPECT_EQ(rec->steps, (std::vector<int64_t>{1, 2, 3}));
+}
+
+TEST_F(AutoResumeTest, ACheckpointWithoutCountersIsNotResumedNorOverwritten) {
+  run(2);
+  rewrite_checkpoint(dir() / "model-6", [](TensorMap& m) {
+    for (auto it = m.begin(); it != m.end();) {
+      it = it->first.rfind("trainer/", 0) == 0 ? m.erase(it) : std::next(it);
+    }
+  });
+  const std::string what = refusal(dir());
+  EXPECT_THAT(what,
+              HasSubstr((dir() / "model-6.data").string() + ": it holds no trainer counters"));
+  EXPECT_THAT(what, HasSubstr("would restart at epoch 1"));
+  EXPECT_THAT(what, HasSubstr("newest checkpoint that can be resumed in " + dir().string() +
+                              " is " + (dir() / "model-3").string()));
+  // Alone, it is refused as well.
+  fs::remove(dir() / "model-3.data");
+  EXPECT_THAT(refusal(dir()), HasSubstr("none can be resumed"));
+}
+
+TEST_F(AutoResumeTest, ACheckpointWithNonFiniteWeightsIsSkipped) {
+  run(2);
+  rewrite_checkpoint(dir() / "model-6", [](TensorMap& m) {
+    m.at("weight") = m.at("weight").clone().fill_(std::numeric_limits<float>::quiet_NaN());
+  });
+  LogCapture log;
+  EXPECT_EQ(AutoResumeTrainConfig::find_latest_valid_checkpoint(dir().string()),
+            (dir() / "model-3").string());
+  EXPECT_TRUE(log.contains("its weights are not finite (NaN or inf in weight)"));
+}
+
+TEST_F(AutoResumeTest, CountersOutOfRangeAreSkippedNamingTheValue) {
+  run(2);
+  rewrite_checkpoint(dir() / "model-6", [](TensorMap& m) {
+    m.at("trainer/global_step") = at::scalar_tensor(std::numeric_limits<int64_t>::max(), at::kLong);
+  });
+  LogCapture log;
+  EXPECT_EQ(AutoResumeTrainConfig::find_latest_valid_checkpoint(dir().string()),
+            (dir() / "model-3").string());
+  EXPECT_TRUE(log.contains("checkpoint " + (dir() / "model-6").string() +
+                           ": 'trainer/global_step' is 9223372036854775807, outside the range"));
+}
+
+TEST_F(AutoResumeTest, BadIndexEntriesAreWarnedAboutAndIgnored) {
+  run(2);
+  fs::create_symlink("loop.data", dir() / "loop.data");
+  {
+    std::ofstream index(dir() / "checkpoint", std::ios::trunc);
+    index << "model_checkpoint_path: \"../../etc/passwd\"\n"
+          << "all_model_checkpoint_paths: \"/etc/passwd\"\n"
+          << "all_model_checkpoint_paths: \"loop\"\n"
+          << "all_model_checkpoint_paths: \"model-99\"\n";
+  }
+  LogCapture log;
+  EXPECT_EQ(AutoResumeTrainConfig::find_latest_valid_checkpoint(dir().string()),
+            (dir() / "model-6").string());
+  EXPECT_TRUE(log.contains("names \"../../etc/passwd\": a path outside the directory"));
+  EXPECT_TRUE(log.contains("names \"/etc/passwd\": a path outside the directory"));
+  EXPECT_TRUE(
+      log.contains("names \"loop\": " + (dir() / "loop.data").string() + " is a symlink loop"));
+  EXPECT_TRUE(log.contains("names \"model-99\": " + (dir() / "model-99.data").string() +
+                           " does not exist"));
+  try {
+    resolve_checkpoint_path(dir().string());
+    FAIL() << "no CheckpointError";
+  } catch (const CheckpointError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("a path outside the directory"));
+  }
+}
+
+TEST_F(AutoResumeTest, AnIndexNamingAnOlderCheckpointResumesFromTheNewestSayingWhy) {
+  run(2);
+  {
+    std::ofstream index(dir() / "checkpoint", std::ios::trunc);
+    index << "model_checkpoint_path: \"model-3\"\nall_model_checkpoint_paths: \"model-3\"\n";
+  }
+  LogCapture log;
+  EXPECT_EQ(AutoResumeTrainConfig::find_latest_valid_checkpoint(dir().string()),
+            (dir() / "model-6").string());
+  EXPECT_TRUE(log.contains("The checkpoint index names " + (dir() / "model-3").string() +
+                           " as the latest, but " + (dir() / "model-6").string() +
+                           " is newer and valid"));
 }
 
 // Saved every step, stopped mid-epoch (max_epoch reached in the middle is impossible, so the

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <sstream>
 
 #include "support/errors.h"
@@ -260,6 +261,110 @@ TEST(TrainingState, ShapeMismatchNamesTheEntryAndChangesNothing) {
   EXPECT_TRUE(torch::equal(target.net->bias, bias_before));
 }
 
+// Another model's checkpoint: a restore that matches fewer than half of the parameter tensors
+// is refused, naming the source and the names, and applies nothing (its counters included).
+TEST(TrainingState, AMapOfAnotherModelIsRefusedAndAppliesNothing) {
+  ModelTrainer source(1);
+  source.trainer.train({}, {}, 2, 1, 2);
+  TensorMap foreign;
+  for (const auto& [name, tensor] : collect_training_state(source.trainer)) {
+    const bool model = is_model_entry(name);
+    foreign[model ? "encoder/" + name : name] = tensor;
+  }
+  ModelTrainer target(2);
+  const at::Tensor weight_before = target.net->weight.clone();
+  try {
+    restore_training_state(target.trainer, foreign, RestoreOptions().source("checkpoint x/y"));
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("restoring from checkpoint x/y: it matches 0 of the "
+                                         "model's 4 parameter tensors"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("0.weight"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("SaverRestoreOptions().partial(true)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(target.trainer.restored_resume_point().has_value());
+  EXPECT_TRUE(torch::equal(target.net->weight, weight_before));
+
+  // Shapes that differ do not match: one of four is too few, and the message says which.
+  TensorMap reshaped = collect_training_state(source.trainer);
+  reshaped["0.weight"] = torch::zeros({5, 5});
+  reshaped["0.bias"] = torch::zeros({5});
+  reshaped["1.weight"] = torch::zeros({5});
+  try {
+    restore_training_state(target.trainer, reshaped);
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("it matches 1 of the model's 4 parameter tensors"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("of another shape or dtype: '0.weight' has shape [5, 5]"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(target.trainer.restored_resume_point().has_value());
+
+  // Asked for: a partial restore loads what matches, with tensorpack's warnings.
+  LogCapture log;
+  const RestoreReport r =
+      restore_training_state(target.trainer, reshaped, RestoreOptions().partial(true));
+  EXPECT_EQ(r.mismatched, (std::vector<std::string>{"0.weight", "0.bias", "1.weight"}));
+  EXPECT_TRUE(torch::equal(target.bn->bias, source.bn->bias));
+  EXPECT_TRUE(torch::equal(target.net->weight, weight_before));
+  EXPECT_TRUE(
+      log.contains("'0.weight' has shape [5, 5] there, but [2, 3] in the model; it will "
+                   "not be loaded (partial restore)."));
+  EXPECT_TRUE(
+      log.contains("Partial restore from the checkpoint: 1 of the model's 4 parameter "
+                   "tensors matched."));
+}
+
+TEST(TrainingState, CountersOutOfRangeAreRefusedNamingTheSourceAndTheValue) {
+  ModelTrainer source(1);
+  const TensorMap good = collect_training_state(source.trainer);
+  const std::vector<std::pair<std::string, int64_t>> bad{
+      {"trainer/global_step", std::numeric_limits<int64_t>::max()},
+      {"trainer/global_step", -1},
+      {"trainer/epoch", 0},
+      {"trainer/step_in_epoch", -5}};
+  for (const auto& [entry, value] : bad) {
+    SCOPED_TRACE(entry);
+    TensorMap state = good;
+    state[entry] = at::scalar_tensor(value, at::kLong);
+    ModelTrainer target(2);
+    try {
+      restore_training_state(target.trainer, state, RestoreOptions().source("checkpoint a/b"));
+      FAIL() << "expected std::invalid_argument";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(
+                    fmt::format("checkpoint a/b: '{}' is {}, outside the range", entry, value)),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_FALSE(target.trainer.restored_resume_point().has_value());
+    // Weights only: the counters are not read.
+    restore_training_state(target.trainer, state, RestoreOptions().restore_counters(false));
+  }
+}
+
+TEST(TrainingState, NonFiniteWeightsAreNamedAndSaverRestoreWarns) {
+  testing::ScopedTempDir tmp("nan_restore");
+  ModelTrainer source(1);
+  TensorMap state = collect_training_state(source.trainer);
+  state["0.bias"] = state["0.bias"].clone();
+  state["0.bias"][0] = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(non_finite_model_entries(state), std::vector<std::string>{"0.bias"});
+  const std::string prefix = (tmp.path() / "model-0").string();
+  write_checkpoint(prefix, state, CheckpointWriteOptions().fsync(false));
+  ModelTrainer target(2);
+  LogCapture log;
+  SaverRestore(prefix).run_init(target.trainer);
+  EXPECT_TRUE(log.contains("checkpoint " + prefix +
+                           " holds weights that are not finite (NaN or inf), in: 0.bias."));
+}
+
 TEST(TrainingState, WeightsOnlyRestoreLeavesTheCountersAlone) {
   ModelTrainer source(1);
   source.trainer.train({}, {}, 2, 1, 2);
@@ -275,7 +380,9 @@ TEST(ChainInitTest, RunsInOrderAndRejectsNull) {
   TensorMap first = collect_training_state(source.trainer);
   TensorMap second = {{"0.bias", torch::full({2}, 3.0)}};
   ModelTrainer target(2);
-  ChainInit chain({std::make_shared<DictRestore>(first), std::make_shared<DictRestore>(second)});
+  // One tensor of four: a partial restore, which has to be asked for.
+  ChainInit chain({std::make_shared<DictRestore>(first),
+                   std::make_shared<DictRestore>(second, SaverRestoreOptions().partial(true))});
   EXPECT_EQ(chain.name(), "ChainInit(DictRestore, DictRestore)");
   chain.run_init(target.trainer);
   EXPECT_TRUE(torch::equal(target.net->weight, source.net->weight));

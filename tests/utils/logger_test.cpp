@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,10 +44,12 @@ std::string read_file(const fs::path& path) {
 
 void write_file(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
 
-// The names inside `dir`, sorted.
+// The names inside `dir`, sorted, less the lock file of the run that owns it.
 std::vector<std::string> entries(const fs::path& dir) {
   std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().filename() != ".trainpack.lock") names.push_back(e.path().filename().string());
+  }
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -460,6 +464,113 @@ TEST_F(LoggerDir, AutoSetDirUsesTrainLogAndTheProgramName) {
   EXPECT_TRUE(fs::exists(dir() / "train_log" / "trainpack_tests:exp" / "log.log"));
   logger::unset_logger_dir();
   fs::current_path(cwd);
+}
+
+// ---- one run per log directory ----
+
+// A child process that makes `dir` its logger directory and then waits to be killed.
+class LockHolder {
+ public:
+  explicit LockHolder(const std::string& dir) {
+    int ready[2];
+    EXPECT_EQ(::pipe(ready), 0);
+    std::fflush(stdout);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(ready[0]);
+      try {
+        logger::set_logger_dir(dir, 'k');
+      } catch (...) {
+        ::_exit(3);
+      }
+      const char c = 'x';
+      if (::write(ready[1], &c, 1) != 1) ::_exit(4);
+      for (;;) ::pause();
+    }
+    ::close(ready[1]);
+    char c = 0;
+    EXPECT_EQ(::read(ready[0], &c, 1), 1) << "the child did not take the directory";
+    ::close(ready[0]);
+  }
+  ~LockHolder() { kill(); }
+  pid_t pid() const { return pid_; }
+  // SIGKILL: the kernel releases the lock, nothing else does.
+  void kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+TEST_F(LoggerDir, ADirectoryAnotherRunHoldsIsRefusedNamingItsProcessAndNeverMoved) {
+  LockHolder holder(dir_);
+  const std::string holder_log = read_file(fs::path(dir_) / "log.log");
+  for (char action : {'k', 'b', 'd', 'n'}) {
+    SCOPED_TRACE(std::string(1, action));
+    if (action == 'n') {
+      // 'n' leaves the directory alone: a new one is used, which nobody holds.
+      logger::set_logger_dir(dir_, action);
+      EXPECT_NE(logger::get_logger_dir(), dir_);
+      logger::unset_logger_dir();
+      continue;
+    }
+    try {
+      logger::set_logger_dir(dir_, action);
+      FAIL() << "expected std::runtime_error";
+    } catch (const std::runtime_error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("log directory " + dir_ + " is in use by process " +
+                                      std::to_string(holder.pid()) + " (since "));
+      EXPECT_THAT(e.what(), HasSubstr("wait for it to finish or use another directory"));
+    }
+    EXPECT_FALSE(logger::get_logger_dir().has_value());
+    EXPECT_EQ(read_file(fs::path(dir_) / "log.log"), holder_log);  // not moved, not renamed
+  }
+  EXPECT_EQ(entries(dir_), std::vector<std::string>{"log.log"});
+  holder.kill();
+  // A killed run's lock is gone with it: the directory can be taken (and moved) at once.
+  logger::set_logger_dir(dir_, 'k');
+  EXPECT_EQ(logger::get_logger_dir(), dir_);
+  logger::set_logger_dir(dir_, 'b');
+  EXPECT_EQ(logger::get_logger_dir(), dir_);
+}
+
+TEST_F(LoggerDir, TheLockFileNamesTheOwnerAndASecondCallOfTheSameProcessMayRetakeIt) {
+  logger::set_logger_dir(dir_, 'k');
+  const std::string owner = read_file(fs::path(dir_) / ".trainpack.lock");
+  EXPECT_EQ(owner.rfind(std::to_string(::getpid()) + " ", 0), 0u) << owner;
+  logger::set_logger_dir(dir_, 'k');  // the previous lock is released first
+  logger::set_logger_dir(dir_, 'd');
+  EXPECT_EQ(logger::get_logger_dir(), dir_);
+}
+
+TEST_F(LoggerDir, BackingUpOrDeletingTheCurrentDirectoryOrTheRootIsAClearError) {
+  make_non_empty();
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir_);
+  for (const std::string& d : std::vector<std::string>{".", "..", dir_}) {
+    for (char action : {'b', 'd'}) {
+      SCOPED_TRACE(d + " " + std::string(1, action));
+      try {
+        logger::set_logger_dir(d, action);
+        ADD_FAILURE() << "expected std::runtime_error";
+      } catch (const std::runtime_error& e) {
+        EXPECT_THAT(e.what(), HasSubstr("it holds the current directory"));
+      }
+    }
+  }
+  fs::current_path(cwd);
+  EXPECT_EQ(entries(dir_), std::vector<std::string>{"a.txt"});
+  try {
+    logger::set_logger_dir("/", 'b');  // never 'd' here, in case the check were missing
+    ADD_FAILURE() << "expected std::runtime_error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("it is the root directory"));
+  }
 }
 
 TEST(LoggerConsole, FormatIsTensorpacksWithLevelTagsAndNoColourOffATerminal) {

@@ -38,7 +38,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/arg.h>
@@ -94,6 +96,24 @@ struct TrainConfig {
 
 void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trainer);
 
+// Thrown by AutoResumeTrainConfig when the logger directory holds what a previous run left
+// (checkpoints, the `checkpoint` index, best copies like min-val-error-top1.data) but no
+// checkpoint it can resume from, or only one older than checkpoints it cannot resume: training
+// there would overwrite them. what() lists each file with the reason and says how to start over
+// (a new directory, or logger::set_logger_dir(dir, 'b'), which moves the directory aside).
+class AutoResumeError : public std::runtime_error {
+ public:
+  AutoResumeError(std::string dir, std::vector<std::pair<std::string, std::string>> unusable,
+                  const std::string& message);
+  const std::string& dir() const { return dir_; }
+  // (file, why it cannot be resumed), newest checkpoint first.
+  const std::vector<std::pair<std::string, std::string>>& unusable() const { return unusable_; }
+
+ private:
+  std::string dir_;
+  std::vector<std::pair<std::string, std::string>> unusable_;
+};
+
 // tensorpack's AutoResumeTrainConfig: a TrainConfig that continues the run found in the logger
 // directory (set it first: trainpack::logger::set_logger_dir).
 //
@@ -102,19 +122,28 @@ void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trai
 //       trainpack::AutoResumeTrainConfig(TrainConfig().model(...).dataflow(...)), trainer);
 //
 // When the directory holds checkpoints (and `always_resume`, or no session_init was given), the
-// session_init becomes SaverRestore of the latest VALID one: the one the `checkpoint` index names
-// if it passes its checksum, else (with a warning naming the file and the reason) the newest
-// valid one among those the index lists and the `model-<step>.data` files in the directory.
+// session_init becomes SaverRestore of the newest one that can be resumed: of the
+// `model-<step>.data` files in the directory and the checkpoints the `checkpoint` index names,
+// the one with the highest step that passes its checksum, holds trainer counters in range and
+// finite weights. Each one skipped is a warning naming the file and the reason; so is an index
+// entry outside the directory, missing or a symlink loop (ignored), and an index that names an
+// older checkpoint than the one chosen (resuming from an older one would overwrite the newer).
 // Logs `Will load checkpoint at {path}.` (or `Found checkpoint at {path}. session_init arguments
 // will be overwritten.`). The run then continues from the checkpoint's counters: epoch, step in
 // the epoch and global_step (Trainer::set_resume_point), and JSONWriter appends to stats.json.
+// A directory with no checkpoint, no index and no best copy (only log.log, stats.json, ...)
+// starts from scratch, as tensorpack's does: log.log and stats.json are kept aside, not
+// overwritten.
 //
 // Errors: no logger directory is std::invalid_argument saying to call
-// logger::set_logger_dir first.
+// logger::set_logger_dir first. AutoResumeError when the directory holds checkpoints, an index
+// or best copies but nothing that can be resumed, or when checkpoints newer than the newest
+// resumable one cannot be resumed (a weights-only one): nothing is overwritten.
 // Differences from tensorpack (docs/tensorpack-differences.md #7): the counters come from the
 // checkpoint, not from stats.json (tensorpack takes starting_epoch from the last stats.json entry
 // and asserts that both exist); a checkpoint without stats.json, or stats.json without a
-// checkpoint, is fine; a corrupt latest checkpoint falls back to an older one.
+// checkpoint, is fine; a corrupt latest checkpoint falls back to an older one; a directory whose
+// checkpoints are all unusable is refused (tensorpack would restart in it).
 class AutoResumeTrainConfig : public TrainConfig {
  public:
   explicit AutoResumeTrainConfig(TrainConfig config, bool always_resume = true);
@@ -129,8 +158,9 @@ class AutoResumeTrainConfig : public TrainConfig {
   //   if (auto at = config.resume_point()) TP_LOG_INFO("continuing at epoch {}", at->epoch);
   std::optional<ResumePoint> resume_point() const;
 
-  // The newest checkpoint in `dir` that passes verify_checkpoint, as described above; nullopt
-  // when there is none (each unusable one is logged as a warning).
+  // The checkpoint to resume from in `dir`, as described above (each unusable one is logged as a
+  // warning); nullopt when the directory holds nothing a fresh run would overwrite. Throws
+  // AutoResumeError as described above.
   static std::optional<std::string> find_latest_valid_checkpoint(const std::string& dir);
 
  private:

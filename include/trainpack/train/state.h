@@ -58,19 +58,27 @@ struct RestoreOptions {
   TORCH_ARG(bool, restore_counters) = true;
   // Where the map came from, for messages ("checkpoint train_log/x/model-600", "dict").
   TORCH_ARG(std::string, source) = "the checkpoint";
+  // Accept a map that matches only some of the model's tensors (tensorpack's behaviour: the
+  // missing and unused names are warnings). Off (the default): a map that matches fewer than
+  // half of the model's parameter tensors (those not in `ignore`; a tensor of another shape or
+  // dtype does not match) is refused, naming the source and the unmatched names, and a shape or
+  // dtype mismatch is an error. On: mismatched tensors are skipped with a warning each.
+  TORCH_ARG(bool, partial) = false;
 };
 
 // What restore_training_state did. Names are map entries.
 struct RestoreReport {
-  std::vector<std::string> restored;  // put into the trainer
-  std::vector<std::string> ignored;   // present, but in RestoreOptions::ignore
-  std::vector<std::string> missing;   // model entries the trainer has and the map lacks
-  std::vector<std::string> unused;    // map entries the trainer has nothing for
+  std::vector<std::string> restored;    // put into the trainer
+  std::vector<std::string> ignored;     // present, but in RestoreOptions::ignore
+  std::vector<std::string> missing;     // model entries the trainer has and the map lacks
+  std::vector<std::string> mismatched;  // present, of another shape or dtype (partial only)
+  std::vector<std::string> unused;      // map entries the trainer has nothing for
   std::vector<std::string> missing_training_only;  // optimizer/trainer/rng/callback entries
 };
 
-// Puts `state` into the trainer: parameters and buffers (copied in place under NoGradGuard, on
-// their device), optimizer state, Graph variables, RNG states, callback states
+// Puts `state` into the trainer (refused, see RestoreOptions::partial, when it matches fewer
+// than half of the model's parameter tensors): parameters and buffers (copied in place under
+// NoGradGuard, on their device), optimizer state, Graph variables, RNG states, callback states
 // (Callback::load_state with the entries under its key, the prefix removed) and, with
 // restore_counters, the resume point. Call from a SessionInit's run_init (before before_train).
 // Logs the missing and unused names as tensorpack does ("The following variables are in the
@@ -88,8 +96,19 @@ RestoreReport restore_training_state(Trainer& trainer, const TensorMap& state,
 
 // The resume point a training state holds (its trainer/* entries): where a run restored from it
 // continues. nullopt when the state has no counters (e.g. a weights-only dict). Throws
-// std::invalid_argument naming the entry and `source` when one is not an integer scalar.
+// std::invalid_argument naming the entry, the value and `source` when one is not an integer
+// scalar or is out of range: global_step and step_in_epoch in [0, 2^53], epoch in [1, 2^53]
+// (2^53: the largest integer stats.json holds exactly; a forged INT64_MAX would overflow). A
+// step_in_epoch beyond the run's steps_per_epoch is refused by the trainer when it starts.
 std::optional<ResumePoint> saved_resume_point(const TensorMap& state,
                                               const std::string& source = "the checkpoint");
+
+// True for a model entry of a checkpoint: a name outside trainpack's own prefixes (optimizer,
+// variable/, trainer/, rng/, callback/).
+bool is_model_entry(const std::string& entry);
+
+// The model entries of `state` whose floating-point values are not all finite (NaN or inf): a
+// checkpoint saved after training diverged. Empty when all are finite.
+std::vector<std::string> non_finite_model_entries(const TensorMap& state);
 
 }  // namespace trainpack

@@ -156,13 +156,24 @@ std::optional<CheckpointIndex> read_checkpoint_index(const std::string& dir);
 void write_checkpoint_index(const std::string& dir, const CheckpointIndex& index,
                             const CheckpointWriteOptions& options = {});
 
+// Checks an entry of the `checkpoint` index of `dir` (a model_checkpoint_path or one of the
+// all_model_checkpoint_paths): returns "" and sets `*prefix` (when given) to `<dir>/<name>` when
+// it names a checkpoint in `dir` itself whose `.data` is a regular file; else the reason, e.g.
+// "a path outside the directory ..." (`../../etc/passwd`, an absolute path elsewhere),
+// "... does not exist", "... is a symlink loop", "... is not a regular file". An index entry
+// with a problem is ignored by the readers of the index, with a warning (or, where it is all
+// there is to go by, a CheckpointError).
+std::string index_entry_problem(const std::string& dir, const std::string& entry,
+                                std::string* prefix = nullptr);
+
 // tensorpack's get_checkpoint_path: turns what a user may give into a checkpoint prefix.
 //   "<dir>/checkpoint" or "<dir>"      -> the latest checkpoint that the index names
 //   "<dir>/model-600.data" / ".index"  -> "<dir>/model-600" (logged as auto-corrected; `.index`
 //                                         is what TensorFlow users name a checkpoint by)
 //   "model-600"                        -> "./model-600"
 // Throws CheckpointError naming the path when nothing usable is there (no index in a directory,
-// an index naming nothing, no `<prefix>.data` file).
+// an index naming nothing, or a latest entry with a problem: index_entry_problem; no
+// `<prefix>.data` file).
 std::string resolve_checkpoint_path(const std::string& path);
 
 }  // namespace trainpack

@@ -67,6 +67,15 @@ std::optional<std::string> get_logger_dir();
 // directory. An empty or missing directory needs no action. Then: `mkdir -p`; a log.log kept
 // with 'k' is renamed to `log.log.<MMDD-HHMMSS>` (logged); a new log.log is opened and receives
 // every later line, starting with `Argv: ...`.
+// A log directory is owned by one run (process) at a time: set_logger_dir takes an exclusive
+// lock, flock on `<dir>/.trainpack.lock` (a hidden file holding the owner's process id and start
+// time), and holds it until the logger directory changes, unset_logger_dir, or the process ends
+// (the kernel releases it however the process dies). When another process holds it,
+// set_logger_dir throws std::runtime_error "log directory D is in use by process 1234 (since
+// ...); wait for it to finish or use another directory", before log.log is touched. 'b' and 'd'
+// first take the lock of the existing directory: one that another run holds is never moved or
+// deleted. They refuse (std::runtime_error) a directory that is `/` or holds the current working
+// directory (`set_logger_dir(".", 'b')`), which cannot be moved or deleted.
 // Errors (a directory or file that cannot be created, deleted or renamed) throw
 // std::runtime_error naming the path and the reason. If set_logger_dir throws before touching
 // the file system (an unknown action, 'q', no action without a terminal), the previous logger
