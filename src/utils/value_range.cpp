@@ -5,8 +5,6 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "trainpack/utils/float_repr.h"
-
 namespace trainpack {
 
 ValueRange& ValueRange::min(double v) { return set_lower(v, false); }
@@ -61,9 +59,9 @@ ValueRange ValueRange::intersect(const ValueRange& other) const {
 std::string ValueRange::str() const {
   std::string lo, hi;
   if (lower_)
-    lo = fmt::format("{} {}", lower_->exclusive ? ">" : ">=", python_float_repr(lower_->value));
+    lo = fmt::format("{} {}", lower_->exclusive ? ">" : ">=", fmt::format("{}", lower_->value));
   if (upper_)
-    hi = fmt::format("{} {}", upper_->exclusive ? "<" : "<=", python_float_repr(upper_->value));
+    hi = fmt::format("{} {}", upper_->exclusive ? "<" : "<=", fmt::format("{}", upper_->value));
   if (lo.empty() && hi.empty()) return "finite";
   if (lo.empty() || hi.empty()) return "finite and " + lo + hi;
   return "finite, " + lo + " and " + hi;

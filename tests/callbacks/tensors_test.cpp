@@ -394,7 +394,7 @@ TEST_F(TensorsTest, DumpTensorAsImageFileNamesFollowTheFileNameRule) {
   auto cb =
       std::make_shared<DumpTensorAsImage>("x", DumpTensorAsImageOptions().prefix("../.hidden\n"));
   trainer.train({cb}, {recorder}, 1, 1, 1);
-  EXPECT_THAT(files(log_dir(), ".png"), ElementsAre("_.__hidden_-ep001-0.png"));
+  EXPECT_THAT(files(log_dir(), ".png"), ElementsAre("_._.hidden_-ep001-0.png"));
   ASSERT_EQ(recorder->images.size(), 1u);
   EXPECT_EQ(recorder->images[0].first, "../.hidden\n");
 }

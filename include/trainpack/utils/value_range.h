@@ -34,7 +34,7 @@ class ValueRange {
   // Both ranges at once: the tighter of each bound.
   ValueRange intersect(const ValueRange& other) const;
 
-  // "finite", "finite and > 0", "finite, >= 0 and <= 1" (numbers as Python prints them).
+  // "finite", "finite and > 0", "finite, >= 0 and <= 1" (numbers in their shortest form).
   std::string str() const;
 
  private:
