@@ -156,8 +156,9 @@ class HyperParamRef {
 // param's value when saved). load_state restores the first three, so a resumed run logs a change
 // only where an uninterrupted run would, and sets the param to `value` unless it is a
 // GraphVarParam (a Graph variable is restored by the checkpoint itself; any other param, an
-// ObjAttrParam, is in no checkpoint but this). The before_train of a resumed run does not run the
-// setter again when it already ran at the end of the epoch the checkpoint follows
+// ObjAttrParam, is in no checkpoint but this); a saved `value` outside the param's range is
+// refused with a warning and the param keeps its value. The before_train of a resumed run does not
+// run the setter again when it already ran at the end of the epoch the checkpoint follows
 // (`applied_epoch` == epoch_num): a value computed from the current one (HyperParamSetterWithFunc,
 // a subclass's) is not applied twice. HumanHyperParamSetter is the exception: it reads its file
 // again, so an edit made while the run was down applies at once.
