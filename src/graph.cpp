@@ -47,12 +47,13 @@ std::string Graph::insert_variable(const std::string& name, Variable variable) {
 }
 
 void Graph::add_variable(const std::string& name, std::function<double()> get,
-                         std::function<void(double)> set, bool is_floating) {
+                         std::function<void(double)> set, bool is_floating, ValueRange range) {
   if (!get || !set) {
     throw std::invalid_argument(
         fmt::format("Graph::add_variable('{}'): both a getter and a setter are required", name));
   }
-  insert_variable(name, Variable{std::move(get), std::move(set), at::Tensor(), is_floating});
+  insert_variable(
+      name, Variable{std::move(get), std::move(set), at::Tensor(), is_floating, std::move(range)});
 }
 
 void Graph::add_variable(const std::string& name, at::Tensor tensor) {
@@ -61,9 +62,9 @@ void Graph::add_variable(const std::string& name, at::Tensor tensor) {
         "Graph::add_variable('{}'): a tensor variable must be defined and hold one element", name));
   }
   const bool floating = at::isFloatingType(tensor.scalar_type());
-  insert_variable(name,
-                  Variable{[tensor] { return tensor.item<double>(); },
-                           [tensor](double v) mutable { tensor.fill_(v); }, tensor, floating});
+  insert_variable(name, Variable{[tensor] { return tensor.item<double>(); },
+                                 [tensor](double v) mutable { tensor.fill_(v); }, tensor, floating,
+                                 ValueRange()});
 }
 
 void Graph::add_module(const std::string& name, std::shared_ptr<torch::nn::Module> module) {

@@ -27,6 +27,8 @@
 #include <utility>
 #include <vector>
 
+#include "trainpack/utils/value_range.h"
+
 namespace torch {
 namespace nn {
 class Module;
@@ -53,12 +55,17 @@ class Graph {
     std::function<void(double)> set;
     at::Tensor tensor;        // defined for tensor variables
     bool is_floating = true;  // an integer variable rejects non-integral values
+    // The values a HyperParamSetter may set (GraphVarParam::range); the variable's own set does
+    // not check it.
+    ValueRange range;
   };
 
-  // Registers a scalar variable seen through `get`/`set`. Throws std::invalid_argument if the
-  // name is taken, std::logic_error after finalize().
+  // Registers a scalar variable seen through `get`/`set`, whose hyperparameter setters keep to
+  // `range` (the learning rate: `ValueRange().min_exclusive(0)`). Throws std::invalid_argument if
+  // the name is taken, std::logic_error after finalize().
   void add_variable(const std::string& name, std::function<double()> get,
-                    std::function<void(double)> set, bool is_floating = true);
+                    std::function<void(double)> set, bool is_floating = true,
+                    ValueRange range = {});
   // Registers a tensor variable; `get`/`set` read and fill a one-element tensor.
   void add_variable(const std::string& name, at::Tensor tensor);
 

@@ -63,6 +63,7 @@
 #include "trainpack/utils/demangle.h"
 #include "trainpack/utils/event_file_writer.h"
 #include "trainpack/utils/file_io.h"
+#include "trainpack/utils/file_names.h"
 #include "trainpack/utils/float_repr.h"
 #include "trainpack/utils/histogram.h"
 #include "trainpack/utils/humanize.h"
@@ -73,3 +74,4 @@
 #include "trainpack/utils/runtime.h"
 #include "trainpack/utils/stats_json.h"
 #include "trainpack/utils/summary.h"
+#include "trainpack/utils/value_range.h"

@@ -6,13 +6,15 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
 
+#include <sys/stat.h>
+
 #include "trainpack/callbacks/callback_state.h"
 #include "trainpack/train/trainer.h"
+#include "trainpack/utils/file_io.h"
 #include "trainpack/utils/float_repr.h"
 #include "trainpack/utils/humanize.h"
 #include "trainpack/utils/logger.h"
@@ -54,6 +56,19 @@ std::optional<double> parse_double(const std::string& text) {
   return value;
 }
 
+// `text` as a log line can show it: printable ASCII as it is, every other byte as \xNN, at most
+// `max_chars` characters (then "..."). A file's bytes never reach the log raw.
+std::string printable_excerpt(const std::string& text, size_t max_chars = 80) {
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    std::string piece = (u >= 0x20 && u < 0x7f) ? std::string(1, c) : fmt::format("\\x{:02x}", u);
+    if (out.size() + piece.size() > max_chars) return out + "...";
+    out += piece;
+  }
+  return out;
+}
+
 HyperParamPtr checked_param(const HyperParamRef& ref, const char* class_name) {
   HyperParamPtr p = ref.get();
   if (!p) throw std::invalid_argument(fmt::format("{}: param is null", class_name));
@@ -66,7 +81,8 @@ HyperParamPtr checked_param(const HyperParamRef& ref, const char* class_name) {
 
 HyperParam::~HyperParam() = default;
 
-GraphVarParam::GraphVarParam(std::string name) : name_(std::move(name)) {
+GraphVarParam::GraphVarParam(std::string name, ValueRange range)
+    : name_(std::move(name)), range_(std::move(range)) {
   if (name_.empty()) throw std::invalid_argument("GraphVarParam: name is empty");
 }
 
@@ -75,6 +91,13 @@ void GraphVarParam::setup_graph(Graph& graph) {
     variable_ = &graph.variable(name_);
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(fmt::format("GraphVarParam('{}'): {}", name_, e.what()));
+  }
+  try {
+    range_ = range_.intersect(variable_->range);
+  } catch (const std::invalid_argument&) {
+    throw std::invalid_argument(
+        fmt::format("GraphVarParam('{}'): its range ({}) leaves no value of the variable's ({})",
+                    name_, range_.str(), variable_->range.str()));
   }
 }
 
@@ -102,8 +125,11 @@ void GraphVarParam::set_value(double v) {
 double GraphVarParam::get_value() const { return resolved("get_value").get(); }
 
 ObjAttrParam::ObjAttrParam(std::function<double()> get, std::function<void(double)> set,
-                           std::string readable_name)
-    : get_(std::move(get)), set_(std::move(set)), readable_name_(std::move(readable_name)) {
+                           std::string readable_name, ValueRange range)
+    : get_(std::move(get)),
+      set_(std::move(set)),
+      readable_name_(std::move(readable_name)),
+      range_(std::move(range)) {
   if (!get_) throw std::invalid_argument("ObjAttrParam: get is empty");
   if (!set_) throw std::invalid_argument("ObjAttrParam: set is empty");
   if (readable_name_.empty()) throw std::invalid_argument("ObjAttrParam: readable_name is empty");
@@ -127,6 +153,10 @@ HyperParamSetter::HyperParamSetter(HyperParamRef param, const char* class_name)
 
 std::optional<double> HyperParamSetter::get_value_to_set() {
   std::optional<double> ret = _get_value_to_set();
+  if (ret && !param_->range().contains(*ret)) {
+    refuse(*ret);
+    return std::nullopt;
+  }
   if (ret && ret != last_value_) {
     if (epoch_num() != last_epoch_set_) {  // at most one line per epoch
       if (!last_value_) {
@@ -141,6 +171,20 @@ std::optional<double> HyperParamSetter::get_value_to_set() {
     last_value_ = ret;
   }
   return ret;
+}
+
+void HyperParamSetter::refuse(double value) {
+  // Once per step and value: ScheduledHyperParamSetter's before_train meets the value twice.
+  const auto same = [&](const std::pair<int64_t, double>& r) {
+    return r.first == global_step() &&
+           (r.second == value || (std::isnan(r.second) && std::isnan(value)));
+  };
+  if (last_refused_ && same(*last_refused_)) return;
+  last_refused_ = std::make_pair(global_step(), value);
+  const std::string pname = param_->readable_name();
+  TP_LOG_WARN("[HyperParamSetter] {} gives {} = {}, outside its range ({}); keeping {} = {}",
+              name(), pname, python_float_repr(value), param_->range().str(), pname,
+              python_float_repr(get_current_value()));
 }
 
 double HyperParamSetter::get_current_value() const { return param_->get_value(); }
@@ -176,7 +220,15 @@ void HyperParamSetter::load_setter_state(const CallbackState& state) {
   resumed_ = true;
   // A Graph variable comes back with the checkpoint (or was left out of the restore on purpose);
   // any other param is in no checkpoint but this one.
-  if (dynamic_cast<const GraphVarParam*>(param_.get()) == nullptr) param_->set_value(value);
+  if (dynamic_cast<const GraphVarParam*>(param_.get()) != nullptr) return;
+  if (!param_->range().contains(value)) {
+    const std::string pname = param_->readable_name();
+    TP_LOG_WARN("[{}] the saved value {} = {} is outside its range ({}); keeping {} = {}", who,
+                pname, python_float_repr(value), param_->range().str(), pname,
+                python_float_repr(get_current_value()));
+    return;
+  }
+  param_->set_value(value);
 }
 
 CallbackState HyperParamSetter::state() const { return setter_state(); }
@@ -216,31 +268,71 @@ HumanHyperParamSetter::HumanHyperParamSetter(HyperParamRef param, std::string fi
   rerun_at_resume_ = true;  // an edit made while the run was down applies at once
 }
 
+void HumanHyperParamSetter::warn_once(const std::string& file_state, const std::string& message) {
+  if (warned_state_ == file_state) return;  // said already, and the file has not changed since
+  warned_state_ = file_state;
+  TP_LOG_WARN("HumanHyperParamSetter: {}", message);
+}
+
 std::optional<double> HumanHyperParamSetter::_get_value_to_set() {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path_, ec)) return std::nullopt;  // no file: no change
   const std::string name = param_->readable_name();
-  std::ifstream in(path_, std::ios::binary);
-  if (!in.is_open()) {
-    TP_LOG_WARN("HumanHyperParamSetter: cannot open {}; keeping {} = {}", path_, name,
-                python_float_repr(get_current_value()));
+  const std::string keeping =
+      fmt::format("keeping {} = {}", name, python_float_repr(get_current_value()));
+
+  // Checked before reading, so that a huge file, a FIFO or a device is never read.
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT) {  // no file: no change
+      warned_state_.reset();
+      return std::nullopt;
+    }
+    warn_once(fmt::format("stat error {}", err),
+              fmt::format("cannot read {}: {}; {}", path_, std::generic_category().message(err),
+                          keeping));
     return std::nullopt;
   }
-  std::stringstream content;
-  content << in.rdbuf();
+  const std::string file_id = fmt::format("{}:{}:{}:{}.{}", st.st_mode, st.st_size, st.st_ino,
+                                          st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+  if (!S_ISREG(st.st_mode)) {
+    warn_once(file_id, fmt::format("{} is not a regular file and is not read; {}", path_, keeping));
+    return std::nullopt;
+  }
+  const auto too_big = [&](int64_t size) {
+    warn_once(file_id, fmt::format("{} is {} bytes, larger than the {} bytes that are read; {}",
+                                   path_, size, kMaxFileSize, keeping));
+  };
+  if (st.st_size > kMaxFileSize) {
+    too_big(st.st_size);
+    return std::nullopt;
+  }
+  std::string text;
+  try {
+    text = read_file(path_);
+  } catch (const std::exception& e) {
+    warn_once(file_id, fmt::format("{}; {}", e.what(), keeping));
+    return std::nullopt;
+  }
+  if (static_cast<int64_t>(text.size()) > kMaxFileSize) {  // it grew since stat
+    too_big(static_cast<int64_t>(text.size()));
+    return std::nullopt;
+  }
+  const std::string& file_state = text;  // warnings repeat only when the content changes
 
-  // Every line must be `name: value` (Python's readlines(): a final newline ends the last line
-  // and starts none).
+  // Every line is `name: value`, blank or a `#` comment (Python's readlines(): a final newline
+  // ends the last line and starts none).
   std::vector<std::string> lines;
   std::string line;
-  const std::string text = content.str();
   std::istringstream stream(text);
   while (std::getline(stream, line)) lines.push_back(line);
 
   std::optional<double> found;
-  bool malformed = false;
+  size_t found_line = 0;
+  size_t first_bad = 0;  // 1-based; 0: none
+  size_t bad_count = 0;
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::string stripped = strip(lines[i]);
+    if (stripped.empty() || stripped[0] == '#') continue;
     const auto colon = stripped.find(':');
     std::optional<double> value;
     std::string key;
@@ -249,18 +341,35 @@ std::optional<double> HumanHyperParamSetter::_get_value_to_set() {
       value = parse_double(stripped.substr(colon + 1));
     }
     if (key.empty() || !value) {
-      TP_LOG_WARN("HumanHyperParamSetter: {} line {}: '{}' is not 'name: value'; keeping {} = {}",
-                  path_, i + 1, stripped, name, python_float_repr(get_current_value()));
-      malformed = true;
+      if (bad_count++ == 0) first_bad = i + 1;
       continue;
     }
-    if (key == name) found = value;  // the last line for the name wins, as in a Python dict
+    if (key == name) {  // the last line for the name wins, as in a Python dict
+      found = value;
+      found_line = i + 1;
+    }
   }
-  if (malformed) return std::nullopt;
+  if (bad_count > 0) {
+    const std::string others = bad_count == 1
+                                   ? ""
+                                   : fmt::format(" ({} more line{} malformed)", bad_count - 1,
+                                                 bad_count == 2 ? " is" : "s are");
+    warn_once(file_state,
+              fmt::format("{} line {}: '{}' is not 'name: value'{}; {}", path_, first_bad,
+                          printable_excerpt(strip(lines[first_bad - 1])), others, keeping));
+    return std::nullopt;
+  }
   if (!found) {
-    TP_LOG_WARN("HumanHyperParamSetter: cannot find '{}' in {}; keeping {} = {}", name, path_, name,
-                python_float_repr(get_current_value()));
+    warn_once(file_state, fmt::format("cannot find '{}' in {}; {}", name, path_, keeping));
+    return std::nullopt;
   }
+  if (!param_->range().contains(*found)) {
+    warn_once(file_state,
+              fmt::format("{} line {}: {} = {} is outside its range ({}); {}", path_, found_line,
+                          name, python_float_repr(*found), param_->range().str(), keeping));
+    return std::nullopt;
+  }
+  warned_state_.reset();
   return found;
 }
 
@@ -357,6 +466,10 @@ void ScheduledHyperParamSetter::check_value_at_beginning() {
     }
   }
   if (!v) return;
+  if (!param_->range().contains(*v)) {  // the schedule's value is refused, not compared
+    refuse(*v);
+    return;
+  }
   const double actual = param_->get_value();
   if (is_close(*v, actual)) return;
   const std::string pname = param_->readable_name();

@@ -14,6 +14,7 @@
 
 #include "trainpack/train/state.h"
 #include "trainpack/train/trainer.h"
+#include "trainpack/utils/file_names.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/output_dir.h"
 
@@ -51,18 +52,6 @@ std::optional<int64_t> checkpoint_step(const std::string& path) {
   }
   if (digits.size() > 1 && digits[0] == '0') return std::nullopt;  // `model-050` is not step 50
   return std::stoll(digits);
-}
-
-// A stat name as part of a file name: '/', '\\' and control characters become '_', and so does a
-// leading '.'.
-std::string safe_file_component(const std::string& name) {
-  std::string out = name;
-  for (char& c : out) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '/' || c == '\\' || u < 0x20 || u == 0x7f) c = '_';
-  }
-  if (!out.empty() && out[0] == '.') out[0] = '_';
-  return out;
 }
 
 }  // namespace
@@ -196,19 +185,20 @@ MinSaver::MinSaver(std::string monitor_stat, MinSaverOptions options)
     : stat_(std::move(monitor_stat)), options_(std::move(options)) {
   const char* who = options_.reverse() ? "MaxSaver" : "MinSaver";
   if (stat_.empty()) throw std::invalid_argument(fmt::format("{}: monitor_stat is empty", who));
+  // File names from user strings follow one rule (utils/file_names.h): an explicit filename must
+  // already keep to it, the stat name is made to.
   if (options_.filename()) {
     const std::string& f = *options_.filename();
-    if (f.empty() || f == "." || f == ".." || f.find('/') != std::string::npos ||
-        f.find('\0') != std::string::npos) {
-      throw std::invalid_argument(
-          fmt::format("{}: filename '{}' is not a plain file name (the directory is "
-                      "checkpoint_dir)",
-                      who, f));
+    if (const auto problem = file_name_problem(f)) {
+      throw std::invalid_argument(fmt::format(
+          "{}: filename '{}' is not a plain file name (the directory is checkpoint_dir): {}; "
+          "for example '{}'",
+          who, f, *problem, safe_file_name_component(f)));
     }
     filename_ = f;
   } else {
     filename_ =
-        fmt::format("{}-{}", options_.reverse() ? "max" : "min", safe_file_component(stat_));
+        fmt::format("{}-{}", options_.reverse() ? "max" : "min", safe_file_name_component(stat_));
   }
   dir_ = resolve_dir(options_.checkpoint_dir());
 }

@@ -12,6 +12,7 @@
 #include "trainpack/graph.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/atomic_file.h"
+#include "trainpack/utils/file_names.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/npz.h"
 #include "trainpack/utils/output_dir.h"
@@ -250,10 +251,8 @@ DumpTensorAsImage::DumpTensorAsImage(std::string tensor_name, DumpTensorAsImageO
         fmt::format("DumpTensorAsImage: DumpTensorAsImageOptions().scale must be finite, got {}",
                     options_.scale()));
   }
-  file_prefix_ = prefix_;
-  for (char& c : file_prefix_) {
-    if (c == '/' || c == '\\') c = '_';
-  }
+  // The prefix is a monitor tag too ("conv/W"); only its file name follows the file name rule.
+  file_prefix_ = safe_file_name_component(prefix_);
   dir_ = resolve_dir(options_.dir(), "DumpTensorAsImage", "DumpTensorAsImageOptions");
   set_chief_only(true);
 }

@@ -204,7 +204,9 @@ void SingleCostTrainer::setup_graph(InputSignature signature, InputSourcePtr inp
       "learning_rate", [opt] { return opt->param_groups().front().options().get_lr(); },
       [opt](double lr) {
         for (auto& group : opt->param_groups()) group.options().set_lr(lr);
-      });
+      },
+      /*is_floating=*/true,
+      ValueRange().min_exclusive(0));  // a NaN or negative rate ruins the weights
   for (const auto& p : module->named_parameters(/*recurse=*/true)) {
     if (p.value().requires_grad()) graph().add_trainable_variable(p.key(), p.value());
   }

@@ -5,6 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +21,7 @@
 #include "support/errors.h"
 #include "support/temp_dir.h"
 #include "trainpack/train/trainer.h"
+#include "trainpack/utils/float_repr.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
@@ -689,8 +693,9 @@ class HumanHyperParamSetterTest : public testing::TempDirFixture<ParamFixture> {
     train({setter()}, 1, 1);
     EXPECT_TRUE(sets_.empty());
     EXPECT_EQ(value_, 1.0);
-    // before_train and the end of epoch 1 each read the file.
-    EXPECT_EQ(log_.warnings(), (std::vector<std::string>{warning, warning}));
+    // before_train and the end of epoch 1 each read the file; the file did not change, so the
+    // warning is logged once.
+    EXPECT_EQ(log_.warnings(), (std::vector<std::string>{warning}));
   }
 };
 
@@ -737,10 +742,11 @@ TEST_F(HumanHyperParamSetterTest, LineWithoutColonWarnsNamingFileAndLineAndKeeps
                                  " line 1: 'param 0.5' is not 'name: value'; keeping param = 1.0");
 }
 
-TEST_F(HumanHyperParamSetterTest, BlankLineWarnsNamingFileAndLineAndKeepsTheValue) {
-  expect_kept("param: 0.5\n\nother: 1\n",
-              "HumanHyperParamSetter: " + hyper_path() +
-                  " line 2: '' is not 'name: value'; keeping param = 1.0");
+TEST_F(HumanHyperParamSetterTest, BlankAndCommentLinesAreSkipped) {
+  write("# the learning rate\n\nparam: 0.5\n   \n  # other: x\nother: 1\n");
+  train({setter()}, 1, 1);
+  EXPECT_EQ(sets_, (Sets{{0, 0.5}, {1, 0.5}}));
+  EXPECT_TRUE(log_.warnings().empty());
 }
 
 TEST_F(HumanHyperParamSetterTest, EmptyNameWarnsNamingFileAndLineAndKeepsTheValue) {
@@ -777,6 +783,213 @@ TEST_F(HumanHyperParamSetterTest, NullParamThrows) {
       [] { std::make_shared<HumanHyperParamSetter>(HyperParamPtr()); });
   EXPECT_THAT(msg, HasSubstr("HumanHyperParamSetter"));
   EXPECT_THAT(msg, HasSubstr("param"));
+}
+
+// ---- ranges: a value outside the param's range is refused, the value kept ----
+
+class HumanHyperParamSetterRangeTest : public HumanHyperParamSetterTest {
+ protected:
+  // A "learning_rate" graph variable with the learning rate's range, as SingleCostTrainer binds it.
+  void add_learning_rate() {
+    trainer_.graph().add_variable(
+        "learning_rate", [this] { return lr_; }, [this](double v) { lr_ = v; }, true,
+        ValueRange().min_exclusive(0));
+  }
+  double lr_ = 0.5;
+};
+
+TEST_F(HumanHyperParamSetterRangeTest, NanInfNegativeAndZeroLearningRatesAreRefused) {
+  add_learning_rate();
+  for (const char* bad_text : {"nan", "inf", "-inf", "-1", "0", "-0"}) {
+    const std::string bad = bad_text;
+    SCOPED_TRACE(bad);
+    LogCapture log;
+    NoOpTrainer trainer;  // a fresh trainer per value, sharing the variable
+    trainer.graph().add_variable(
+        "learning_rate", [this] { return lr_; }, [this](double v) { lr_ = v; }, true,
+        ValueRange().min_exclusive(0));
+    write("other: 3\nlearning_rate: " + bad + "\n");
+    trainer.set_handle_signals(false);
+    trainer.train({std::make_shared<HumanHyperParamSetter>("learning_rate")}, {}, 1, 1, 2);
+    EXPECT_EQ(lr_, 0.5);
+    const double v = std::stod(bad);
+    EXPECT_EQ(log.warnings(),
+              std::vector<std::string>{"HumanHyperParamSetter: " + hyper_path() +
+                                       " line 2: learning_rate = " + python_float_repr(v) +
+                                       " is outside its range (finite and > 0); keeping "
+                                       "learning_rate = 0.5"});
+  }
+  write("learning_rate: 1e-3\n");  // a valid value applies
+  train({std::make_shared<HumanHyperParamSetter>("learning_rate")}, 1, 1);
+  EXPECT_EQ(lr_, 1e-3);
+}
+
+TEST_F(HumanHyperParamSetterRangeTest, AUserParamsRangeIsKept) {
+  auto p =
+      std::make_shared<ObjAttrParam>([this] { return value_; }, [this](double v) { value_ = v; },
+                                     "param", ValueRange().min(0).max(1));
+  write("param: 1.5\n");
+  train({std::make_shared<WriteFileAtEpoch>(hyper_path(), 1, "param: 1\n"),
+         std::make_shared<HumanHyperParamSetter>(p)},
+        1, 1);
+  EXPECT_EQ(value_, 1.0);
+  EXPECT_EQ(log_.warnings(),
+            std::vector<std::string>{"HumanHyperParamSetter: " + hyper_path() +
+                                     " line 1: param = 1.5 is outside its range (finite, >= 0 and "
+                                     "<= 1); keeping param = 1.0"});
+}
+
+TEST_F(HumanHyperParamSetterTest, ALargeFileIsNotReadAndWarnedOnce) {
+  write("param: 0.5\n" + std::string(HumanHyperParamSetter::kMaxFileSize, '#'));
+  train({setter()}, 1, 3);
+  EXPECT_TRUE(sets_.empty());
+  const std::string size = std::to_string(HumanHyperParamSetter::kMaxFileSize + 11);
+  EXPECT_EQ(log_.warnings(),
+            std::vector<std::string>{"HumanHyperParamSetter: " + hyper_path() + " is " + size +
+                                     " bytes, larger than the 65536 bytes that are read; keeping "
+                                     "param = 1.0"});
+}
+
+TEST_F(HumanHyperParamSetterTest, BinaryContentIsEscapedCappedAndWarnedOncePerChange) {
+  std::string binary = "param: 0.5\n";
+  for (int i = 0; i < 2000; ++i) {
+    if (i % 256 != '\n') binary += static_cast<char>(i % 256);  // one long line
+  }
+  write(binary);
+  train({std::make_shared<WriteFileAtEpoch>(hyper_path(), 2, "param: 0.5\nparam 0.25\n"), setter()},
+        1, 4);
+  EXPECT_TRUE(sets_.empty());
+  const std::vector<std::string> warnings = log_.warnings();
+  ASSERT_EQ(warnings.size(), 2u);  // one for each version of the file, over five reads
+  EXPECT_THAT(warnings[0], HasSubstr(" line 2: '\\x00\\x01\\x02"));
+  EXPECT_THAT(warnings[0], HasSubstr("...' is not 'name: value'; keeping param = 1.0"));
+  EXPECT_LT(warnings[0].size(), 300u);  // the quoted line is cut
+  for (const std::string& w : warnings) {
+    for (const char c : w) {
+      EXPECT_TRUE(static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f)
+          << static_cast<int>(c);
+    }
+  }
+  EXPECT_EQ(warnings[1], "HumanHyperParamSetter: " + hyper_path() +
+                             " line 2: 'param 0.25' is not 'name: value'; keeping param = 1.0");
+}
+
+TEST_F(HumanHyperParamSetterTest, ManyBadLinesGiveOneWarning) {
+  std::string text;
+  for (int i = 0; i < 1000; ++i) text += "garbage\n";
+  expect_kept(text, "HumanHyperParamSetter: " + hyper_path() +
+                        " line 1: 'garbage' is not 'name: value' (999 more lines are "
+                        "malformed); keeping param = 1.0");
+}
+
+TEST_F(HumanHyperParamSetterTest, AFifoIsNotReadAndWarnedOnce) {
+  std::filesystem::create_directories(dir());
+  ASSERT_EQ(::mkfifo(hyper_path().c_str(), 0600), 0);
+  train({setter()}, 1, 2);
+  EXPECT_TRUE(sets_.empty());
+  EXPECT_EQ(log_.warnings(),
+            std::vector<std::string>{"HumanHyperParamSetter: " + hyper_path() +
+                                     " is not a regular file and is not read; keeping param = "
+                                     "1.0"});
+}
+
+class SetterRangeTest : public ParamFixture {
+ protected:
+  HyperParamPtr positive_param() {
+    return std::make_shared<ObjAttrParam>([this] { return value_; },
+                                          [this](double v) {
+                                            value_ = v;
+                                            sets_.emplace_back(trainer_.global_step(), v);
+                                          },
+                                          "param", ValueRange().min_exclusive(0));
+  }
+};
+
+TEST_F(SetterRangeTest, AScheduleToANegativeValueIsRefused) {
+  auto setter =
+      std::make_shared<ScheduledHyperParamSetter>(positive_param(), Schedule{{0, 0.1}, {1, -1}});
+  train({setter}, 1, 2);
+  EXPECT_EQ(sets_, (Sets{{0, 0.1}}));
+  EXPECT_EQ(value_, 0.1);
+  EXPECT_EQ(log_.warnings(),
+            std::vector<std::string>{
+                "[HyperParamSetter] ScheduledHyperParamSetter(schedule=[(0, 0.1), (1, -1.0)]) "
+                "gives param = -1.0, outside its range (finite and > 0); keeping param = 0.1"});
+}
+
+TEST_F(SetterRangeTest, AScheduleOutOfRangeAtStartIsRefusedOnce) {
+  auto setter = std::make_shared<ScheduledHyperParamSetter>(positive_param(), Schedule{{0, 0}});
+  train({setter}, 1, 1);
+  EXPECT_TRUE(sets_.empty());
+  EXPECT_EQ(log_.warnings(),
+            std::vector<std::string>{
+                "[HyperParamSetter] ScheduledHyperParamSetter(schedule=[(0, 0.0)]) gives param = "
+                "0.0, outside its range (finite and > 0); keeping param = 1.0"});
+}
+
+TEST_F(SetterRangeTest, AFunctionGivingNanIsRefused) {
+  auto setter = std::make_shared<HyperParamSetterWithFunc>(
+      param(), [](int64_t e, double x) { return e == 1 ? std::nan("") : x / 2; });
+  train({setter}, 1, 2);  // the default range: any finite value
+  EXPECT_EQ(sets_, (Sets{{0, 0.5}, {2, 0.25}}));
+  EXPECT_EQ(log_.warnings(),
+            std::vector<std::string>{"[HyperParamSetter] HyperParamSetterWithFunc gives param = "
+                                     "nan, outside its range (finite); keeping param = 0.5"});
+}
+
+TEST_F(SetterRangeTest, AStatMonitorGivingANegativeValueIsRefused) {
+  auto setter = std::make_shared<StatMonitorParamSetter>(
+      positive_param(), "val-error", [](double x) { return x - 2; }, 0, 1);
+  train({std::make_shared<StatProducer>("val-error", std::map<int64_t, double>{{1, 0.5}}), setter},
+        1, 1);
+  EXPECT_TRUE(sets_.empty());
+  EXPECT_THAT(log_.warnings(),
+              ::testing::Contains("[HyperParamSetter] StatMonitorParamSetter gives param = -1.0, "
+                                  "outside its range (finite and > 0); keeping param = 1.0"));
+}
+
+TEST_F(SetterRangeTest, AGraphVarParamsRangeIsWithinTheVariables) {
+  trainer_.graph().add_variable(
+      "learning_rate", [this] { return value_; }, [this](double v) { value_ = v; }, true,
+      ValueRange().min_exclusive(0));
+  auto p = std::make_shared<GraphVarParam>("learning_rate", ValueRange().max(0.5));
+  auto setter = std::make_shared<HyperParamSetterWithFunc>(
+      p, [](int64_t e, double) { return e == 0 ? 0.25 : 0.75; });
+  train({setter}, 1, 1);
+  EXPECT_EQ(p->range().str(), "finite, > 0 and <= 0.5");
+  EXPECT_EQ(value_, 0.25);
+  EXPECT_THAT(log_.warnings(),
+              ::testing::ElementsAre(HasSubstr("gives learning_rate = 0.75, outside its range "
+                                               "(finite, > 0 and <= 0.5); keeping learning_rate = "
+                                               "0.25")));
+}
+
+TEST_F(SetterRangeTest, AGraphVarParamWhoseRangeLeavesNoValueFailsAtSetup) {
+  trainer_.graph().add_variable(
+      "learning_rate", [this] { return value_; }, [this](double v) { value_ = v; }, true,
+      ValueRange().min_exclusive(0));
+  auto setter = std::make_shared<HyperParamSetterWithFunc>(
+      std::make_shared<GraphVarParam>("learning_rate", ValueRange().max(0)),
+      [](int64_t, double x) { return x; });
+  const std::string msg = message_of<CallbackError>([&] { train({setter}, 1, 1); });
+  EXPECT_THAT(msg, HasSubstr("GraphVarParam('learning_rate'): its range (finite and <= 0) "
+                             "leaves no value of the variable's (finite and > 0)"));
+}
+
+TEST(ValueRangeTest, BoundsAndText) {
+  EXPECT_EQ(ValueRange().str(), "finite");
+  EXPECT_TRUE(ValueRange().contains(-1e300));
+  EXPECT_FALSE(ValueRange().contains(HUGE_VAL));
+  EXPECT_FALSE(ValueRange().contains(std::nan("")));
+  const ValueRange r = ValueRange().min(0).max_exclusive(1);
+  EXPECT_EQ(r.str(), "finite, >= 0 and < 1");
+  EXPECT_TRUE(r.contains(0));
+  EXPECT_FALSE(r.contains(1));
+  EXPECT_FALSE(r.contains(-1e-300));
+  EXPECT_EQ(message_of<std::invalid_argument>([] { ValueRange().min(std::nan("")); }),
+            "ValueRange: the lower bound is NaN");
+  EXPECT_EQ(message_of<std::invalid_argument>([] { ValueRange().min(1).max_exclusive(1); }),
+            "ValueRange: no value is finite, >= 1 and < 1; check the bounds");
 }
 
 }  // namespace

@@ -28,6 +28,7 @@
 #include "trainpack/testing.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/checkpoint.h"
+#include "trainpack/utils/file_names.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
@@ -449,7 +450,8 @@ TEST_F(SaverTest, BadOptionsAreRejectedAtConstruction) {
   EXPECT_TRUE(ModelSaver(options()).chief_only());
   EXPECT_EQ(
       message_of<std::invalid_argument>([&] { MinSaver("a", MinSaverOptions().filename("x/y")); }),
-      "MinSaver: filename 'x/y' is not a plain file name (the directory is checkpoint_dir)");
+      "MinSaver: filename 'x/y' is not a plain file name (the directory is checkpoint_dir): it "
+      "contains '/'; for example 'x_y'");
   EXPECT_EQ(message_of<std::invalid_argument>([&] { MaxSaver(""); }),
             "MaxSaver: monitor_stat is empty");
 }
@@ -618,6 +620,25 @@ TEST_F(SaverTest, StatNamesAreMadeSafeForFileNames) {
   EXPECT_EQ(MinSaver("a\nb", o).best_checkpoint_prefix(), prefix("min-a_b"));
   EXPECT_EQ(MinSaver("x", MinSaverOptions(o).filename("best")).best_checkpoint_prefix(),
             prefix("best"));
+  // The one rule of utils/file_names.h: no hidden file, no control character, bounded length.
+  EXPECT_EQ(MinSaver(".hidden", o).best_checkpoint_prefix(), prefix("min-_hidden"));
+  EXPECT_EQ(MinSaver(std::string(300, 's'), MinSaverOptions(o).reverse(true))
+                .best_checkpoint_prefix()
+                .size(),
+            prefix("max-").size() + kMaxFileNameComponent);
+}
+
+TEST_F(SaverTest, AnExplicitFilenameMustBeSafeAndNotACheckpointName) {
+  // `model-5` would be written as model-5.data / model-5.index: a checkpoint of ModelSaver.
+  EXPECT_EQ(message_of<std::invalid_argument>(
+                [] { MinSaver("a", MinSaverOptions().filename("model-5")); }),
+            "MinSaver: filename 'model-5' is not a plain file name (the directory is "
+            "checkpoint_dir): it is, or could be, one of trainpack's own files in the directory; "
+            "for example '_model-5'");
+  for (const char* bad : {".best", "checkpoint", "stats.json", "a\tb", ""}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THROW(MaxSaver("a", MaxSaverOptions().filename(bad)), std::invalid_argument);
+  }
 }
 
 }  // namespace

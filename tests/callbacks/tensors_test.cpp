@@ -386,6 +386,19 @@ TEST_F(TensorsTest, DumpTensorAsImageAppliesMapFuncAndPrefixToABatchOfGreyImages
             "a_b-ep001-1.png PNG (5, 2) L [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]\n");
 }
 
+TEST_F(TensorsTest, DumpTensorAsImageFileNamesFollowTheFileNameRule) {
+  // No hidden file, no '..', no control character; the monitor tag keeps the prefix as given.
+  TensorTrainer trainer;
+  trainer.step = [](StepContext& ctx, int64_t) { ctx.publish("x", at::zeros({2, 2})); };
+  auto recorder = std::make_shared<ImageRecorder>();
+  auto cb =
+      std::make_shared<DumpTensorAsImage>("x", DumpTensorAsImageOptions().prefix("../.hidden\n"));
+  trainer.train({cb}, {recorder}, 1, 1, 1);
+  EXPECT_THAT(files(log_dir(), ".png"), ElementsAre("_._.hidden_-ep001-0.png"));
+  ASSERT_EQ(recorder->images.size(), 1u);
+  EXPECT_EQ(recorder->images[0].first, "../.hidden\n");
+}
+
 TEST_F(TensorsTest, DumpTensorAsImageWritesRgbaAndMapsNanToZeroAndInfinitiesToTheBounds) {
   const double inf = std::numeric_limits<double>::infinity();
   TensorTrainer trainer;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -169,6 +170,15 @@ TEST(SimpleTrainerTest, LearningRateFollowsTheScheduleInEveryParamGroup) {
     EXPECT_DOUBLE_EQ(seen[i][1], expected[i]) << "step " << i;
   }
   EXPECT_DOUBLE_EQ(trainer.graph().variable("learning_rate").get(), 0.01);
+}
+
+TEST(SimpleTrainerTest, TheLearningRateIsFiniteAndPositive) {
+  RegressionSetup s;
+  s.setup(std::make_shared<FeedInput>(regression_batches()));
+  const ValueRange& range = s.trainer.graph().variable("learning_rate").range;
+  EXPECT_EQ(range.str(), "finite and > 0");
+  EXPECT_TRUE(range.contains(1e-4));
+  for (const double bad : {0.0, -1.0, std::nan(""), HUGE_VAL}) EXPECT_FALSE(range.contains(bad));
 }
 
 TEST(SimpleTrainerTest, RegistersTrainableVariablesAndPublishesCost) {

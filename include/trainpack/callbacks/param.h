@@ -14,6 +14,12 @@
 //
 // Every setter sets its value in before_train and at every epoch end (via trigger()), unless the
 // class says otherwise; wrapped in PeriodicTrigger it sets whenever trigger() is called.
+//
+// Every param has a range (ValueRange, trainpack/utils/value_range.h): always finite, and for the
+// learning rate > 0. A value outside it, from any setter, is refused with a warning naming the
+// setter (for hyper.txt the file and line) and the range, and the param keeps its value:
+//   [HyperParamSetter] HyperParamSetterWithFunc gives learning_rate = -0.1, outside its range
+//   (finite and > 0); keeping learning_rate = 0.1
 #pragma once
 
 #include <cstdint>
@@ -30,13 +36,17 @@
 
 #include "trainpack/callbacks/base.h"
 #include "trainpack/graph.h"
+#include "trainpack/utils/value_range.h"
 
 namespace trainpack {
 
 // A hyperparameter: a named scalar with get/set. `setup_graph` runs in the owning setter's
 // setup_graph (to resolve names); the value is read and written from before_train on.
 //
-// Differences from tensorpack: get_value is const; values are doubles.
+// range() is what the setters keep to (any finite value unless the param declares more).
+//
+// Differences from tensorpack: get_value is const; values are doubles; a range (tensorpack sets
+// any value, NaN included).
 class HyperParam {
  public:
   virtual ~HyperParam();
@@ -46,6 +56,8 @@ class HyperParam {
   virtual double get_value() const = 0;
   // The name that logs print and that HumanHyperParamSetter looks up.
   virtual std::string readable_name() const = 0;
+  // The values the setters may set: a setter refuses any other (see the top of this file).
+  virtual ValueRange range() const { return ValueRange(); }
 };
 
 using HyperParamPtr = std::shared_ptr<HyperParam>;
@@ -54,6 +66,11 @@ using HyperParamPtr = std::shared_ptr<HyperParam>;
 // name when the setter's setup_graph runs; reading and writing go through the variable's get/set.
 //
 //   auto lr = std::make_shared<GraphVarParam>("learning_rate");
+//   auto wd = std::make_shared<GraphVarParam>("weight_decay", ValueRange().min(0));
+//
+// Its range is `range` within the variable's own (Graph::Variable::range; the learning rate's is
+// finite and > 0). setup_graph throws std::invalid_argument naming the param when the two leave no
+// value.
 //
 // setup_graph throws std::invalid_argument naming GraphVarParam and the name, and listing the
 // variables that exist, when there is no such variable. Setting a non-integral value on an integer
@@ -64,24 +81,27 @@ using HyperParamPtr = std::shared_ptr<HyperParam>;
 class GraphVarParam : public HyperParam {
  public:
   // Throws std::invalid_argument if `name` is empty.
-  explicit GraphVarParam(std::string name);
+  explicit GraphVarParam(std::string name, ValueRange range = {});
   void setup_graph(Graph& graph) override;
   // Both throw std::logic_error before setup_graph.
   void set_value(double v) override;
   double get_value() const override;
   std::string readable_name() const override { return name_; }
+  // `range` before setup_graph, then within the variable's range.
+  ValueRange range() const override { return range_; }
 
  private:
   const Graph::Variable& resolved(const char* method) const;
 
   std::string name_;
+  ValueRange range_;
   const Graph::Variable* variable_ = nullptr;  // owned by the Graph, valid while it lives
 };
 
 // A hyperparam held anywhere, seen through a getter and a setter.
 //
 //   ObjAttrParam dropout([&] { return model.dropout; }, [&](double v) { model.dropout = v; },
-//                        "dropout");
+//                        "dropout", ValueRange().min(0).max_exclusive(1));
 //
 // Differences from tensorpack: a getter/setter pair replaces (object, attribute name); the
 // readable name is required (tensorpack defaults it to the attribute name).
@@ -89,15 +109,17 @@ class ObjAttrParam : public HyperParam {
  public:
   // Throws std::invalid_argument if `get` or `set` is empty or `readable_name` is empty.
   ObjAttrParam(std::function<double()> get, std::function<void(double)> set,
-               std::string readable_name);
+               std::string readable_name, ValueRange range = {});
   void set_value(double v) override { set_(v); }
   double get_value() const override { return get_(); }
   std::string readable_name() const override { return readable_name_; }
+  ValueRange range() const override { return range_; }
 
  private:
   std::function<double()> get_;
   std::function<void(double)> set_;
   std::string readable_name_;
+  ValueRange range_;
 };
 
 // A setter's param argument: a Graph variable name (made into a GraphVarParam) or a HyperParam.
@@ -134,8 +156,9 @@ class HyperParamRef {
 // param's value when saved). load_state restores the first three, so a resumed run logs a change
 // only where an uninterrupted run would, and sets the param to `value` unless it is a
 // GraphVarParam (a Graph variable is restored by the checkpoint itself; any other param, an
-// ObjAttrParam, is in no checkpoint but this). The before_train of a resumed run does not run the
-// setter again when it already ran at the end of the epoch the checkpoint follows
+// ObjAttrParam, is in no checkpoint but this); a saved `value` outside the param's range is
+// refused with a warning and the param keeps its value. The before_train of a resumed run does not
+// run the setter again when it already ran at the end of the epoch the checkpoint follows
 // (`applied_epoch` == epoch_num): a value computed from the current one (HyperParamSetterWithFunc,
 // a subclass's) is not applied twice. HumanHyperParamSetter is the exception: it reads its file
 // again, so an edit made while the run was down applies at once.
@@ -153,6 +176,8 @@ class HyperParamSetter : public Callback {
 
   // The value to set now (from `_get_value_to_set`), logging it when it differs from the last
   // value this setter returned. The value is returned (and set by the setter) even if unchanged.
+  // A value outside the param's range is refused: a warning naming this setter (name()) and the
+  // range, and nullopt.
   std::optional<double> get_value_to_set();
   // The param's current value.
   double get_current_value() const;
@@ -172,6 +197,9 @@ class HyperParamSetter : public Callback {
 
   // Sets the value (if any) to the param.
   void set_param();
+
+  // Logs that `value` is outside the param's range and is not set (once per step and value).
+  void refuse(double value);
 
   // The base's state entries (for subclasses that add their own), and restoring them from a
   // state whose other entries the subclass checks.
@@ -193,8 +221,9 @@ class HyperParamSetter : public Callback {
  private:
   std::optional<double> last_value_;
   int64_t last_epoch_set_ = -1;
-  int64_t applied_epoch_ = -1;  // epoch_num when set_param last ran
-  bool resumed_ = false;        // load_state ran, before_train has not
+  int64_t applied_epoch_ = -1;                              // epoch_num when set_param last ran
+  bool resumed_ = false;                                    // load_state ran, before_train has not
+  std::optional<std::pair<int64_t, double>> last_refused_;  // (global_step, value) last refused
 };
 
 // Sets the param from `<logger dir>/<file_name>`, a file of `name: value` lines that a person can
@@ -203,25 +232,40 @@ class HyperParamSetter : public Callback {
 //
 //   std::make_shared<HumanHyperParamSetter>("learning_rate");  // reads <logger dir>/hyper.txt
 //
-// Lines for other names are allowed (other setters read them). A missing file changes nothing,
-// silently. A malformed line (not exactly one ':', an empty name, a value that is not a number) or
-// a blank line logs a warning naming the file and the line, e.g.
-//   HumanHyperParamSetter: /logs/hyper.txt line 2: 'learning_rate: abc' is not 'name: value';
-//   keeping learning_rate = 0.1
-// and the param keeps its value (after any bad line, even one for another name: a half-written
-// file is never applied); so does a file that has no line for the param (a warning too).
+//   # comments and blank lines are skipped
+//   learning_rate: 1e-4
+//
+// Lines for other names are allowed (other setters read them); the last line for a name wins. A
+// missing file changes nothing, silently. In each of these cases the param keeps its value and a
+// warning names the file:
+// - a malformed line (not exactly one ':', an empty name, a value that is not a number); the
+//   warning names the first such line and counts the others, e.g.
+//     HumanHyperParamSetter: /logs/hyper.txt line 2: 'learning_rate: abc' is not 'name: value';
+//     keeping learning_rate = 0.1
+//   (after any bad line, even one for another name: a half-written file is never applied);
+// - a value outside the param's range (`learning_rate: nan`, `inf`, `0`, `-1`), naming the line
+//   and the range (`... line 1: learning_rate = -1.0 is outside its range (finite and > 0); ...`);
+// - no line for the param;
+// - a file larger than kMaxFileSize (64 KiB; the warning gives both sizes) or not a regular file
+//   (a FIFO, a directory), which is not read.
+// A line is quoted with non-printable bytes as `\xNN` and at most 80 characters. A warning is not
+// repeated while the file stays the same: an unchanged bad file logs once, not at every epoch.
 //
 // State (checkpoints): HyperParamSetter's; `last_value` is the value last read from the file, so
 // a resumed run that reads the same value logs no change (it reads the file in before_train, as
 // a fresh run does: a value edited while the run was down applies at once, and is logged as a
 // change from the value applied before).
 //
-// Differences from tensorpack: a warning per bad line with its number instead of one
-// `Cannot find <name> in <file>`; whitespace around the name is ignored; an absolute `file_name`
-// needs no logger directory; without a logger directory the constructor throws
-// std::invalid_argument (tensorpack fails on a None path).
+// Differences from tensorpack: a warning naming the bad line instead of one `Cannot find <name>
+// in <file>`; blank and `#` lines are skipped (tensorpack ignores the whole file for a blank
+// line); whitespace around the name is ignored; values outside the param's range are refused; a
+// size limit; an absolute `file_name` needs no logger directory; without a logger directory the
+// constructor throws std::invalid_argument (tensorpack fails on a None path).
 class HumanHyperParamSetter : public HyperParamSetter {
  public:
+  // The largest file that is read, in bytes.
+  static constexpr int64_t kMaxFileSize = 64 * 1024;
+
   explicit HumanHyperParamSetter(HyperParamRef param, std::string file_name = "hyper.txt");
   // The file that is read.
   const std::string& path() const { return path_; }
@@ -230,7 +274,12 @@ class HumanHyperParamSetter : public HyperParamSetter {
   std::optional<double> _get_value_to_set() override;
 
  private:
+  // Logs `message` unless the last warning was for the same `file_state` (the file's content, or
+  // its size and time for a file that is not read).
+  void warn_once(const std::string& file_state, const std::string& message);
+
   std::string path_;
+  std::optional<std::string> warned_state_;  // the file state of the last warning
 };
 
 struct ScheduledHyperParamSetterOptions {

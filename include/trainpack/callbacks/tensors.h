@@ -114,7 +114,8 @@ struct DumpTensorsOptions {
 // When: every hooked run (a ProcessTensors); the file is written in after_run, where global_step
 // already counts the step: a fresh run writes DumpTensor-1.npz, DumpTensor-2.npz, ... The keys
 // are the given names, in order; values keep their dtype and shape (moved to the CPU). Each file
-// is written with write_npz (temporary file, fsync, rename).
+// is written with write_npz (temporary file, fsync, rename). The file name holds no user string
+// (the names are keys inside the file, which may hold '/': `fc/W`).
 // chief_only: true.
 // Errors (std::invalid_argument at construction): as ProcessTensors; no `dir` and no logger
 // directory (call logger::set_logger_dir first, or set DumpTensorsOptions().dir); a name that
@@ -143,8 +144,9 @@ using DumpTensor = DumpTensors;
 
 struct DumpTensorAsImageOptions {
   using MapFn = std::function<at::Tensor(const at::Tensor&)>;
-  // File name prefix and monitor tag; unset means the tensor name. In the file name every '/'
-  // and '\' becomes '_', so a name never leaves the directory.
+  // File name prefix and monitor tag; unset means the tensor name. The file name takes it through
+  // safe_file_name_component (trainpack/utils/file_names.h): '/', '\' and control characters
+  // become '_', and so does a leading '.', so a name never leaves the directory or hides a file.
   TORCH_ARG(std::optional<std::string>, prefix);
   // Applied to the value before scaling (e.g. a transpose to HWC, or a slice).
   TORCH_ARG(MapFn, map_func);
@@ -173,8 +175,8 @@ struct DumpTensorAsImageOptions {
 // (grey, RGB, RGBA); [N, H, W] with another last dimension N grey images (tensorpack writes such
 // a value as one file: docs/tensorpack-differences.md #6); [N, H, W, C] with C in 1, 3, 4 N
 // images. Image k is written to `<dir>/<prefix>-ep<epoch:03d>-<k>.png` (k from 0, also for a
-// single image: `filters-ep003-0.png`; every `/` and `\` of the prefix becomes `_` in the file
-// name: `conv/W` gives `conv_W-ep001-0.png`), then `monitors().put_image(prefix, images)`
+// single image: `filters-ep003-0.png`; the prefix is made a safe file name component, see
+// `prefix`: `conv/W` gives `conv_W-ep001-0.png`), then `monitors().put_image(prefix, images)`
 // receives the same uint8 NHWC images (tags `prefix`, or `prefix/<k>` for several).
 // chief_only: true.
 // Errors: std::invalid_argument at construction for an empty tensor name or prefix, a scale

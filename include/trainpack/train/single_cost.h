@@ -18,7 +18,8 @@
 // setup_graph registers the input source's callbacks, then the trainer's own (all before the
 // step counter), moves the module to the trainer's device, builds the optimizer once, binds the
 // graph variable `learning_rate` to the learning rate of every parameter group (so
-// ScheduledHyperParamSetter("learning_rate", ...) changes what the optimizer uses), and adds the
+// ScheduledHyperParamSetter("learning_rate", ...) changes what the optimizer uses; its range is
+// finite and > 0, so a setter refuses a NaN, infinite, zero or negative rate), and adds the
 // module's trainable parameters to the graph (Graph::trainable_variables, used by CheckNumerics
 // and savers).
 //
