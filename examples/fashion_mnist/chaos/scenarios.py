@@ -157,10 +157,10 @@ def _need_root(what):
         raise Skip(f"SKIP: {what} needs root (mount); run the suite as root to include it")
 
 
-def _mount(case, args, target):
-    result = subprocess.run(["mount"] + args + [target], capture_output=True, text=True)
+def _mount(case, args, source, target):
+    result = subprocess.run(["mount"] + args + [source, target], capture_output=True, text=True)
     if result.returncode != 0:
-        raise Skip(f"SKIP: mount {' '.join(args)} {target} failed: {result.stderr.strip()}")
+        raise Skip(f"SKIP: mount {' '.join(args)} {source} {target} failed: {result.stderr.strip()}")
     case.on_cleanup(lambda: subprocess.run(["umount", target], check=True))
 
 
@@ -175,7 +175,7 @@ def disk_full(case):
     os.makedirs(mnt)
     # Room for one more checkpoint and its best copy at most, not for the four epochs to come.
     size = used + ckpt + ckpt // 2
-    _mount(case, ["-t", "tmpfs", "-o", f"size={size}"], mnt)
+    _mount(case, ["-t", "tmpfs", "-o", f"size={size}"], "tmpfs", mnt)
     d = case.job.copy_base(os.path.join(mnt, "log"))
     before = invariants.snapshot(d)
     run, status = case.run(d, _max_epoch(7), "disk-full")
@@ -197,7 +197,7 @@ def readonly_dir(case):
         # Root ignores permissions: a read-only bind mount of the directory on itself. Files the
         # job has open already (log.log, the event file) stay writable, as with chmod.
         try:
-            _mount(case, ["--bind"], d)
+            _mount(case, ["--bind"], d, d)
             subprocess.run(["mount", "-o", "remount,bind,ro", d], check=True,
                            capture_output=True)
         except (Skip, subprocess.CalledProcessError) as e:
@@ -391,43 +391,58 @@ def tmp_symlink(case):
     invariants.check(case, before, run, status, max_epoch=5)
 
 
-def _special(case, name, make, timeout=45, **kw):
+def _special(case, name, make, timeout=30, **kw):
     d = case.base_copy()
-    make(os.path.join(d, name))
+    p = os.path.join(d, name)
+    if os.path.lexists(p):
+        os.remove(p)
+    make(p)
     before = invariants.snapshot(d)
     run, status = case.run(d, _max_epoch(5), "special", timeout=timeout, **kw)
+    if run.timed_out:
+        acted = "ended it" if status in (143, -signal.SIGTERM) else "was not acted on (SIGKILL)"
+        case.note(f"hung on {name}; SIGTERM {acted}")
     invariants.check(case, before, run, status, max_epoch=5)
     return run, status
 
 
-def fifo_checkpoint(case):
-    """A FIFO named model-16.data: skipped as no checkpoint; the run resumes model-12, ends OK."""
-    run, status = _special(case, "model-16.data", os.mkfifo)
+def _expect_fallback(case, run, status):
     case.expect_status("special", status, 0)
+    if "/model-8." not in run.output():
+        case.fail("the run did not fall back to model-8")
+
+
+def fifo_checkpoint(case):
+    """The newest checkpoint model-12.data a FIFO: skipped, the run resumes model-8, ends OK."""
+    _expect_fallback(case, *_special(case, "model-12.data", os.mkfifo))
+
+
+def fifo_index(case):
+    """The `checkpoint` index a FIFO: the job must not hang; its exit code tells the truth."""
+    _special(case, "checkpoint", os.mkfifo)
 
 
 def fifo_stats(case):
-    """A FIFO named stats.json: the job must not hang; its exit code must tell the truth."""
-    _special(case, "stats.json", lambda p: (os.remove(p), os.mkfifo(p)))
+    """stats.json a FIFO: the job must not hang; its exit code tells the truth."""
+    _special(case, "stats.json", os.mkfifo)
 
 
 def _limit_memory():
-    # The job reading /dev/zero must not take the machine's memory: 6 GiB of address space
-    # (the job needs well under 2 GiB).
+    # A job reading /dev/zero to the end must not take the machine's memory: 6 GiB of address
+    # space (the job needs well under 2 GiB).
     resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
 
 
 def dev_zero_checkpoint(case):
-    """model-16.data linked to /dev/zero: skipped as no checkpoint, the run ends OK."""
-    run, status = _special(case, "model-16.data", lambda p: os.symlink("/dev/zero", p),
-                           preexec_fn=_limit_memory)
-    case.expect_status("special", status, 0)
+    """model-12.data a link to /dev/zero: skipped, the run resumes model-8, ends OK."""
+    _expect_fallback(case, *_special(case, "model-12.data", lambda p: os.symlink("/dev/zero", p),
+                                     preexec_fn=_limit_memory))
 
 
 ALL = {f.__name__: f for f in (
     sigterm, sigkill, disk_full, readonly_dir, two_runs, two_runs_no_resume, corrupt_truncate,
     corrupt_bitflip, all_corrupt, foreign_checkpoint, hyper_nan, hyper_inf, hyper_negative,
-    hyper_garbage, tmp_symlink, fifo_checkpoint, fifo_stats, dev_zero_checkpoint)}
+    hyper_garbage, tmp_symlink, fifo_checkpoint, fifo_index, fifo_stats, dev_zero_checkpoint)}
 # Those whose moment or damage is drawn at random: --trials N runs them N times.
 RANDOMISED = {"sigterm", "sigkill", "corrupt_truncate", "corrupt_bitflip", "all_corrupt",
               "hyper_garbage"}
