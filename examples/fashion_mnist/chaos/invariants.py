@@ -130,6 +130,14 @@ def check(case, before, run, status, max_epoch=None):
         case.fail(problem)
     if entries is None and before.stats_existed:
         case.fail("stats.json was there before the run and is gone")
+    for name in sorted(os.listdir(d)):
+        if name.startswith("stats.json.") and not name.endswith(".tmp"):
+            # A backup of stats.json (before a resume): never an empty or broken copy.
+            try:
+                with open(os.path.join(d, name), "rb") as f:
+                    json.load(f)
+            except (OSError, ValueError, UnicodeDecodeError) as e:
+                case.fail(f"{name}, a copy of stats.json, is not valid JSON: {e}")
 
     if status != 0 or run is None:
         return
