@@ -1,0 +1,108 @@
+"""Starting the main job and watching it: the issue's small flags, a finished base run that each
+scenario copies, waiting for a line of its output, signals, time limits."""
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+# A few hundred images, 4 steps per epoch, one thread: a run takes seconds, mostly reading the
+# dataset. --max-val-error 1: the verdict never depends on what the model learned.
+SMALL_FLAGS = ["--train-limit", "512", "--val-limit", "256", "--steps-per-epoch", "4",
+               "--batch-size", "32", "--threads", "1", "--max-val-error", "1"]
+STEPS_PER_EPOCH = 4
+BASE_EPOCHS = 3
+# A bound for a run that hangs (a FIFO, a lock never released); a run takes a few seconds.
+RUN_TIMEOUT = 120
+
+
+class Run:
+    """A started job: its process, its output file (stdout and stderr), its flags."""
+
+    def __init__(self, job, logdir, flags, out, extra_env=None, preexec_fn=None):
+        self.logdir = logdir
+        self.flags = flags
+        self.out = out
+        self.started = time.monotonic()
+        env = dict(os.environ)
+        env.update(extra_env or {})
+        with open(out, "wb") as f:
+            self.proc = subprocess.Popen(
+                [job.binary, "--logdir", logdir] + SMALL_FLAGS + flags, stdout=f,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                start_new_session=True, preexec_fn=preexec_fn)
+        self.pid = self.proc.pid
+        self.timed_out = False
+
+    def output(self):
+        try:
+            with open(self.out, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def running(self):
+        return self.proc.poll() is None
+
+    def wait_for(self, text, timeout=RUN_TIMEOUT, count=1):
+        """Waits until the output holds `text` `count` times; False when the job ended first or
+        the time ran out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.output().count(text) >= count:
+                return True
+            if not self.running():
+                return self.output().count(text) >= count
+            time.sleep(0.005)
+        return False
+
+    def signal(self, sig):
+        try:
+            os.kill(self.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def wait(self, timeout=RUN_TIMEOUT):
+        """The exit status (negative: killed by that signal). On a timeout: SIGTERM, 5 seconds,
+        then SIGKILL of its process group; timed_out says so."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.timed_out = True
+            self.signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(self.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                return self.proc.wait()
+
+
+class Job:
+    def __init__(self, binary, workdir):
+        self.binary = binary
+        self.workdir = workdir
+        self._base = None
+
+    def start(self, logdir, flags, out, **kw):
+        return Run(self, logdir, flags, out, **kw)
+
+    def base(self):
+        """A finished run of BASE_EPOCHS epochs (model-4, -8, -12, the best copy, stats.json),
+        made once; scenarios copy it."""
+        if self._base is None:
+            path = os.path.join(self.workdir, "base")
+            run = self.start(path, ["--max-epoch", str(BASE_EPOCHS)], path + ".out")
+            status = run.wait()
+            if status != 0:
+                raise RuntimeError(f"the base run exited with {status}:\n{run.output()}")
+            self._base = path
+        return self._base
+
+    def copy_base(self, dst):
+        shutil.copytree(self.base(), dst, symlinks=True)
+        # The base run's log.log would be renamed aside by the next run; keep copies small.
+        return dst
