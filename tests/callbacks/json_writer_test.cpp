@@ -376,7 +376,8 @@ TEST_F(JSONWriterTest, ABackupThatCannotBeWrittenLeavesNoBackupAndTheFileAsItWas
   LogCapture log;
   {
     testing::FileSizeLimit limit(16);
-    train(1, 2, 2);
+    // Training goes on without statistics, and the run ends failed: they were not written.
+    EXPECT_THROW(train(1, 2, 2), WriteFailedError);
   }
   EXPECT_EQ(backups(dir(), "stats.json.truncated-"), std::vector<fs::path>{});
   EXPECT_EQ(testing::temporary_files(dir()), std::vector<std::string>{});
