@@ -51,6 +51,13 @@ def checkpoints(d):
     return {n: inspect(os.path.join(d, n)) for n in sorted(names) if CHECKPOINT.match(n)}
 
 
+def _is_regular(path):
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def file_digests(d):
     """name -> sha256 (or a description of a special file) of everything in the directory."""
     import hashlib
@@ -132,7 +139,11 @@ def check(case, before, run, status, max_epoch=None):
         case.fail("stats.json was there before the run and is gone")
     for name in sorted(os.listdir(d)):
         if name.startswith("stats.json.") and not name.endswith(".tmp"):
-            # A backup of stats.json (before a resume): never an empty or broken copy.
+            # A backup of stats.json (before a resume): never an empty or broken copy. A special
+            # file moved aside (a FIFO that stood as stats.json) is what it was; opening it would
+            # block.
+            if not _is_regular(os.path.join(d, name)):
+                continue
             try:
                 with open(os.path.join(d, name), "rb") as f:
                     json.load(f)
@@ -157,8 +168,11 @@ def check(case, before, run, status, max_epoch=None):
         if info is None or not info.valid:
             case.fail(f"exit status 0, but the checkpoint of epoch {epoch}, {name}, is "
                       f"{'missing' if info is None else 'invalid: ' + info.why}")
+    index = os.path.join(d, "checkpoint")
     try:
-        with open(os.path.join(d, "checkpoint"), encoding="utf-8", errors="replace") as f:
+        if not _is_regular(index):
+            raise OSError(0, "not a regular file")
+        with open(index, encoding="utf-8", errors="replace") as f:
             first_line = f.readline().strip()
     except OSError as e:
         first_line = f"<{e.strerror}>"
