@@ -21,6 +21,7 @@
 
 #include "support/errors.h"
 #include "support/files.h"
+#include "support/stat_putter.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/saver.h"
 #include "trainpack/callbacks/trigger.h"
@@ -99,16 +100,7 @@ std::shared_ptr<ActionCallback> lister(const fs::path& dir, std::vector<std::str
   return cb;
 }
 
-// Puts `stat` at the end of the epochs listed, with the value given for the epoch.
-std::shared_ptr<ActionCallback> stat_putter(const std::string& stat,
-                                            std::map<int64_t, double> values) {
-  auto cb = std::make_shared<ActionCallback>();
-  cb->trigger_fn = [stat, values](ActionCallback& self) {
-    auto it = values.find(self.epoch_num());
-    if (it != values.end()) self.trainer().monitors().put_scalar(stat, it->second);
-  };
-  return cb;
-}
+using testing::stat_putter;
 
 // A clock the test moves: `*now` seconds since the epoch.
 std::function<double()> clock_of(std::shared_ptr<double> now) {

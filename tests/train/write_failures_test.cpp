@@ -17,6 +17,7 @@
 
 #include "support/errors.h"
 #include "support/files.h"
+#include "support/stat_putter.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/saver.h"
 #include "trainpack/exceptions.h"
@@ -64,16 +65,7 @@ std::shared_ptr<ActionCallback> size_limiter(std::unique_ptr<FileSizeLimit>* lim
   return cb;
 }
 
-// Puts `stat` at the end of the epochs listed.
-std::shared_ptr<ActionCallback> stat_putter(const std::string& stat,
-                                            std::map<int64_t, double> values) {
-  auto cb = std::make_shared<ActionCallback>();
-  cb->trigger_fn = [stat, values](ActionCallback& self) {
-    auto it = values.find(self.epoch_num());
-    if (it != values.end()) self.trainer().monitors().put_scalar(stat, it->second);
-  };
-  return cb;
-}
+using testing::stat_putter;
 
 class WriteFailuresTest : public testing::TempDirTest {
  protected:
