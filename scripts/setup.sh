@@ -25,7 +25,7 @@ cd "$ROOT"
 # (TRAINPACK_TENSORBOARD_READER in tests/CMakeLists.txt; skipped when that script is absent).
 PACKAGES=(
   cmake g++ make
-  libtorch-dev libopenblas0-pthread
+  libtorch-dev libopenblas0-pthread libgloo-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libfmt-dev libpng-dev zlib1g-dev libcli11-dev
   libprotobuf-dev protobuf-compiler

@@ -8,7 +8,9 @@
 
 // The loop: trainers, towers, the training state, ModelDesc and TrainConfig
 #include "trainpack/train/config.h"
+#include "trainpack/train/data_parallel.h"
 #include "trainpack/train/defaults.h"
+#include "trainpack/train/distributed.h"
 #include "trainpack/train/optimizer_state.h"
 #include "trainpack/train/resume_point.h"
 #include "trainpack/train/single_cost.h"

@@ -121,6 +121,7 @@ ProxyCallback::ProxyCallback(CallbackPtr callback, const char* class_name)
     : callback_(std::move(callback)) {
   if (!callback_) throw std::invalid_argument(std::string(class_name) + ": callback is null");
   set_chief_only(callback_->chief_only());
+  set_runs_on_every_rank(callback_->runs_on_every_rank());
 }
 
 CallbackPtr detail::unowned_plain_callback() {

@@ -175,6 +175,14 @@ std::string not_driven_message(const std::string& source, const char* what) {
 
 InputSource::~InputSource() = default;
 
+InputPosition InputSource::consumed() const { return InputPosition{}; }
+
+void InputSource::resume_at(InputPosition /*point*/) {
+  throw std::logic_error(fmt::format(
+      "{} cannot start at a position in its data (resume_at); use FeedInput or QueueInput",
+      name()));
+}
+
 std::vector<CallbackPtr> InputSource::setup(const InputSignature& signature, c10::Device device) {
   if (setup_done_) {
     throw std::logic_error(

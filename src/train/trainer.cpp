@@ -1,5 +1,6 @@
 #include "trainpack/train/trainer.h"
 
+#include <ATen/ATen.h>
 #include <fmt/format.h>
 
 #include <chrono>
@@ -59,7 +60,8 @@ bool Trainer::register_callback(CallbackPtr callback) {
     throw std::logic_error(fmt::format(
         "Cannot register more callbacks after trainer was setup! ({})", callback->name()));
   }
-  if (!is_chief_ && callback->chief_only()) {
+  const bool in_group = process_group_ && process_group_->distributed();
+  if (!is_chief_ && callback->chief_only() && !(in_group && callback->runs_on_every_rank())) {
     TP_LOG_WARN("Callback {} is chief-only, skipped.", callback->name());
     return false;
   }
@@ -95,8 +97,16 @@ void Trainer::setup_callbacks(const std::vector<CallbackPtr>& callbacks,
   register_callback(std::make_shared<MaintainStepCounter>());
   for (const auto& cb : callbacks) register_callback(cb);
   std::vector<MonitorPtr> kept;
-  for (const auto& m : monitors) {
-    if (register_callback(m)) kept.push_back(m);
+  if (!is_chief_ && process_group_ && process_group_->distributed()) {
+    // The monitors' files and lines are the chief's; the other ranks' Monitors receive nothing.
+    if (!monitors.empty()) {
+      TP_LOG_INFO("Rank {} is not the chief: its {} monitor(s) are skipped.", rank(),
+                  monitors.size());
+    }
+  } else {
+    for (const auto& m : monitors) {
+      if (register_callback(m)) kept.push_back(m);
+    }
   }
   monitors_ = std::make_shared<Monitors>(kept);
   register_callback(monitors_);
@@ -135,6 +145,89 @@ void Trainer::initialize(std::shared_ptr<SessionInit> session_init) {
   }
   graph_.finalize();
   TP_LOG_INFO("Graph Finalized.");
+  _after_initialize();
+}
+
+void Trainer::set_process_group(ProcessGroupPtr group) {
+  if (setup_callbacks_called_) {
+    throw std::logic_error("Trainer::set_process_group must be called before setup_callbacks");
+  }
+  if (!group) throw std::invalid_argument("Trainer::set_process_group: the group is null");
+  process_group_ = std::move(group);
+  is_chief_ = process_group_->is_chief();
+  vote_ = {at::zeros({process_group_->world_size()}, at::kLong)};
+}
+
+int64_t Trainer::rank() const { return process_group_ ? process_group_->rank() : 0; }
+int64_t Trainer::world_size() const { return process_group_ ? process_group_->world_size() : 1; }
+
+template <typename Fn>
+void Trainer::run_stoppable(Fn&& hooks) {
+  if (!process_group_ || !process_group_->distributed()) {
+    hooks();
+    return;
+  }
+  try {
+    hooks();
+  } catch (const StopTraining& e) {
+    if (!held_stop_) {
+      held_stop_ = e;
+      TP_LOG_INFO("Rank {}: {}; every rank stops at the next step boundary.", rank(),
+                  e.what()[0] ? e.what() : "StopTraining");
+    }
+  }
+}
+
+// Codes of the vote: what each rank wants at a boundary. Signals are kVoteSignal + number.
+namespace {
+constexpr int64_t kVoteGoOn = 0;
+constexpr int64_t kVoteRequest = 1;  // request_stop()
+constexpr int64_t kVoteHeld = 2;     // a callback's StopTraining, held
+constexpr int64_t kVoteSignal = 100;
+}  // namespace
+
+bool Trainer::vote_to_stop(int local_signal, bool epoch_end) {
+  const int64_t mine = local_signal != 0 ? kVoteSignal + local_signal
+                       : held_stop_      ? kVoteHeld
+                       : stop_requested_ ? kVoteRequest
+                                         : kVoteGoOn;
+  at::Tensor& votes = vote_.front();
+  votes.zero_();
+  votes.data_ptr<int64_t>()[rank()] = mine;
+  process_group_->all_reduce_sum(vote_);
+  const int64_t* v = votes.data_ptr<int64_t>();
+  const int64_t n = world_size();
+  // After an epoch's last step only held StopTrainings stop (as a StopTraining in trigger_step of
+  // the last step skips the epoch's end in one process); signals and requests stop at the next
+  // epoch's start, as in one process.
+  if (held_stop_) throw StopTraining(*held_stop_);
+  for (int64_t r = 0; r < n; ++r) {
+    if (v[r] == kVoteHeld) {
+      throw StopTraining(fmt::format("rank {} stopped training (its log says why)", r));
+    }
+  }
+  if (epoch_end) return false;
+  if (local_signal != 0) {
+    received_signal_ = local_signal;
+    throw StopTraining(local_signal == SIGINT ? std::string("SIGINT (Ctrl-C)")
+                                              : stop_signal_name(local_signal));
+  }
+  for (int64_t r = 0; r < n; ++r) {
+    if (v[r] >= kVoteSignal) {
+      // Stopped by a signal that another rank received: it is this rank's stop by a signal too
+      // (the chief saves a checkpoint of the stop step, the program exits as signalled).
+      received_signal_ = static_cast<int>(v[r] - kVoteSignal);
+      throw StopTraining(fmt::format("rank {} received {}", r, stop_signal_name(received_signal_)));
+    }
+  }
+  for (int64_t r = 0; r < n; ++r) {
+    if (v[r] == kVoteRequest) {
+      if (!stop_requested_) TP_LOG_INFO("Rank {} requested a stop; every rank stops now.", r);
+      stop_requested_ = true;
+      return true;
+    }
+  }
+  return false;
 }
 
 ResumePoint Trainer::resume_point() const {
@@ -171,6 +264,9 @@ void Trainer::set_starting_global_step(int64_t step) {
 }
 
 bool Trainer::should_stop() {
+  if (process_group_ && process_group_->distributed()) {
+    return vote_to_stop(detail::pending_signal(), /*epoch_end=*/false);
+  }
   if (int sig = detail::pending_signal()) {  // reported even when a stop was also requested
     received_signal_ = sig;
     throw StopTraining(sig == SIGINT ? std::string("SIGINT (Ctrl-C)") : stop_signal_name(sig));
@@ -192,12 +288,16 @@ void Trainer::main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t
 
   detail::SignalHandlerScope signals(handle_signals_);
   try {
-    callbacks_->before_train();
-    if (run_epochs(start)) TP_LOG_INFO("Training has finished!");
+    check_same_loop_on_every_rank(steps_per_epoch, max_epoch);
+    run_stoppable([&] { callbacks_->before_train(); });
+    const bool finished = run_epochs(start);
+    if (finished && held_stop_) throw StopTraining(*held_stop_);  // held in the last epoch's end
+    if (finished) TP_LOG_INFO("Training has finished!");
   } catch (const StopTraining& e) {
     log_stop(e);
   } catch (...) {
     TP_LOG_ERROR("Training failed at global_step={}", global_step_);
+    report_failure_to_group();
     callbacks_->after_train();
     if (write_failure_count_ > 0) TP_LOG_ERROR("Besides: {}", write_failure_summary());
     throw;
@@ -317,7 +417,7 @@ bool Trainer::run_epoch(int64_t epoch, int64_t first_step) {
   epoch_num_ = epoch;
   local_step_ = -1;  // until the epoch's first step runs (docs/tensorpack-differences.md #1)
   TP_LOG_INFO("Start Epoch {} ...", epoch);
-  callbacks_->before_epoch();
+  run_stoppable([&] { callbacks_->before_epoch(); });
   const auto start = std::chrono::steady_clock::now();
   for (int64_t step = first_step; step < steps_per_epoch; ++step) {
     if (should_stop()) return false;
@@ -325,14 +425,48 @@ bool Trainer::run_epoch(int64_t epoch, int64_t first_step) {
     run_step();
     next_ = step + 1 < steps_per_epoch ? ResumePoint{epoch, step + 1, global_step_}
                                        : ResumePoint{epoch + 1, 0, global_step_};
-    callbacks_->trigger_step();
+    run_stoppable([&] { callbacks_->trigger_step(); });
   }
-  callbacks_->after_epoch();
+  if (process_group_ && process_group_->distributed() && steps_per_epoch > first_step) {
+    vote_to_stop(0, /*epoch_end=*/true);  // a StopTraining held in the last trigger_step
+  }
+  run_stoppable([&] { callbacks_->after_epoch(); });
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
   TP_LOG_INFO("Epoch {} (global_step {}) finished, time:{}.", epoch, global_step_,
               humanize_time_delta(took.count()));
-  callbacks_->trigger_epoch();
+  run_stoppable([&] { callbacks_->trigger_epoch(); });
   return true;
+}
+
+void Trainer::check_same_loop_on_every_rank(int64_t steps_per_epoch, int64_t max_epoch) {
+  if (!process_group_ || !process_group_->distributed()) return;
+  // Every rank must run the same steps, or their collectives pair up wrongly and hang.
+  std::vector<at::Tensor> mine{
+      at::tensor({steps_per_epoch, max_epoch, -steps_per_epoch, -max_epoch}, at::kLong)};
+  process_group_->all_reduce_max(mine);
+  const int64_t* v = mine.front().data_ptr<int64_t>();
+  if (v[0] != -v[2] || v[1] != -v[3]) {
+    throw std::invalid_argument(fmt::format(
+        "the ranks were given different loops: steps_per_epoch from {} to {}, max_epoch from {} "
+        "to {} (rank {} has {} and {}); every rank must run the same steps_per_epoch and "
+        "max_epoch",
+        -v[2], v[0], -v[3], v[1], rank(), steps_per_epoch, max_epoch));
+  }
+}
+
+void Trainer::report_failure_to_group() noexcept {
+  if (!process_group_ || !process_group_->distributed()) return;
+  try {
+    throw;
+  } catch (const DistributedError& e) {
+    // Another rank's failure: torchrun's error file gets it, the group's record stays the
+    // failed rank's own.
+    process_group_->report_failure(e.what(), /*own_failure=*/false);
+  } catch (const std::exception& e) {
+    process_group_->report_failure(e.what());
+  } catch (...) {
+    process_group_->report_failure("an exception that is not a std::exception");
+  }
 }
 
 void Trainer::log_stop(const StopTraining& e) const {

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -40,8 +41,9 @@ struct State {
   std::map<int, Sink> sinks;
   int next_sink_id = 0;
   std::optional<std::string> logger_dir;
-  FilePtr log_file;  // <logger_dir>/log.log, open while logger_dir is set
-  int lock_fd = -1;  // <logger_dir>/.trainpack.lock, flock-ed while logger_dir is set
+  FilePtr log_file;            // <logger_dir>/log.log, open while logger_dir is set
+  std::string message_prefix;  // set_message_prefix
+  int lock_fd = -1;            // <logger_dir>/.trainpack.lock, flock-ed while logger_dir is set
 };
 
 State& state() {
@@ -312,10 +314,43 @@ void check_movable(const std::string& dir, char action) {
   }
 }
 
+// This process's rank when it is one of several training together (torchrun's RANK with
+// WORLD_SIZE > 1, or srun's SLURM_PROCID with SLURM_NTASKS > 1); 0 otherwise or when unreadable.
+int rank_in_a_group() {
+  auto number = [](const char* name) -> long {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return -1;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    return *end == '\0' ? n : -1;
+  };
+  if (std::getenv("WORLD_SIZE") != nullptr || std::getenv("RANK") != nullptr) {
+    return number("WORLD_SIZE") > 1 && number("RANK") > 0 ? static_cast<int>(number("RANK")) : 0;
+  }
+  return number("SLURM_NTASKS") > 1 && number("SLURM_PROCID") > 0
+             ? static_cast<int>(number("SLURM_PROCID"))
+             : 0;
+}
+
 }  // namespace
 
-void log(Level lvl, const char* file, int line, std::string_view message) {
+void set_message_prefix(std::string prefix) {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  state().message_prefix = std::move(prefix);
+}
+
+void log(Level lvl, const char* file, int line, std::string_view message_text) {
   if (static_cast<int>(lvl) < g_level.load(std::memory_order_relaxed)) return;
+  std::string prefixed;
+  std::string_view message = message_text;
+  {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    if (!state().message_prefix.empty()) {
+      prefixed = state().message_prefix;
+      prefixed += message_text;
+      message = prefixed;
+    }
+  }
   std::string prefix = fmt::format("[{} @{}:{}]", timestamp(), base_name(file), line);
   const char* tag = "";
   const char* tag_colour = "";
@@ -379,6 +414,13 @@ void set_logger_dir(const std::string& dir, std::optional<char> action) {
     throw std::invalid_argument("logger::set_logger_dir: the directory name is empty");
   if (action) action = parse_action(*action);
   std::string d = normalise(dir);
+  if (const int rank = rank_in_a_group(); rank > 0) {
+    // Data-parallel training: the directory is the chief's (rank 0): it locks it, acts on it and
+    // writes log.log there; another rank only remembers the name.
+    std::lock_guard<std::mutex> lock(state().mutex);
+    state().logger_dir = d;
+    return;
+  }
 
   // Decide first; nothing changes until the action is known and is not 'q'.
   const bool non_empty = has_visible_entry(d);

@@ -101,6 +101,12 @@ class Callback : public std::enable_shared_from_this<Callback> {
     return weak_from_this().lock();
   }
 
+  // Under data-parallel training (docs/distributed.md): whether a chief-only callback still runs
+  // on every rank, because it takes part in collectives and only its results are the chief's
+  // (InferenceRunner shards the validation set over the ranks; the summary callbacks average the
+  // training scalars over them). Default: false. Without a process group it changes nothing.
+  bool runs_on_every_rank() const { return runs_on_every_rank_; }
+
   // What logs print for this callback: the class name (tensorpack's `__str__`).
   virtual std::string name() const;
 
@@ -146,6 +152,9 @@ class Callback : public std::enable_shared_from_this<Callback> {
   virtual void _trigger() {}
   virtual void _after_train() {}
 
+  // See runs_on_every_rank(); a callback that cooperates across ranks sets it in its constructor.
+  void set_runs_on_every_rank(bool v = true) { runs_on_every_rank_ = v; }
+
   // Monitors set this to false: their setup_graph enters no name scope.
   bool enter_name_scope_ = true;
 
@@ -158,6 +167,7 @@ class Callback : public std::enable_shared_from_this<Callback> {
 
   Trainer* trainer_ = nullptr;
   bool chief_only_ = true;
+  bool runs_on_every_rank_ = false;
   std::string name_scope_;
 };
 
@@ -170,10 +180,11 @@ CallbackPtr unowned_plain_callback();
 
 // A callback that forwards every hook to another one. Base of the wrappers (PeriodicTrigger,
 // EnableCallbackIf, ...) and of your own (override the hooks to change, call the base for the
-// others). The inner callback's chief_only flag is copied at construction (later changes to it are
-// not seen). The inner callback's setup_graph enters its own name scope from the graph's root, as
-// if it were registered directly (its ops are `<InnerClass>/<op>`). name(): `Proxy-<inner name>`.
-// A null callback is std::invalid_argument `ProxyCallback: callback is null`.
+// others). The inner callback's chief_only and runs_on_every_rank flags are copied at construction
+// (later changes to it are not seen). The inner callback's setup_graph enters its own name scope
+// from the graph's root, as if it were registered directly (its ops are `<InnerClass>/<op>`).
+// name(): `Proxy-<inner name>`. A null callback is std::invalid_argument `ProxyCallback: callback
+// is null`.
 class ProxyCallback : public Callback {
  public:
   explicit ProxyCallback(CallbackPtr callback)

@@ -60,6 +60,13 @@
 
 namespace trainpack {
 
+// Where training stands in the data: the dataflow pass of the last batch next_batch() returned
+// and the number of batches of that pass returned so far; (0, 0) before the first batch.
+struct InputPosition {
+  int64_t pass = 0;
+  int64_t position = 0;
+};
+
 // The base of the input sources: the call-once setup, the checks and the staging around the
 // subclass's `_setup` (its callbacks) and `_next_batch` (the next host batch).
 //   auto callbacks = source->setup(signature, c10::Device(c10::kCPU));
@@ -92,6 +99,13 @@ class InputSource {
   const InputSignature& signature() const { return signature_; }
   c10::Device device() const { return device_; }
 
+  // Where training stands in the data (see "Exact resume" above), and how to start elsewhere:
+  // FeedInput and QueueInput implement both; by default consumed() is (0, 0) and resume_at
+  // throws std::logic_error naming the source. A data-parallel trainer uses them to give every
+  // rank the chief's restored position.
+  virtual InputPosition consumed() const;
+  virtual void resume_at(InputPosition point);
+
  protected:
   // The subclass's callbacks (reset the dataflow, start/stop threads, ...).
   virtual std::vector<CallbackPtr> _setup() = 0;
@@ -110,13 +124,6 @@ class InputSource {
 };
 
 using InputSourcePtr = std::shared_ptr<InputSource>;
-
-// Where training stands in the data: the dataflow pass of the last batch next_batch() returned
-// and the number of batches of that pass returned so far; (0, 0) before the first batch.
-struct InputPosition {
-  int64_t pass = 0;
-  int64_t position = 0;
-};
 
 // Pulls each batch from the dataflow on the training thread (tensorpack's FeedInput). The
 // simplest source: no thread, no queue; the dataflow's time adds to each step's. Use it when the
@@ -138,12 +145,12 @@ class FeedInput : public InputSource {
 
   // The batches next_batch() has returned: (0, 0) before the first one (or the point given to
   // resume_at, until the next batch).
-  InputPosition consumed() const { return consumed_; }
+  InputPosition consumed() const override { return consumed_; }
   // Makes the first next_batch() begin pass `point.pass` and seek to `point.position` (checked
   // now, done then, after before_train's reset_state). Throws std::invalid_argument for a
   // negative pass or position, a position past the pass's size, or a dataflow that cannot seek
   // (naming it); std::logic_error after the first batch.
-  void resume_at(InputPosition point);
+  void resume_at(InputPosition point) override;
 
  protected:
   std::vector<CallbackPtr> _setup() override;
@@ -216,11 +223,11 @@ class QueueInput : public InputSource {
 
   // The batches next_batch() has returned (not those prefetched): (0, 0) before the first one (or
   // the point given to resume_at, until the next batch).
-  InputPosition consumed() const;
+  InputPosition consumed() const override;
   // Makes start() begin pass `point.pass` and seek to `point.position` before the thread starts.
   // Throws std::invalid_argument for a negative pass or position, a position past the pass's
   // size, or a dataflow that cannot seek (naming it); std::logic_error once start() was called.
-  void resume_at(InputPosition point);
+  void resume_at(InputPosition point) override;
 
  protected:
   std::vector<CallbackPtr> _setup() override;

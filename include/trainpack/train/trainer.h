@@ -39,6 +39,17 @@
 // signal still ends so (received_signal() stays set); an error that ended training wins, with the
 // failures logged.
 //
+// Data-parallel training (a trainer with a process group of more than one rank, such as
+// DataParallelTrainer; docs/distributed.md): the ranks decide together, at every step boundary,
+// whether to stop, so that all stop at the same boundary: a signal or request_stop() on any rank
+// stops every rank there. A StopTraining thrown by a callback outside the step (before_train,
+// before_epoch, trigger_step, after_epoch, trigger_epoch) on one rank is held until that boundary;
+// one thrown inside the step (run_step, before_run, after_run) must be thrown on every rank (an
+// exhausted input of equal shards is). When training fails on a rank, the rank reports it to the
+// group (ProcessGroup::report_failure) before its after_train, so that the others, whose next
+// collective fails, name it. On a rank other than the chief, chief-only callbacks are skipped
+// (unless Callback::runs_on_every_rank()) and so are the monitors: files and logs are the chief's.
+//
 // Differences from tensorpack (numbers of docs/tensorpack-differences.md): local_step is -1 from
 // before_epoch until the first step of each epoch (#1); a stop requested during an epoch's last
 // step does not start the next epoch (#14); signals stop training cleanly instead of raising
@@ -54,6 +65,8 @@
 #include <torch/arg.h>
 
 #include "trainpack/utils/arg.h"
+
+#include "trainpack/train/distributed.h"
 
 #include "trainpack/callbacks/base.h"
 #include "trainpack/callbacks/group.h"
@@ -177,6 +190,12 @@ class Trainer {
   bool is_chief() const { return is_chief_; }
   void set_is_chief(bool chief) { is_chief_ = chief; }
 
+  // The group of processes training together (see the top of this file), or null when this
+  // trainer trains alone. rank() is 0 and world_size() 1 without one.
+  const ProcessGroupPtr& process_group() const { return process_group_; }
+  int64_t rank() const;
+  int64_t world_size() const;
+
   // Asks the loop to stop at the next step (or epoch) boundary.
   void request_stop() { stop_requested_ = true; }
   bool stop_requested() const { return stop_requested_; }
@@ -213,6 +232,11 @@ class Trainer {
   void set_train_op(StepFn op) { train_op_ = std::move(op); }
   // Sets the step counter (when restoring a checkpoint, before training starts).
   void set_global_step(int64_t step) { global_step_ = step; }
+  // Makes this trainer a member of `group` (before setup_callbacks): the chief is rank 0.
+  void set_process_group(ProcessGroupPtr group);
+  // Called at the end of initialize(), after the SessionInit ran and the graph was finalized: a
+  // data-parallel trainer brings every rank to the chief's state here. Default: nothing.
+  virtual void _after_initialize() {}
   // Throws std::logic_error("Method <Class>.<method> can only be called once per object!") on
   // a second call with the same flag.
   void call_once(bool& flag, const char* method) const;
@@ -222,8 +246,21 @@ class Trainer {
 
   void begin_hooked_run();
   void end_hooked_run();
-  // True when the loop must stop now; throws StopTraining when a signal arrived.
+  // True when the loop must stop now; throws StopTraining when a signal arrived. With a process
+  // group, every rank takes part and all get the same answer (see the top of this file).
   bool should_stop();
+  // The ranks' vote at a step boundary: throws StopTraining when any rank must stop by a signal or
+  // a held StopTraining, returns true when any rank requested a stop.
+  // After an epoch's last step (`epoch_end`) only held StopTrainings stop.
+  bool vote_to_stop(int local_signal, bool epoch_end);
+  // Throws std::invalid_argument when the ranks were given different loops.
+  void check_same_loop_on_every_rank(int64_t steps_per_epoch, int64_t max_epoch);
+  // Inside a catch block: tells the group that this rank fails with the current exception.
+  void report_failure_to_group() noexcept;
+  // Runs `hooks` (callbacks outside the step); with a process group, a StopTraining it throws is
+  // held until the next boundary's vote instead of ending this rank alone.
+  template <typename Fn>
+  void run_stoppable(Fn&& hooks);
 
   // ---- main_loop, step by step ----
   // Throws std::invalid_argument / std::logic_error for arguments main_loop cannot run with.
@@ -270,6 +307,9 @@ class Trainer {
   bool any_ops_ = false;
 
   StepFn train_op_;
+  ProcessGroupPtr process_group_;
+  std::optional<StopTraining> held_stop_;  // a callback's StopTraining, held until the vote
+  std::vector<at::Tensor> vote_;           // the vote's buffer: one int64 per rank
   bool is_chief_ = true;
   bool stop_requested_ = false;
   bool handle_signals_ = true;

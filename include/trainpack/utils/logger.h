@@ -40,6 +40,10 @@ enum class Level { kDebug = 10, kInfo = 20, kWarning = 30, kError = 40 };
 // to stdout and, when a logger directory is set, to its log.log.
 void log(Level level, const char* file, int line, std::string_view message);
 
+// Text put before every message (after the `[time @file:line]` part and the level tag), e.g.
+// "rank 1: " on the ranks other than the chief in data-parallel training. Default: none.
+void set_message_prefix(std::string prefix);
+
 // Lines below `level` are dropped. Default: kInfo.
 void set_level(Level level);
 Level level();
@@ -54,7 +58,10 @@ void remove_sink(int id);
 // The logger directory (normalised: `a//b/` is `a/b`), or nullopt when none was set.
 std::optional<std::string> get_logger_dir();
 
-// Makes `dir` the logger directory (tensorpack's logger.set_logger_dir). First the log.log of a
+// Makes `dir` the logger directory (tensorpack's logger.set_logger_dir). In a process that is one
+// of several training together with a rank other than 0 (RANK > 0 with WORLD_SIZE > 1, as torchrun
+// sets them, or SLURM_PROCID > 0 with SLURM_NTASKS > 1), it only remembers the name: the
+// directory, its lock and log.log are the chief's (rank 0's); what follows is the chief's part. First the log.log of a
 // previous directory is closed. If `dir` exists and holds an entry whose name does not start with
 // `.`, `action` says what to do with it (case-insensitive):
 //   'k' keep it as it is;

@@ -1,0 +1,158 @@
+// A group of processes training together (data-parallel training, docs/distributed.md), on
+// PyTorch's own distributed engine, c10d: Gloo on the CPU, NCCL on CUDA builds of LibTorch.
+//
+//   // torchrun --standalone --nproc_per_node 2 --no_python --redirects 9:1 --tee 9:1 ./train
+//   auto group = trainpack::ProcessGroup::from_environment();      // RANK, WORLD_SIZE, ...
+//   trainpack::DataParallelTrainer trainer(group);                   // train/data_parallel.h
+//
+// Where the group comes from (DistributedEnv::from_environment), in this order:
+//   1. RANK and WORLD_SIZE (torchrun sets them, with LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+//      MASTER_PORT and TORCHELASTIC_*; they can also be set by hand);
+//   2. under SLURM (srun), SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID, with MASTER_ADDR and
+//      MASTER_PORT exported by the job script (docs/distributed.md shows the lines).
+// Neither: a group of one process, which communicates with nobody (the same program runs alone).
+// A variable that is missing, not a number or out of range is std::invalid_argument naming the
+// variable, its value and what it must be.
+//
+// The rendezvous: rank 0 serves a c10d TCPStore at MASTER_ADDR:MASTER_PORT and the others connect
+// to it, as PyTorch's env:// does. Under torchrun without --standalone
+// (TORCHELASTIC_USE_AGENT_STORE=True) torchrun's agent already serves that store: every rank
+// connects as a client, under the prefix `/worker/attempt_<TORCHELASTIC_RESTART_COUNT>` (so that
+// a restarted group never reads the keys of the attempt before it).
+//
+// Failures: every collective waits at most `timeout` (DistributedOptions, default 10 minutes).
+// When a collective fails (a peer died: "Connection closed by peer"; a peer hangs: the timeout),
+// DistributedError says which rank: one that reported its own failure (report_failure, which the
+// trainer calls when training fails), else one whose process is gone (checked for ranks on this
+// host), else that the peer could not be identified. report_failure also writes the message to
+// TORCHELASTIC_ERROR_FILE when torchrun set it, so that torchrun's summary shows the cause.
+//
+// Differences from tensorpack: tensorpack's multi-process trainers run on Horovod (MPI) or
+// TensorFlow's distributed runtime; trainpack uses c10d and torchrun, as PyTorch's
+// DistributedDataParallel does.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/arg.h>
+
+namespace trainpack {
+
+// Where this process stands in the group, read from the environment (see the top of this file).
+struct DistributedEnv {
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  int64_t local_rank = 0;        // LOCAL_RANK / SLURM_LOCALID; the CUDA device under NCCL
+  int64_t local_world_size = 1;  // LOCAL_WORLD_SIZE / SLURM_NTASKS_PER_NODE, else world_size
+  std::string master_addr;       // MASTER_ADDR
+  int master_port = 0;           // MASTER_PORT
+  bool agent_store = false;      // TORCHELASTIC_USE_AGENT_STORE=True: torchrun serves the store
+  int64_t restart_count = 0;     // TORCHELASTIC_RESTART_COUNT: how often torchrun restarted
+  std::string error_file;        // TORCHELASTIC_ERROR_FILE, or ""
+  std::string launcher;          // "torchrun", "SLURM", "environment" or "" (one process)
+
+  // Reads the process's environment. Throws std::invalid_argument naming a bad variable.
+  static DistributedEnv from_environment();
+  // The same over any source of variables (tests pass a map); `get(name)` returns nullopt for a
+  // variable that is not set.
+  using Lookup = std::function<std::optional<std::string>(const std::string& name)>;
+  static DistributedEnv from_variables(const Lookup& get);
+  // Whether the environment describes a group of more than one process.
+  bool distributed() const { return world_size > 1; }
+};
+
+// Options of ProcessGroup::from_environment.
+struct DistributedOptions {
+  // "gloo", "nccl", or "" for the default: NCCL when `cuda` is set and this LibTorch has NCCL,
+  // else Gloo. "nccl" on a LibTorch without NCCL is std::invalid_argument saying so.
+  TORCH_ARG(std::string, backend) = "";
+  // Whether the group will reduce CUDA tensors (DataParallelTrainer on a CUDA device).
+  TORCH_ARG(bool, cuda) = false;
+  // The longest any collective or store operation waits before failing with DistributedError.
+  // It bounds how long the others wait for a rank that hangs; a rank that dies is noticed at
+  // once. PyTorch's default is 30 minutes; 10 leaves room for a slow checkpoint on the chief.
+  TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::minutes(10);
+  // Unset: DistributedEnv::from_environment().
+  TORCH_ARG(std::optional<DistributedEnv>, env);
+};
+
+// A collective failed: a peer died, hung past the timeout, or reported an error. what() names the
+// rank when it can be told (see the top of this file). `failed_rank()` is -1 when it cannot.
+class DistributedError : public std::runtime_error {
+ public:
+  DistributedError(const std::string& message, int64_t failed_rank)
+      : std::runtime_error(message), failed_rank_(failed_rank) {}
+  int64_t failed_rank() const { return failed_rank_; }
+
+ private:
+  int64_t failed_rank_;
+};
+
+namespace detail {
+struct ProcessGroupImpl;
+}
+
+// The processes training together; see the top of this file. Collectives are blocking and must be
+// called by every rank in the same order (as c10d requires). Tensors may be on the CPU (Gloo) or,
+// with NCCL, on this rank's CUDA device.
+class ProcessGroup {
+ public:
+  // Joins the group that the environment describes (a group of one when it describes none).
+  // Blocks until every rank has joined, at most `timeout`.
+  static std::shared_ptr<ProcessGroup> from_environment(DistributedOptions options = {});
+  // A group of one process: every collective returns its input.
+  static std::shared_ptr<ProcessGroup> single();
+
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int64_t rank() const;
+  int64_t world_size() const;
+  int64_t local_rank() const;
+  // Rank 0: it writes the logs, the checkpoints and the monitors' files.
+  bool is_chief() const { return rank() == 0; }
+  bool distributed() const { return world_size() > 1; }
+  const DistributedEnv& env() const;
+  // "gloo", "nccl", or "none" for a group of one.
+  std::string backend() const;
+  std::chrono::milliseconds timeout() const;
+
+  // In place: every tensor becomes the sum (max) of it over the ranks.
+  void all_reduce_sum(std::vector<at::Tensor>& tensors);
+  void all_reduce_max(std::vector<at::Tensor>& tensors);
+  // In place: every tensor becomes rank `root`'s (coalesced into few messages).
+  void broadcast(std::vector<at::Tensor>& tensors, int64_t root = 0);
+  // Rank `root`'s bytes, on every rank.
+  std::string broadcast_bytes(const std::string& bytes, int64_t root = 0);
+  void barrier();
+
+  // Records that this rank is failing with `message`, where the others look when their
+  // collectives fail, and in TORCHELASTIC_ERROR_FILE. Never throws.
+  // `own_failure` false: the failure is another rank's (a DistributedError); then only the error
+  // file is written, so that the group's record keeps naming the rank that failed first.
+  void report_failure(const std::string& message, bool own_failure = true) noexcept;
+  // The DistributedError for a failed collective whose exception said `error`: names the failed
+  // rank when it can be told (see the top of this file).
+  DistributedError explain_failure(const std::string& what, const std::string& error) const;
+
+  // The c10d process group, for code that calls c10d directly (null for a group of one). The
+  // pointer is a c10::intrusive_ptr<c10d::ProcessGroup>* to keep c10d out of this header.
+  void* c10d_process_group() const;
+
+ private:
+  explicit ProcessGroup(std::unique_ptr<detail::ProcessGroupImpl> impl);
+  std::unique_ptr<detail::ProcessGroupImpl> impl_;
+};
+
+using ProcessGroupPtr = std::shared_ptr<ProcessGroup>;
+
+}  // namespace trainpack

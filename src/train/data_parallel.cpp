@@ -1,0 +1,280 @@
+// DataParallelTrainer (train/data_parallel.h): c10d's Reducer averages the gradients during
+// backward; the chief's state is broadcast at start and before every epoch.
+#include "trainpack/train/data_parallel.h"
+
+#include <fmt/format.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+#include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+
+#include <algorithm>
+#include <limits>
+#include <sstream>
+#include <unordered_map>
+
+#include "trainpack/utils/logger.h"
+
+namespace trainpack {
+
+namespace detail {
+
+struct DataParallelState {
+  std::unique_ptr<c10d::Reducer> reducer;
+  std::vector<at::Tensor> model_state;      // parameters then buffers, detached (shared storage)
+  std::vector<at::Tensor> buffers;          // detached
+  std::vector<std::string> variable_names;  // graph variables broadcast from the chief
+  std::vector<at::Tensor> variable_values;  // one float64 tensor, one value per name
+};
+
+}  // namespace detail
+
+namespace {
+
+c10::intrusive_ptr<c10d::ProcessGroup> c10d_group(const ProcessGroup& group) {
+  return *static_cast<c10::intrusive_ptr<c10d::ProcessGroup>*>(group.c10d_process_group());
+}
+
+c10::Device default_device(const ProcessGroupPtr& group) {
+  if (group && group->backend() == "nccl") {
+    return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(group->local_rank()));
+  }
+  return c10::Device(c10::kCPU);
+}
+
+const ProcessGroupPtr& checked(const ProcessGroupPtr& group) {
+  if (!group) {
+    throw std::invalid_argument(
+        "DataParallelTrainer: the process group is null; pass ProcessGroup::from_environment()");
+  }
+  return group;
+}
+
+// Whether an error out of backward came from the gradients' all-reduce (Gloo's or NCCL's
+// transport) rather than from the model.
+bool is_communication_error(const std::string& what) {
+  for (const char* marker : {"Gloo", "gloo", "NCCL", "Connection", "connection", "Timed out",
+                             "timed out", "peer", "Socket"}) {
+    if (what.find(marker) != std::string::npos) return true;
+  }
+  return false;
+}
+
+constexpr size_t kFirstBucketBytes = 1024 * 1024;  // DDP's _DEFAULT_FIRST_BUCKET_BYTES
+
+}  // namespace
+
+// Broadcasts the chief's parameters, buffers and graph variables before every epoch (tensorpack's
+// BROADCAST_EVERY_EPOCH callback of HorovodTrainer). chief_only: false.
+class DataParallelSync : public Callback {
+ public:
+  explicit DataParallelSync(DataParallelTrainer* trainer) : trainer_(trainer) {
+    set_chief_only(false);
+  }
+  std::string name() const override { return "DataParallelSync"; }
+
+ protected:
+  void _before_epoch() override { trainer_->broadcast_model(/*variables=*/true); }
+
+ private:
+  DataParallelTrainer* trainer_;
+};
+
+DataParallelTrainer::DataParallelTrainer(ProcessGroupPtr group, DataParallelOptions options,
+                                         std::optional<c10::Device> device)
+    : SingleCostTrainer(device.value_or(default_device(checked(group)))),
+      options_(options),
+      state_(std::make_unique<detail::DataParallelState>()) {
+  if (options_.bucket_cap_mb() <= 0) {
+    throw std::invalid_argument(fmt::format(
+        "DataParallelOptions().bucket_cap_mb: must be > 0, got {}", options_.bucket_cap_mb()));
+  }
+  set_process_group(std::move(group));
+}
+
+DataParallelTrainer::~DataParallelTrainer() = default;
+
+std::vector<CallbackPtr> DataParallelTrainer::_setup_graph() {
+  const ProcessGroup& group = *process_group();
+  TP_LOG_INFO("[DataParallelTrainer] rank {} of {}, local rank {}, {} on device {}", group.rank(),
+              group.world_size(), group.local_rank(), group.backend(), device().str());
+  if (!group.distributed()) {
+    TP_LOG_INFO("Building graph for a single training tower on device {} ...", device().str());
+    return {};
+  }
+  if (group.backend() == "gloo" && !device().is_cpu()) {
+    throw std::invalid_argument(fmt::format(
+        "DataParallelTrainer: the device is {}, but the group's backend is Gloo, which reduces "
+        "CPU tensors here; use DistributedOptions().cuda(true) (NCCL) or the CPU device",
+        device().str()));
+  }
+  std::vector<at::Tensor> params;
+  std::unordered_map<size_t, std::string> names;
+  for (const auto& p : module()->named_parameters(/*recurse=*/true)) {
+    if (!p.value().requires_grad()) continue;
+    names[params.size()] = p.key();
+    params.push_back(p.value());
+  }
+  for (const auto& p : module()->named_parameters(/*recurse=*/true)) {
+    state_->model_state.push_back(p.value().detach());
+  }
+  for (const auto& b : module()->named_buffers(/*recurse=*/true)) {
+    state_->buffers.push_back(b.value().detach());
+    state_->model_state.push_back(b.value().detach());
+  }
+  if (params.empty()) {
+    throw std::invalid_argument(
+        "DataParallelTrainer: the module has no trainable parameters; nothing to average");
+  }
+  auto pg = c10d_group(group);
+  try {
+    // Every rank must hold the same model (same parameters, shapes and dtypes), as DDP checks.
+    c10d::verify_params_across_processes(pg, params, c10::nullopt);
+  } catch (const DistributedError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(fmt::format(
+        "DataParallelTrainer: the ranks' models differ (every rank must build the same module): "
+        "{}",
+        e.what()));
+  }
+  // As DDP: without find_unused_parameters, the first step uses one bucket, and the Reducer
+  // rebuilds the buckets after it in the order the gradients became ready.
+  const size_t cap = static_cast<size_t>(options_.bucket_cap_mb()) * 1024 * 1024;
+  std::vector<size_t> limits = options_.find_unused_parameters()
+                                   ? std::vector<size_t>{kFirstBucketBytes, cap}
+                                   : std::vector<size_t>{std::numeric_limits<size_t>::max()};
+  const std::vector<bool> expect_sparse(params.size(), false);
+  auto [buckets, bucket_limits] =
+      c10d::compute_bucket_assignment_by_size(params, limits, expect_sparse);
+  std::reverse(buckets.begin(), buckets.end());  // gradients come in reverse order of definition
+  std::reverse(bucket_limits.begin(), bucket_limits.end());
+  state_->reducer = std::make_unique<c10d::Reducer>(
+      params, std::move(buckets), std::move(bucket_limits), pg, expect_sparse,
+      static_cast<int64_t>(cap), options_.find_unused_parameters(),
+      /*gradient_as_bucket_view=*/false, std::move(names), static_cast<int64_t>(kFirstBucketBytes));
+  TP_LOG_INFO(
+      "Building graph for data-parallel training on {} ranks: {} parameter tensors, "
+      "gradient buckets of {} MiB",
+      group.world_size(), params.size(), options_.bucket_cap_mb());
+  std::vector<CallbackPtr> callbacks;
+  if (options_.broadcast_every_epoch()) {
+    callbacks.push_back(std::make_shared<DataParallelSync>(this));
+  }
+  return callbacks;
+}
+
+void DataParallelTrainer::broadcast_model(bool variables) {
+  ProcessGroup& group = *process_group();
+  if (!group.distributed()) return;
+  {
+    torch::NoGradGuard no_grad;
+    group.broadcast(state_->model_state);
+  }
+  if (!variables) return;
+  if (state_->variable_names.empty() && state_->variable_values.empty()) {
+    for (const auto& name : graph().variable_names()) {
+      if (name != "global_step") state_->variable_names.push_back(name);  // counters: below
+    }
+    state_->variable_values = {
+        at::zeros({static_cast<int64_t>(state_->variable_names.size())}, at::kDouble)};
+  }
+  if (state_->variable_names.empty()) return;
+  double* values = state_->variable_values.front().data_ptr<double>();
+  for (size_t i = 0; i < state_->variable_names.size(); ++i) {
+    values[i] = graph().variable(state_->variable_names[i]).get();
+  }
+  group.broadcast(state_->variable_values);
+  if (group.is_chief()) return;
+  for (size_t i = 0; i < state_->variable_names.size(); ++i) {
+    const Graph::Variable& var = graph().variable(state_->variable_names[i]);
+    if (var.get() != values[i]) var.set(values[i]);
+  }
+}
+
+void DataParallelTrainer::_after_initialize() {
+  ProcessGroup& group = *process_group();
+  if (!group.distributed()) return;
+  const size_t n = state_->model_state.size();
+  if (group.is_chief()) {
+    TP_LOG_INFO("Broadcasting initialization of {} global variables ...", n);
+  } else {
+    TP_LOG_INFO("Rank {} waiting for initialization of {} variables ...", group.rank(), n);
+  }
+  broadcast_model(/*variables=*/true);
+
+  // The optimizer's state (momentum buffers, step counts), as bytes of its archive.
+  std::string bytes;
+  if (group.is_chief()) {
+    torch::serialize::OutputArchive archive;
+    optimizer().save(archive);
+    std::ostringstream out;
+    archive.save_to(out);
+    bytes = out.str();
+  }
+  bytes = group.broadcast_bytes(bytes);
+  if (!group.is_chief()) {
+    torch::serialize::InputArchive archive;
+    std::istringstream in(bytes);
+    archive.load_from(in);
+    optimizer().load(archive);
+  }
+
+  // The counters and the input position the chief restored.
+  const std::optional<ResumePoint>& restored = restored_resume_point();
+  const InputPosition position = input()->consumed();
+  std::vector<at::Tensor> counters{
+      at::tensor({static_cast<int64_t>(restored.has_value()), restored ? restored->epoch : 0,
+                  restored ? restored->step_in_epoch : 0, restored ? restored->global_step : 0,
+                  position.pass, position.position},
+                 at::kLong)};
+  group.broadcast(counters);
+  if (group.is_chief()) return;
+  const int64_t* c = counters.front().data_ptr<int64_t>();
+  if (c[0] != 0) set_resume_point(ResumePoint{c[1], c[2], c[3]});
+  if (c[4] != 0 || c[5] != 0) input()->resume_at(InputPosition{c[4], c[5]});
+}
+
+void DataParallelTrainer::run_step() {
+  c10d::Reducer* reducer = state_->reducer.get();
+  if (reducer == nullptr) {  // a group of one: SimpleTrainer's step
+    hooked_run([this](StepContext& ctx) {
+      const std::vector<at::Tensor> batch = input()->next_batch();
+      at::Tensor cost = run_tower(ctx, batch);
+      auto& opt = optimizer();
+      opt.zero_grad();
+      cost.backward();
+      opt.step();
+    });
+    return;
+  }
+  hooked_run([this, reducer](StepContext& ctx) {
+    const std::vector<at::Tensor> batch = input()->next_batch();
+    if (options_.broadcast_buffers() && !state_->buffers.empty()) {
+      torch::NoGradGuard no_grad;
+      process_group()->broadcast(state_->buffers);
+    }
+    try {
+      reducer->prepare_for_forward();
+      reducer->rebuild_buckets();  // once, after the first step (a collective: every rank)
+    } catch (const std::exception& e) {
+      throw process_group()->explain_failure("rebuilding the gradient buckets", e.what());
+    }
+    at::Tensor cost = run_tower(ctx, batch);
+    auto& opt = optimizer();
+    opt.zero_grad();
+    reducer->prepare_for_backward({});
+    try {
+      cost.backward();  // the Reducer all-reduces each bucket as its gradients are ready
+    } catch (const DistributedError&) {
+      throw;
+    } catch (const c10::Error& e) {
+      if (!is_communication_error(e.what_without_backtrace())) throw;  // the model's own error
+      throw process_group()->explain_failure("the all-reduce of the gradients",
+                                             e.what_without_backtrace());
+    }
+    opt.step();
+  });
+}
+
+}  // namespace trainpack

@@ -1,0 +1,360 @@
+// ProcessGroup: c10d's store and process group behind trainpack's small interface
+// (train/distributed.h). c10d stays out of the public headers (it needs Gloo's headers).
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/comm.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include "trainpack/train/distributed.h"
+#include "trainpack/utils/atomic_file.h"
+#include "trainpack/utils/logger.h"
+
+namespace trainpack {
+
+namespace detail {
+
+struct PeerInfo {
+  std::string host;
+  int64_t pid = 0;
+};
+
+struct ProcessGroupImpl {
+  DistributedEnv env;
+  std::chrono::milliseconds timeout{0};
+  std::string backend = "none";
+  c10::intrusive_ptr<c10d::Store> store;  // trainpack's keys, under the prefix "trainpack/"
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  std::vector<PeerInfo> peers;  // by rank
+};
+
+}  // namespace detail
+
+namespace {
+
+using detail::ProcessGroupImpl;
+
+std::string this_host() {
+  char name[256] = {0};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "?";
+  return name;
+}
+
+bool is_loopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string from_bytes(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
+// Whether process `pid` on this machine has ended (gone, or a zombie that its parent did not
+// reap yet, as torchrun's children are until it notices).
+bool process_ended(int64_t pid) {
+  if (pid <= 0) return false;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const size_t close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
+}
+
+c10::intrusive_ptr<c10d::Store> make_store(const DistributedEnv& env,
+                                           std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<std::uint16_t>(env.master_port);
+  opts.timeout = timeout;
+  if (env.agent_store) {
+    // torchrun's agent serves the store; every worker is a client under the attempt's prefix.
+    opts.isServer = false;
+    opts.waitWorkers = false;
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+    return c10::make_intrusive<c10d::PrefixStore>(
+        fmt::format("/worker/attempt_{}", env.restart_count), tcp);
+  }
+  opts.isServer = env.rank == 0;
+  opts.numWorkers = static_cast<std::size_t>(env.world_size);
+  opts.waitWorkers = true;
+  opts.multiTenant = true;
+  return c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+}
+
+std::shared_ptr<::gloo::transport::Device> gloo_device(const DistributedEnv& env) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname) {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  }
+  // A group on one machine talks over loopback: never bind to another interface.
+  if (is_loopback(env.master_addr)) {
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  }
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+std::string choose_backend(const DistributedOptions& options) {
+  std::string backend = options.backend();
+#ifdef USE_C10D_NCCL
+  const bool has_nccl = true;
+#else
+  const bool has_nccl = false;
+#endif
+  if (backend.empty()) backend = options.cuda() && has_nccl ? "nccl" : "gloo";
+  if (backend == "nccl" && !has_nccl) {
+    throw std::invalid_argument(
+        "DistributedOptions().backend(\"nccl\"): this LibTorch was built without NCCL (Debian's "
+        "is CPU-only); use \"gloo\", or build against a CUDA LibTorch (-DTorch_DIR=...)");
+  }
+  if (backend != "gloo" && backend != "nccl") {
+    throw std::invalid_argument(fmt::format(
+        "DistributedOptions().backend(\"{}\"): unknown backend; use \"gloo\" (CPU), \"nccl\" "
+        "(CUDA) or \"\" for the default",
+        backend));
+  }
+  return backend;
+}
+
+}  // namespace
+
+// ---- construction ----
+
+ProcessGroup::ProcessGroup(std::unique_ptr<detail::ProcessGroupImpl> impl)
+    : impl_(std::move(impl)) {}
+ProcessGroup::~ProcessGroup() = default;
+
+std::shared_ptr<ProcessGroup> ProcessGroup::single() {
+  auto impl = std::make_unique<ProcessGroupImpl>();
+  impl->peers.push_back({this_host(), static_cast<int64_t>(::getpid())});
+  return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::from_environment(DistributedOptions options) {
+  if (options.timeout().count() <= 0) {
+    throw std::invalid_argument(fmt::format("DistributedOptions().timeout: must be > 0, got {} ms",
+                                            options.timeout().count()));
+  }
+  const DistributedEnv env = options.env() ? *options.env() : DistributedEnv::from_environment();
+  if (!env.distributed()) return single();
+
+  auto impl = std::make_unique<ProcessGroupImpl>();
+  impl->env = env;
+  impl->timeout = options.timeout();
+  impl->backend = choose_backend(options);
+  TP_LOG_INFO("Joining the process group: rank {} of {} (local rank {}), {} at {}:{}{}, via {} ...",
+              env.rank, env.world_size, env.local_rank, impl->backend, env.master_addr,
+              env.master_port, env.agent_store ? " (torchrun's store)" : "", env.launcher);
+  c10::intrusive_ptr<c10d::Store> base;
+  try {
+    base = make_store(env, options.timeout());
+  } catch (const std::exception& e) {
+    throw DistributedError(
+        fmt::format("rank {} could not reach the rendezvous store at {}:{} within {} s: {}. Check "
+                    "MASTER_ADDR and MASTER_PORT, and that rank 0 started",
+                    env.rank, env.master_addr, env.master_port, options.timeout().count() / 1000.0,
+                    e.what()),
+        -1);
+  }
+  impl->store = c10::make_intrusive<c10d::PrefixStore>("trainpack", base);
+  auto group_store = c10::make_intrusive<c10d::PrefixStore>("group", base);
+  try {
+    if (impl->backend == "gloo") {
+      auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout());
+      gloo_options->devices.push_back(gloo_device(env));
+      impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(
+          group_store, static_cast<int>(env.rank), static_cast<int>(env.world_size), gloo_options);
+    } else {
+#ifdef USE_C10D_NCCL
+      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+      nccl_options->timeout = options.timeout();
+      impl->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(
+          group_store, static_cast<int>(env.rank), static_cast<int>(env.world_size), nccl_options);
+#endif
+    }
+  } catch (const std::exception& e) {
+    throw DistributedError(fmt::format("rank {} could not connect to the other ranks ({}): {}",
+                                       env.rank, impl->backend, e.what()),
+                           -1);
+  }
+  // Who is who, for naming a rank that dies (its process, when it runs on this machine).
+  const std::string host = this_host();
+  impl->store->set(fmt::format("peer/{}", env.rank),
+                   to_bytes(fmt::format("{}\n{}", host, ::getpid())));
+  impl->peers.resize(static_cast<size_t>(env.world_size));
+  for (int64_t r = 0; r < env.world_size; ++r) {
+    std::istringstream in(from_bytes(impl->store->get(fmt::format("peer/{}", r))));
+    std::getline(in, impl->peers[static_cast<size_t>(r)].host);
+    in >> impl->peers[static_cast<size_t>(r)].pid;
+  }
+  auto group = std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
+  group->barrier();
+  TP_LOG_INFO("Rank {} of {} joined the process group.", group->rank(), group->world_size());
+  if (!group->is_chief()) {
+    // The chief's log tells the story; the others add their warnings and errors, named.
+    logger::set_message_prefix(fmt::format("rank {}: ", group->rank()));
+    if (logger::level() < logger::Level::kWarning) logger::set_level(logger::Level::kWarning);
+  }
+  return group;
+}
+
+// ---- accessors ----
+
+int64_t ProcessGroup::rank() const { return impl_->env.rank; }
+int64_t ProcessGroup::world_size() const { return impl_->env.world_size; }
+int64_t ProcessGroup::local_rank() const { return impl_->env.local_rank; }
+const DistributedEnv& ProcessGroup::env() const { return impl_->env; }
+std::string ProcessGroup::backend() const { return impl_->backend; }
+std::chrono::milliseconds ProcessGroup::timeout() const { return impl_->timeout; }
+void* ProcessGroup::c10d_process_group() const {
+  return impl_->group ? static_cast<void*>(&impl_->group) : nullptr;
+}
+
+// ---- collectives ----
+
+namespace {
+
+template <typename Fn>
+void run_collective(const ProcessGroup& group, const char* what, Fn&& fn) {
+  try {
+    fn();
+  } catch (const DistributedError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw group.explain_failure(what, e.what());
+  }
+}
+
+}  // namespace
+
+void ProcessGroup::all_reduce_sum(std::vector<at::Tensor>& tensors) {
+  if (!impl_->group) return;
+  run_collective(*this, "all_reduce", [&] {
+    for (auto& t : tensors) {
+      std::vector<at::Tensor> one{t};
+      impl_->group->allreduce(one, c10d::AllreduceOptions{c10d::ReduceOp::SUM})->wait();
+    }
+  });
+}
+
+void ProcessGroup::all_reduce_max(std::vector<at::Tensor>& tensors) {
+  if (!impl_->group) return;
+  run_collective(*this, "all_reduce", [&] {
+    for (auto& t : tensors) {
+      std::vector<at::Tensor> one{t};
+      c10d::AllreduceOptions opts;
+      opts.reduceOp = c10d::ReduceOp::MAX;
+      impl_->group->allreduce(one, opts)->wait();
+    }
+  });
+}
+
+void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int64_t root) {
+  if (!impl_->group || tensors.empty()) return;
+  run_collective(*this, "broadcast", [&] {
+    constexpr size_t kBucketBytes = 256 * 1024 * 1024;  // as DDP's initial state sync
+    c10d::broadcast_coalesced(impl_->group, tensors, kBucketBytes, static_cast<int>(root));
+  });
+}
+
+std::string ProcessGroup::broadcast_bytes(const std::string& bytes, int64_t root) {
+  if (!impl_->group) return bytes;
+  std::vector<at::Tensor> size{at::tensor({static_cast<int64_t>(bytes.size())}, at::kLong)};
+  broadcast(size, root);
+  const int64_t n = size[0].item<int64_t>();
+  std::vector<at::Tensor> data{at::empty({n}, at::kByte)};
+  if (rank() == root && n > 0) std::memcpy(data[0].data_ptr(), bytes.data(), bytes.size());
+  if (n > 0) {
+    run_collective(*this, "broadcast", [&] {
+      c10d::BroadcastOptions opts;
+      opts.rootRank = static_cast<int>(root);
+      impl_->group->broadcast(data, opts)->wait();
+    });
+  }
+  return std::string(static_cast<const char*>(data[0].data_ptr()), static_cast<size_t>(n));
+}
+
+void ProcessGroup::barrier() {
+  if (!impl_->group) return;
+  run_collective(*this, "barrier", [&] { impl_->group->barrier()->wait(); });
+}
+
+// ---- failures ----
+
+void ProcessGroup::report_failure(const std::string& message, bool own_failure) noexcept {
+  try {
+    if (impl_->store && own_failure) {
+      impl_->store->set(fmt::format("failed/{}", rank()), to_bytes(message));
+    }
+  } catch (...) {  // the store may be gone with its host: nothing else to do
+  }
+  try {
+    if (!impl_->env.error_file.empty()) {
+      const auto now = std::chrono::duration_cast<std::chrono::seconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+      // torchrun's format for a worker's error file: {"message": ..., "timestamp": ...}.
+      nlohmann::json j = {{"message", fmt::format("rank {}: {}", rank(), message)},
+                          {"timestamp", std::to_string(now)}};
+      write_file_atomically(impl_->env.error_file, j.dump());
+    }
+  } catch (const std::exception& e) {
+    TP_LOG_WARN("Could not write torchrun's error file {}: {}", impl_->env.error_file, e.what());
+  }
+}
+
+DistributedError ProcessGroup::explain_failure(const std::string& what,
+                                               const std::string& error) const {
+  const std::string head = fmt::format("rank {}: {} failed", rank(), what);
+  // 1. A rank that reported its own failure.
+  try {
+    if (impl_->store) {
+      for (int64_t r = 0; r < world_size(); ++r) {
+        const std::string key = fmt::format("failed/{}", r);
+        if (r != rank() && impl_->store->check({key})) {
+          return DistributedError(
+              fmt::format("{} because rank {} failed: {} (the collective said: {})", head, r,
+                          from_bytes(impl_->store->get(key)), error),
+              r);
+        }
+      }
+    }
+  } catch (...) {  // the store is unreachable: its host (rank 0 or torchrun) may be gone
+  }
+  // 2. A rank on this machine whose process has ended.
+  const std::string host = this_host();
+  bool others_elsewhere = false;
+  for (int64_t r = 0; r < static_cast<int64_t>(impl_->peers.size()); ++r) {
+    const detail::PeerInfo& peer = impl_->peers[static_cast<size_t>(r)];
+    if (r == rank()) continue;
+    if (peer.host != host) {
+      others_elsewhere = true;
+      continue;
+    }
+    if (process_ended(peer.pid)) {
+      return DistributedError(
+          fmt::format("{} because rank {} (process {}) has died without a word (killed, or it "
+                      "crashed); the collective said: {}",
+                      head, r, peer.pid, error),
+          r);
+    }
+  }
+  return DistributedError(
+      fmt::format(
+          "{}: {}. No rank reported an error{}; a rank may hang (the timeout is {} s) "
+          "or the network between the ranks failed",
+          head, error,
+          others_elsewhere ? ", and the ranks on this machine are alive" : " and all are alive",
+          impl_->timeout.count() / 1000.0),
+      -1);
+}
+
+}  // namespace trainpack
