@@ -49,6 +49,7 @@
 #include "trainpack/input/fashion_mnist.h"
 #include "trainpack/input/input_desc.h"
 #include "trainpack/input/input_source.h"
+#include "trainpack/input/shard.h"
 
 // The Graph registry, the loop's exceptions and session initialisers
 #include "trainpack/exceptions.h"

@@ -96,8 +96,8 @@ class DataFlow {
   // current pass, without reading them. Needs a begin_pass() first (std::logic_error otherwise);
   // a negative count is std::invalid_argument; flows that cannot seek throw std::logic_error.
   void seek(int64_t datapoints_consumed_in_this_pass);
-  // Whether seek() works: DataFromList (and FashionMnist), and BatchData or MapData over a flow
-  // that seeks.
+  // Whether seek() works: DataFromList (and FashionMnist), and BatchData, MapData or ShardData
+  // over a flow that seeks.
   bool seekable() const { return first_unseekable() == nullptr; }
   // The flow that keeps this one from seeking: itself, or (for a wrapper) the flow inside it that
   // cannot; nullptr when seek() works. A subclass that implements _seek overrides this too
