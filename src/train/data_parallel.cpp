@@ -229,10 +229,69 @@ void DataParallelTrainer::_after_initialize() {
                   position.pass, position.position},
                  at::kLong)};
   group.broadcast(counters);
-  if (group.is_chief()) return;
   const int64_t* c = counters.front().data_ptr<int64_t>();
+  // The chief restored its callbacks' states (schedules, moving averages, the input position):
+  // the same callbacks on the other ranks continue from them too.
+  if (c[0] != 0) broadcast_callback_states();
+  if (group.is_chief()) return;
   if (c[0] != 0) set_resume_point(ResumePoint{c[1], c[2], c[3]});
   if (c[4] != 0 || c[5] != 0) input()->resume_at(InputPosition{c[4], c[5]});
+}
+
+namespace {
+
+// The callbacks that run on every rank, in registration order: the same list on every rank,
+// since the ranks run the same program and skip the same chief-only callbacks.
+std::vector<Callback*> callbacks_on_every_rank(const Trainer& trainer) {
+  std::vector<Callback*> list;
+  for (const auto& cb : trainer.registered_callbacks()) {
+    if (!cb->chief_only() || cb->runs_on_every_rank()) list.push_back(cb.get());
+  }
+  return list;
+}
+
+}  // namespace
+
+void DataParallelTrainer::broadcast_callback_states() {
+  ProcessGroup& group = *process_group();
+  const std::vector<Callback*> callbacks = callbacks_on_every_rank(*this);
+  std::string bytes;
+  if (group.is_chief()) {
+    torch::serialize::OutputArchive archive;
+    for (size_t i = 0; i < callbacks.size(); ++i) {
+      for (const auto& [key, value] : callbacks[i]->state()) {
+        archive.write(fmt::format("{}/{}/{}", i, callbacks[i]->name(), key), value);
+      }
+    }
+    std::ostringstream out;
+    archive.save_to(out);
+    bytes = out.str();
+  }
+  bytes = group.broadcast_bytes(bytes);
+  if (group.is_chief()) return;
+  torch::serialize::InputArchive archive;
+  std::istringstream in(bytes);
+  archive.load_from(in);
+  std::vector<CallbackState> states(callbacks.size());
+  for (const std::string& key : archive.keys()) {
+    const size_t slash = key.find('/');
+    const size_t second = key.find('/', slash + 1);
+    const size_t i = std::stoul(key.substr(0, slash));
+    const std::string name = key.substr(slash + 1, second - slash - 1);
+    if (i >= callbacks.size() || callbacks[i]->name() != name) {
+      TP_LOG_WARN(
+          "The chief's callback #{} ({}) has no counterpart on rank {}; its state is "
+          "not copied here",
+          i, name, group.rank());
+      continue;
+    }
+    at::Tensor value;
+    archive.read(key, value);
+    states[i][key.substr(second + 1)] = value;
+  }
+  for (size_t i = 0; i < callbacks.size(); ++i) {
+    if (!states[i].empty()) callbacks[i]->load_state(states[i]);
+  }
 }
 
 void DataParallelTrainer::run_step() {

@@ -15,8 +15,9 @@
 // State: after initialize() (where the chief alone restores a checkpoint; the others log
 // tensorpack's "This is not a chief worker, 'session_init' was ignored!"), the chief's
 // parameters, buffers, optimizer state, graph variables (the learning rate and other
-// hyper-parameters), counters (the resume point) and input position are broadcast to every rank,
-// so that all start where the chief does. With broadcast_every_epoch (tensorpack's
+// hyper-parameters), counters (the resume point), input position and, after a restore, the
+// states of the callbacks that run on every rank are broadcast to every rank, so that all start
+// where the chief does. With broadcast_every_epoch (tensorpack's
 // BROADCAST_EVERY_EPOCH, on by default) the parameters, buffers and graph variables are broadcast
 // again before every epoch, which also carries hyper-parameters that only the chief can set
 // (from hyper.txt, or from statistics only the chief's monitors hold). Buffers (batch-norm
@@ -79,6 +80,9 @@ class DataParallelTrainer : public SingleCostTrainer {
   // Broadcasts parameters and buffers (and, with `variables`, the graph variables) from the
   // chief.
   void broadcast_model(bool variables);
+  // After the chief restored a checkpoint: the state() of every callback that runs on every rank,
+  // from the chief to the same callbacks elsewhere (load_state).
+  void broadcast_callback_states();
 
   DataParallelOptions options_;
   std::unique_ptr<detail::DataParallelState> state_;
