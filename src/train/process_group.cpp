@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <torch/cuda.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -114,6 +115,11 @@ std::string choose_backend(const DistributedOptions& options) {
     throw std::invalid_argument(
         "DistributedOptions().backend(\"nccl\"): this LibTorch was built without NCCL (Debian's "
         "is CPU-only); use \"gloo\", or build against a CUDA LibTorch (-DTorch_DIR=...)");
+  }
+  if (backend == "nccl" && !torch::cuda::is_available()) {
+    throw std::invalid_argument(
+        "DistributedOptions: the NCCL backend needs a CUDA GPU, and none is available on this "
+        "machine; train on the CPU with \"gloo\" (DistributedOptions().backend(\"gloo\"))");
   }
   if (backend != "gloo" && backend != "nccl") {
     throw std::invalid_argument(fmt::format(
@@ -222,6 +228,20 @@ void* ProcessGroup::c10d_process_group() const {
 
 namespace {
 
+// NCCL reduces CUDA tensors only: a CPU tensor (the trainer's stop vote, counters, bytes) goes
+// through a copy on this rank's device. Gloo takes them as they are.
+template <typename Fn>
+void on_backend_device(const ProcessGroupImpl& impl, at::Tensor& t, Fn&& fn) {
+  if (impl.backend != "nccl" || !t.is_cpu()) {
+    fn(t);
+    return;
+  }
+  at::Tensor on_device =
+      t.to(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(impl.env.local_rank)));
+  fn(on_device);
+  t.copy_(on_device);
+}
+
 template <typename Fn>
 void run_collective(const ProcessGroup& group, const char* what, Fn&& fn) {
   try {
@@ -239,8 +259,10 @@ void ProcessGroup::all_reduce_sum(std::vector<at::Tensor>& tensors) {
   if (!impl_->group) return;
   run_collective(*this, "all_reduce", [&] {
     for (auto& t : tensors) {
-      std::vector<at::Tensor> one{t};
-      impl_->group->allreduce(one, c10d::AllreduceOptions{c10d::ReduceOp::SUM})->wait();
+      on_backend_device(*impl_, t, [&](at::Tensor& x) {
+        std::vector<at::Tensor> one{x};
+        impl_->group->allreduce(one, c10d::AllreduceOptions{c10d::ReduceOp::SUM})->wait();
+      });
     }
   });
 }
@@ -249,10 +271,12 @@ void ProcessGroup::all_reduce_max(std::vector<at::Tensor>& tensors) {
   if (!impl_->group) return;
   run_collective(*this, "all_reduce", [&] {
     for (auto& t : tensors) {
-      std::vector<at::Tensor> one{t};
-      c10d::AllreduceOptions opts;
-      opts.reduceOp = c10d::ReduceOp::MAX;
-      impl_->group->allreduce(one, opts)->wait();
+      on_backend_device(*impl_, t, [&](at::Tensor& x) {
+        std::vector<at::Tensor> one{x};
+        c10d::AllreduceOptions opts;
+        opts.reduceOp = c10d::ReduceOp::MAX;
+        impl_->group->allreduce(one, opts)->wait();
+      });
     }
   });
 }
@@ -261,6 +285,17 @@ void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int64_t root) {
   if (!impl_->group || tensors.empty()) return;
   run_collective(*this, "broadcast", [&] {
     constexpr size_t kBucketBytes = 256 * 1024 * 1024;  // as DDP's initial state sync
+    if (impl_->backend == "nccl") {
+      for (auto& t : tensors) {
+        on_backend_device(*impl_, t, [&](at::Tensor& x) {
+          std::vector<at::Tensor> one{x};
+          c10d::BroadcastOptions opts;
+          opts.rootRank = static_cast<int>(root);
+          impl_->group->broadcast(one, opts)->wait();
+        });
+      }
+      return;
+    }
     c10d::broadcast_coalesced(impl_->group, tensors, kBucketBytes, static_cast<int>(root));
   });
 }
@@ -274,9 +309,12 @@ std::string ProcessGroup::broadcast_bytes(const std::string& bytes, int64_t root
   if (rank() == root && n > 0) std::memcpy(data[0].data_ptr(), bytes.data(), bytes.size());
   if (n > 0) {
     run_collective(*this, "broadcast", [&] {
-      c10d::BroadcastOptions opts;
-      opts.rootRank = static_cast<int>(root);
-      impl_->group->broadcast(data, opts)->wait();
+      on_backend_device(*impl_, data[0], [&](at::Tensor& x) {
+        std::vector<at::Tensor> one{x};
+        c10d::BroadcastOptions opts;
+        opts.rootRank = static_cast<int>(root);
+        impl_->group->broadcast(one, opts)->wait();
+      });
     });
   }
   return std::string(static_cast<const char*>(data[0].data_ptr()), static_cast<size_t>(n));
