@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <exception>
 #include <stdexcept>
 #include <typeinfo>
 
@@ -454,16 +455,31 @@ void Trainer::check_same_loop_on_every_rank(int64_t steps_per_epoch, int64_t max
   }
 }
 
+namespace {
+
+// Whether `e`, or an exception nested in it, is a DistributedError: a collective failed because
+// of another rank.
+bool caused_by_another_rank(const std::exception& e) {
+  if (dynamic_cast<const DistributedError*>(&e) != nullptr) return true;
+  try {
+    std::rethrow_if_nested(e);
+  } catch (const std::exception& inner) {
+    return caused_by_another_rank(inner);
+  } catch (...) {
+  }
+  return false;
+}
+
+}  // namespace
+
 void Trainer::report_failure_to_group() noexcept {
   if (!process_group_ || !process_group_->distributed()) return;
   try {
     throw;
-  } catch (const DistributedError& e) {
-    // Another rank's failure: torchrun's error file gets it, the group's record stays the
-    // failed rank's own.
-    process_group_->report_failure(e.what(), /*own_failure=*/false);
   } catch (const std::exception& e) {
-    process_group_->report_failure(e.what());
+    // Another rank's failure (a DistributedError, maybe nested in a CallbackError): torchrun's
+    // error file gets it, the group's record stays the failed rank's own.
+    process_group_->report_failure(e.what(), /*own_failure=*/!caused_by_another_rank(e));
   } catch (...) {
     process_group_->report_failure("an exception that is not a std::exception");
   }
