@@ -9,6 +9,7 @@
 #include <chrono>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <torch/cuda.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -130,6 +131,50 @@ std::string choose_backend(const DistributedOptions& options) {
   return backend;
 }
 
+// explain_failure's search: a rank that reported a failure, or one on this host whose process
+// ended; nullopt when none (yet). Sets *others_elsewhere when some ranks run on other hosts, and
+// *store_ok to false when the store failed (it is not asked again: a store whose host hangs
+// answers only after the timeout).
+std::optional<DistributedError> find_failed_rank(const ProcessGroupImpl& impl,
+                                                 const std::string& head, const std::string& error,
+                                                 bool* others_elsewhere, bool* store_ok) {
+  const int64_t rank = impl.env.rank;
+  // 1. A rank that reported its own failure.
+  try {
+    if (impl.store && *store_ok) {
+      for (int64_t r = 0; r < impl.env.world_size; ++r) {
+        const std::string key = fmt::format("failed/{}", r);
+        if (r != rank && impl.store->check({key})) {
+          return DistributedError(
+              fmt::format("{} because rank {} failed: {} (the collective said: {})", head, r,
+                          from_bytes(impl.store->get(key)), error),
+              r);
+        }
+      }
+    }
+  } catch (...) {  // the store is unreachable: its host (rank 0 or torchrun) may be gone
+    *store_ok = false;
+  }
+  // 2. A rank on this machine whose process has ended.
+  const std::string host = this_host();
+  for (int64_t r = 0; r < static_cast<int64_t>(impl.peers.size()); ++r) {
+    const detail::PeerInfo& peer = impl.peers[static_cast<size_t>(r)];
+    if (r == rank) continue;
+    if (peer.host != host) {
+      *others_elsewhere = true;
+      continue;
+    }
+    if (process_ended(peer.pid)) {
+      return DistributedError(
+          fmt::format("{} because rank {} (process {}) has died without a word (killed, or it "
+                      "crashed); the collective said: {}",
+                      head, r, peer.pid, error),
+          r);
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 // ---- construction ----
@@ -156,6 +201,12 @@ std::shared_ptr<ProcessGroup> ProcessGroup::from_environment(DistributedOptions 
   impl->env = env;
   impl->timeout = options.timeout();
   impl->backend = choose_backend(options);
+  if (env.rank != 0) {
+    // The chief's log tells the story; the others add their warnings and errors, named. Set
+    // before joining, so that not even the rendezvous lines of other ranks reach their logs.
+    logger::set_message_prefix(fmt::format("rank {}: ", env.rank));
+    if (logger::level() < logger::Level::kWarning) logger::set_level(logger::Level::kWarning);
+  }
   TP_LOG_INFO("Joining the process group: rank {} of {} (local rank {}), {} at {}:{}{}, via {} ...",
               env.rank, env.world_size, env.local_rank, impl->backend, env.master_addr,
               env.master_port, env.agent_store ? " (torchrun's store)" : "", env.launcher);
@@ -204,11 +255,6 @@ std::shared_ptr<ProcessGroup> ProcessGroup::from_environment(DistributedOptions 
   auto group = std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
   group->barrier();
   TP_LOG_INFO("Rank {} of {} joined the process group.", group->rank(), group->world_size());
-  if (!group->is_chief()) {
-    // The chief's log tells the story; the others add their warnings and errors, named.
-    logger::set_message_prefix(fmt::format("rank {}: ", group->rank()));
-    if (logger::level() < logger::Level::kWarning) logger::set_level(logger::Level::kWarning);
-  }
   return group;
 }
 
@@ -352,38 +398,19 @@ void ProcessGroup::report_failure(const std::string& message, bool own_failure) 
 DistributedError ProcessGroup::explain_failure(const std::string& what,
                                                const std::string& error) const {
   const std::string head = fmt::format("rank {}: {} failed", rank(), what);
-  // 1. A rank that reported its own failure.
-  try {
-    if (impl_->store) {
-      for (int64_t r = 0; r < world_size(); ++r) {
-        const std::string key = fmt::format("failed/{}", r);
-        if (r != rank() && impl_->store->check({key})) {
-          return DistributedError(
-              fmt::format("{} because rank {} failed: {} (the collective said: {})", head, r,
-                          from_bytes(impl_->store->get(key)), error),
-              r);
-        }
-      }
-    }
-  } catch (...) {  // the store is unreachable: its host (rank 0 or torchrun) may be gone
-  }
-  // 2. A rank on this machine whose process has ended.
-  const std::string host = this_host();
+  // A peer's sockets close while its process is still exiting: its exit (or its failure record)
+  // can show a moment after the collective failed. Look for up to a second before concluding
+  // that every rank is alive.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   bool others_elsewhere = false;
-  for (int64_t r = 0; r < static_cast<int64_t>(impl_->peers.size()); ++r) {
-    const detail::PeerInfo& peer = impl_->peers[static_cast<size_t>(r)];
-    if (r == rank()) continue;
-    if (peer.host != host) {
-      others_elsewhere = true;
-      continue;
+  bool store_ok = true;
+  while (true) {
+    if (std::optional<DistributedError> e =
+            find_failed_rank(*impl_, head, error, &others_elsewhere, &store_ok)) {
+      return *e;
     }
-    if (process_ended(peer.pid)) {
-      return DistributedError(
-          fmt::format("{} because rank {} (process {}) has died without a word (killed, or it "
-                      "crashed); the collective said: {}",
-                      head, r, peer.pid, error),
-          r);
-    }
+    if (std::chrono::steady_clock::now() >= give_up) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return DistributedError(
       fmt::format(
