@@ -67,6 +67,15 @@ DistributedEnv DistributedEnv::from_environment() {
 DistributedEnv DistributedEnv::from_variables(const Lookup& get) {
   DistributedEnv env;
   std::string rank_var, world_var, local_var, local_world_var;
+  if (get("WORLD_SIZE").has_value() != get("RANK").has_value()) {
+    const std::string set = get("RANK") ? "RANK" : "WORLD_SIZE";
+    const std::string unset = get("RANK") ? "WORLD_SIZE" : "RANK";
+    throw std::invalid_argument(fmt::format(
+        "the environment variable {}='{}' is set but {} is not; they go together: RANK must be "
+        "this process's rank, from 0 to WORLD_SIZE - 1, and WORLD_SIZE the number of processes "
+        "(torchrun sets both; unset {} to run one process)",
+        set, *get(set), unset, set));
+  }
   if (get("WORLD_SIZE") || get("RANK")) {
     env.launcher = get("TORCHELASTIC_RUN_ID") ? "torchrun" : "environment";
     rank_var = "RANK";
@@ -96,17 +105,21 @@ DistributedEnv DistributedEnv::from_variables(const Lookup& get) {
     return env;
   }
   // LOCAL_RANK: torchrun and srun set it; by hand it defaults to the rank (one machine).
-  env.local_rank =
-      read_int(get, local_var, "this process's rank on its machine").value_or(env.rank);
-  check_range(local_var, env.local_rank, 0, env.world_size - 1,
-              "this process's rank on its machine");
   std::optional<int64_t> local_world =
       env.launcher == "SLURM"
           ? std::nullopt
           : read_int(get, local_world_var, "the number of processes per machine");
   env.local_world_size = local_world.value_or(env.world_size);
   check_range(local_world_var, env.local_world_size, 1, env.world_size,
-              "the number of processes on this machine");
+              fmt::format("the number of processes on this machine, at most {}={}", world_var,
+                          env.world_size));
+  env.local_rank =
+      read_int(get, local_var, "this process's rank on its machine").value_or(env.rank);
+  check_range(local_var, env.local_rank, 0, env.local_world_size - 1,
+              local_world ? fmt::format("this process's rank on its machine, below {}={}",
+                                        local_world_var, env.local_world_size)
+                          : fmt::format("this process's rank on its machine, below {}={}",
+                                        world_var, env.world_size));
 
   const std::optional<std::string> addr = get("MASTER_ADDR");
   if (!addr || addr->empty()) {

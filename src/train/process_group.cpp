@@ -191,16 +191,20 @@ std::shared_ptr<ProcessGroup> ProcessGroup::single() {
 
 std::shared_ptr<ProcessGroup> ProcessGroup::from_environment(DistributedOptions options) {
   if (options.timeout().count() <= 0) {
-    throw std::invalid_argument(fmt::format("DistributedOptions().timeout: must be > 0, got {} ms",
-                                            options.timeout().count()));
+    throw std::invalid_argument(fmt::format(
+        "DistributedOptions().timeout: must be > 0 (the longest a collective waits for the other "
+        "ranks, e.g. std::chrono::minutes(10)), got {} ms",
+        options.timeout().count()));
   }
+  // Checked for a group of one too: the program that runs alone today runs in a group tomorrow.
+  const std::string backend = choose_backend(options);
   const DistributedEnv env = options.env() ? *options.env() : DistributedEnv::from_environment();
   if (!env.distributed()) return single();
 
   auto impl = std::make_unique<ProcessGroupImpl>();
   impl->env = env;
   impl->timeout = options.timeout();
-  impl->backend = choose_backend(options);
+  impl->backend = backend;
   if (env.rank != 0) {
     // The chief's log tells the story; the others add their warnings and errors, named. Set
     // before joining, so that not even the rendezvous lines of other ranks reach their logs.
