@@ -104,7 +104,8 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const DistributedEnv& env
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
-std::string choose_backend(const DistributedOptions& options) {
+// `for_group` false (a group of one, which uses no backend): only the name is checked.
+std::string choose_backend(const DistributedOptions& options, bool for_group) {
   std::string backend = options.backend();
 #ifdef USE_C10D_NCCL
   const bool has_nccl = true;
@@ -117,7 +118,7 @@ std::string choose_backend(const DistributedOptions& options) {
         "DistributedOptions().backend(\"nccl\"): this LibTorch was built without NCCL (Debian's "
         "is CPU-only); use \"gloo\", or build against a CUDA LibTorch (-DTorch_DIR=...)");
   }
-  if (backend == "nccl" && !torch::cuda::is_available()) {
+  if (for_group && backend == "nccl" && !torch::cuda::is_available()) {
     throw std::invalid_argument(
         "DistributedOptions: the NCCL backend needs a CUDA GPU, and none is available on this "
         "machine; train on the CPU with \"gloo\" (DistributedOptions().backend(\"gloo\"))");
@@ -196,9 +197,10 @@ std::shared_ptr<ProcessGroup> ProcessGroup::from_environment(DistributedOptions 
         "ranks, e.g. std::chrono::minutes(10)), got {} ms",
         options.timeout().count()));
   }
-  // Checked for a group of one too: the program that runs alone today runs in a group tomorrow.
-  const std::string backend = choose_backend(options);
   const DistributedEnv env = options.env() ? *options.env() : DistributedEnv::from_environment();
+  // The backend's name is checked for a group of one too: the program that runs alone today runs
+  // in a group tomorrow.
+  const std::string backend = choose_backend(options, env.distributed());
   if (!env.distributed()) return single();
 
   auto impl = std::make_unique<ProcessGroupImpl>();
