@@ -252,7 +252,9 @@ void ProgressBar::_before_train() {
   ascii_ = options_.ascii() ? *options_.ascii() : !(terminal_ && locale_is_utf8());
   interval_ = options_.refresh_interval() ? *options_.refresh_interval()
                                           : default_progress_refresh_interval(terminal_);
-  total_ = trainer().steps_per_epoch();
+  // Under data-parallel training the ranks run in step: the chief's bar tells their progress, and
+  // the others draw none (total_ 0 opens no bar).
+  total_ = trainer().world_size() > 1 && !trainer().is_chief() ? 0 : trainer().steps_per_epoch();
   last_updated_ = local_step();
 }
 

@@ -163,6 +163,9 @@ TEST_F(TwoProcessTest, OnlyTheChiefWritesFilesAndRank1LogsOnlyWarnings) {
   EXPECT_GT(lines, 0) << "rank 1 logged no warning (the skipped chief-only callbacks)";
   EXPECT_NE(err1.find("chief-only, skipped"), std::string::npos) << err1;
   EXPECT_EQ(read_text(fs::path(d0) / "log.log").find("rank 1: "), std::string::npos);
+  // The progress bar (a default callback, not chief-only) is drawn by the chief alone.
+  EXPECT_NE((*pair)[0].err().find("it/s"), std::string::npos) << "the chief drew no progress bar";
+  EXPECT_EQ(err1.find("it/s"), std::string::npos) << "rank 1 drew a progress bar: " << err1;
 }
 
 // A StopTraining that a callback throws on rank 1 alone (in trigger_step of step 5) stops both

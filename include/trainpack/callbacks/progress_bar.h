@@ -34,7 +34,8 @@
 // asks for the tensors only then. The last step of every epoch is always fetched, so the line at
 // the end of the epoch shows its values. A step that draws nothing allocates nothing.
 //
-// chief_only: false.
+// chief_only: false (tensorpack's); under data-parallel training only the chief draws a bar, since
+// the ranks run in step (the others' ProgressBar does nothing).
 // Errors: std::invalid_argument (naming ProgressBar and the tensor) when a named tensor has more
 // than one element.
 //
