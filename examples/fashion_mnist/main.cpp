@@ -697,6 +697,11 @@ int main(int argc, char** argv) {
     return fashion_mnist::share_chief_status(*group, 1);
   } catch (const std::exception& e) {
     TP_LOG_ERROR("fashion_mnist: training failed: {}", e.what());
+    // The trainer reports a failure during training to the other ranks; this also covers one
+    // before it (setting up the callbacks), so that their error names this rank.
+    group->report_failure(
+        e.what(),
+        /*own_failure=*/dynamic_cast<const trainpack::DistributedError*>(&e) == nullptr);
     if (!resumed_from.empty()) {
       TP_LOG_ERROR(
           "fashion_mnist: this run resumed from {}: resume with the flags of the run that saved "
