@@ -16,11 +16,15 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-# Debian 12 packages the project needs. libopenblas0-pthread replaces
-# the slow reference BLAS that Debian's LibTorch loads otherwise; dataset-fashion-mnist holds the
-# data of the Fashion-MNIST example. libprotobuf-dev/protobuf-compiler build the event files'
-# messages; python3-pil lets the tests decode the PNG inside an image event; python3-torch lets
-# them check that Python's torch.load reads a checkpoint (it is skipped without it). The last line
+# Debian 12 packages the project needs. libopenblas0-pthread replaces the slow reference BLAS that
+# Debian's LibTorch loads otherwise. libgloo-dev holds the headers of Gloo, the library under
+# c10d's CPU collectives, which data-parallel training (DataParallelTrainer, docs/distributed.md)
+# compiles against: libtorch-dev ships c10d itself but not these headers. dataset-fashion-mnist
+# holds the data of the Fashion-MNIST example. libprotobuf-dev/protobuf-compiler build the event
+# files' messages; python3-pil lets the tests decode the PNG inside an image event. python3-torch
+# provides torchrun, PyTorch's launcher, which starts the processes of a data-parallel run
+# (scripts/train_distributed.sh; the distributed tests pass with a message without it), and lets
+# the tests check that Python's torch.load reads a checkpoint (skipped without it). The last line
 # is what TensorBoard's own Python loader needs, with which a test reads split event files back
 # (TRAINPACK_TENSORBOARD_READER in tests/CMakeLists.txt; skipped when that script is absent).
 PACKAGES=(

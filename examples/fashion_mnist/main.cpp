@@ -1,6 +1,7 @@
 // fashion_mnist: trainpack's main job. A small CNN (model.h) learns Fashion-MNIST (Debian's
-// dataset-fashion-mnist) with SimpleTrainer, launched by launch_train_with_config, and the
-// callback list of tensorpack's ResNet example as far as trainpack has it:
+// dataset-fashion-mnist) with DataParallelTrainer (SimpleTrainer when it runs alone), launched by
+// launch_train_with_config, and the callback list of tensorpack's ResNet example as far as
+// trainpack has it:
 //   - InferenceRunner on the test set every epoch: ScalarStats("cost") -> validation_cost,
 //     ClassificationError("wrong-top1", "val-error-top1"), ("wrong-top5", "val-error-top5");
 //   - ModelSaver every epoch (and at the step where SIGINT/SIGTERM stopped training):
@@ -41,6 +42,17 @@
 // A finished run run again (nothing left to train) takes its verdict from the val-error-top1 its
 // latest checkpoint holds (EpochSummary's state), not from stats.json.
 //
+// Several processes (docs/distributed.md): the same program runs unchanged under
+//   torchrun --standalone --nproc_per_node 2 --no_python --redirects 9:1 --tee 9:1 fashion_mnist
+//   ...
+// (scripts/train_distributed.sh). Every rank trains on its shard of the training set (ShardData):
+// --batch-size is the global batch, split equally (it must be a multiple of the number of ranks),
+// so the run is the single-process run with the same flags, up to float rounding. Rank 0, the
+// chief, owns --logdir (log.log, checkpoints, stats.json, events), resumes from its checkpoints
+// (the others receive its state), runs RunFlags and EpochSummary, and prints the verdict; the other
+// ranks print warnings and errors only, and exit with the chief's status. --threads defaults to the
+// hardware threads divided by the ranks on this machine; --dist-timeout bounds every collective.
+//
 // Flags are checked before anything runs: `nan`, `inf`, negative seeds, fractions for counts and
 // --threads above the hardware threads (unless --oversubscribe) are refused naming the flag
 // (flag_checks.h). A resume with another --batch-size or --train-limit than the checkpoint's run is
@@ -73,6 +85,7 @@
 
 #include "flag_checks.h"
 #include "model.h"
+#include "ranks.h"
 #include "run_flags.h"
 #include "trainpack/trainpack.h"
 
@@ -308,6 +321,64 @@ void log_stop(const trainpack::Trainer& trainer, const trainpack::ModelSaver& sa
   }
 }
 
+// The chief's verdict on a run whose training ended without a signal: logs the per-epoch table and
+// the final val-error-top1, and returns the exit status (0: at most --max-val-error).
+int verdict(const trainpack::Trainer& trainer, const EpochSummary& summary,
+            const std::string& resumed_from, const std::string& logdir, int64_t max_epoch,
+            double max_val_error, int64_t test_images, double total_seconds) {
+  std::optional<double> final_error;
+  const auto& restored = trainer.restored_resume_point();
+  if (!summary.rows().empty()) {
+    // The table and the verdict go to log.log too.
+    std::string table = "epoch  train s  valid s  faults/step  val-error-top1  val-error-top5";
+    for (const auto& row : summary.rows()) {
+      table += fmt::format("\n{:5}  {:7.1f}  {:7.1f}  {:11.1f}  {:14.4f}  {:14.4f}", row.epoch,
+                           row.train_seconds, row.epoch_end_seconds, row.faults_per_step,
+                           row.val_error_top1, row.val_error_top5);
+    }
+    TP_LOG_INFO("fashion_mnist: per epoch{}:\n{}",
+                resumed_from.empty() ? "" : " (this run; the earlier epochs are in stats.json)",
+                table);
+    final_error = summary.rows().back().val_error_top1;
+    TP_LOG_INFO(
+        "fashion_mnist: training took {:.1f} s; final val-error-top1 {:.4f} on {} test "
+        "images (limit {:.4f})",
+        total_seconds, *final_error, test_images, max_val_error);
+  } else if (restored && restored->epoch > max_epoch) {
+    // Running the command of a finished run again: nothing to train, and the verdict of that run.
+    TP_LOG_INFO(
+        "fashion_mnist: the run in {} has finished its {} epochs already (checkpoint {}); nothing "
+        "to train. Raise --max-epoch to train more, or pass --no-resume to start over.",
+        logdir, restored->epoch - 1, resumed_from);
+    final_error = finished_run_error(summary, restored->global_step, resumed_from, logdir);
+    if (!final_error) {
+      TP_LOG_ERROR(
+          "fashion_mnist: FAILED: the final val-error-top1 of the finished run is "
+          "unknown (see above)");
+      return 1;
+    }
+  }
+  if (!final_error) {
+    TP_LOG_ERROR("fashion_mnist: FAILED: no epoch finished, so there is no validation error");
+    return 1;
+  }
+  const double error = *final_error;
+  if (std::isnan(error)) {
+    TP_LOG_ERROR(
+        "fashion_mnist: FAILED: the last epoch put no val-error-top1 (did its validation run?)");
+    return 1;
+  }
+  if (!(error <= max_val_error)) {
+    TP_LOG_ERROR(
+        "fashion_mnist: FAILED: the final val-error-top1 {:.4f} is above --max-val-error "
+        "{:.4f}",
+        error, max_val_error);
+    return 1;
+  }
+  TP_LOG_INFO("fashion_mnist: OK");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -320,13 +391,14 @@ int main(int argc, char** argv) {
   double lr = 0.1;
   double weight_decay = 1e-4;
   uint64_t seed = 42;
-  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = 0;  // 0: default_threads (ranks.h)
   int blas_threads = 1;
   int64_t train_limit = 0;
   int64_t val_limit = 0;
   double max_val_error = 0.10;
   std::string malloc_mode = "tuned";
   bool resume = true;
+  int64_t dist_timeout = 600;
 
   bool oversubscribe = false;
 
@@ -336,10 +408,11 @@ int main(int argc, char** argv) {
   const CLI::Validator kNonNegative = fashion_mnist::whole_number(0, 1000000000);
   CLI::App app{
       "fashion_mnist: trainpack's main job. Trains a small CNN on Fashion-MNIST with "
-      "SimpleTrainer, validates on the test set every epoch, and writes log.log, stats.json, a "
-      "TensorBoard event file, checkpoints (model-<step>.data, `checkpoint`) and the best "
-      "one (min-val-error-top1.data) into --logdir. Running it again with the same --logdir "
-      "continues that run"};
+      "DataParallelTrainer, validates on the test set every epoch, and writes log.log, "
+      "stats.json, a TensorBoard event file, checkpoints (model-<step>.data, `checkpoint`) and "
+      "the best one (min-val-error-top1.data) into --logdir. Running it again with the same "
+      "--logdir continues that run. Under torchrun (scripts/train_distributed.sh) every process "
+      "trains on its part of each batch and rank 0 writes --logdir"};
   app.add_option("--logdir", logdir,
                  "Log directory (log.log, stats.json, TensorBoard events, checkpoints; put "
                  "hyper.txt there to change the learning rate during training)")
@@ -361,7 +434,9 @@ int main(int argc, char** argv) {
                  "(training images / batch size)")
       ->capture_default_str()
       ->check(kNonNegative);
-  app.add_option("--batch-size", batch_size, "Training batch size")
+  app.add_option("--batch-size", batch_size,
+                 "Training batch size; under torchrun the global batch, split equally over the "
+                 "ranks (a multiple of their number)")
       ->capture_default_str()
       ->check(kPositive);
   app.add_option("--val-batch-size", val_batch_size, "Validation batch size")
@@ -379,14 +454,22 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(fashion_mnist::unsigned_number());
   app.add_option("--threads", threads,
-                 "Intra-op threads (torch::set_num_threads); default: the number of CPUs. They "
-                 "wait with OMP_WAIT_POLICY=PASSIVE unless the environment sets it (ACTIVE: "
-                 "spin; about 10% faster on an idle machine, about 5 times slower on a busy one)")
-      ->capture_default_str()
+                 "Intra-op threads (torch::set_num_threads); default: the number of CPUs, divided "
+                 "by the ranks on this machine under torchrun (LOCAL_WORLD_SIZE). They wait with "
+                 "OMP_WAIT_POLICY=PASSIVE unless the environment sets it (ACTIVE: spin; about 10% "
+                 "faster on an idle machine, about 5 times slower on a busy one)")
       ->check(fashion_mnist::whole_number(1, 1024));
   app.add_flag("--oversubscribe", oversubscribe,
-               "Allow --threads above the number of hardware threads (each step then waits for "
-               "threads that share a core; refused without this flag)");
+               "Allow --threads above the number of hardware threads (under torchrun: --threads "
+               "times the ranks on this machine; each step then waits for threads that share a "
+               "core; refused without this flag)");
+  app.add_option(
+         "--dist-timeout", dist_timeout,
+         "Under torchrun: seconds any collective (or joining the group) waits for the other "
+         "ranks before failing; bounds how long the others wait for a rank that hangs (a "
+         "rank that dies is noticed at once)")
+      ->capture_default_str()
+      ->check(kPositive);
   app.add_option(
          "--blas-threads", blas_threads,
          "OpenBLAS threads (openblas_set_num_threads). 1: ATen parallelises around its BLAS "
@@ -415,7 +498,32 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  // Where this process stands among the ranks (none of torchrun's or SLURM's variables: alone).
+  trainpack::DistributedEnv env;
+  try {
+    env = trainpack::DistributedEnv::from_environment();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fashion_mnist: error: %s\n", e.what());
+    return 2;
+  }
+  if (auto problem = fashion_mnist::batch_size_problem(batch_size, env.world_size)) {
+    std::fprintf(stderr, "fashion_mnist: error: %s\n", problem->c_str());
+    return 2;
+  }
   const unsigned hardware_threads = std::max(1u, std::thread::hardware_concurrency());
+  const bool threads_given = threads > 0;
+  if (!threads_given)
+    threads = fashion_mnist::default_threads(hardware_threads, env.local_world_size);
+  if (threads_given && env.local_world_size > 1 &&
+      static_cast<int64_t>(threads) * env.local_world_size > hardware_threads && !oversubscribe) {
+    std::fprintf(stderr,
+                 "--threads: %d on each of the %lld ranks on this machine (LOCAL_WORLD_SIZE) is "
+                 "more than the %u hardware threads; every step would wait for threads sharing a "
+                 "core. Lower --threads (or leave it out: the hardware threads divided by the "
+                 "ranks), or pass --oversubscribe to use %d anyway\n",
+                 threads, static_cast<long long>(env.local_world_size), hardware_threads, threads);
+    return 2;
+  }
   if (static_cast<unsigned>(threads) > hardware_threads && !oversubscribe) {
     std::fprintf(stderr,
                  "--threads: %d is more than the %u hardware threads of this machine; every step "
@@ -455,26 +563,61 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // The ranks meet (a group of one when alone). After configure_runtime, which may execute the
+  // program again, and before the log directory: when the chief cannot use it, the others hear of
+  // it at their first collective instead of waiting for the chief to join.
+  trainpack::ProcessGroupPtr group;
+  try {
+    group = trainpack::ProcessGroup::from_environment(
+        trainpack::DistributedOptions().timeout(std::chrono::seconds(dist_timeout)).env(env));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fashion_mnist: error: cannot join the other ranks: %s\n", e.what());
+    return 1;
+  }
+  const bool chief = group->is_chief();
+  // Ends this rank before training with status 1, telling the others why (they fail at their
+  // next collective and name this rank).
+  auto fail_before_training = [&](const std::string& message) {
+    group->report_failure(message);
+    return 1;
+  };
+
   // --resume: 'k', keep the directory (its log.log is renamed to log.log.<MMDD-HHMMSS>) and
   // continue what it holds; --no-resume: 'b', a previous run's directory is moved aside, never
   // deleted.
   try {
+    // (On a rank other than the chief it only records the name: the directory is the chief's.)
     trainpack::logger::set_logger_dir(logdir, resume ? 'k' : 'b');
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fashion_mnist: error: %s\n", e.what());
-    return 1;
+    return fail_before_training(e.what());
   }
 
   runtime.log();
+  if (group->distributed()) {
+    TP_LOG_INFO(
+        "fashion_mnist: rank {} of {}; {} intra-op thread(s) per rank{} ({} hardware threads, {} "
+        "ranks on this machine)",
+        group->rank(), group->world_size(), threads, threads_given ? " (--threads)" : "",
+        hardware_threads, env.local_world_size);
+  }
   torch::manual_seed(seed);
 
-  auto train = std::make_shared<trainpack::BatchData>(train_points, batch_size);
+  // Every rank reads the same seeded order and takes its part of every global batch: the ranks'
+  // batches k together are the single-process batch k (ShardData; alone, the whole set).
+  const int64_t rank_batch = batch_size / group->world_size();
+  auto train = std::make_shared<trainpack::BatchData>(
+      std::make_shared<trainpack::ShardData>(train_points, group->rank(), group->world_size()),
+      rank_batch);
   auto val =
       std::make_shared<trainpack::BatchData>(test_points, val_batch_size, /*remainder=*/true);
   TP_LOG_INFO(
-      "fashion_mnist: {} training images ({} batches of {} per epoch), {} validation "
+      "fashion_mnist: {} training images ({} batches of {}{} per epoch), {} validation "
       "images; {} epochs, lr {}, weight decay {}, seed {}",
       train_size, steps_per_epoch > 0 ? steps_per_epoch : *train->size(), batch_size,
+      group->distributed()
+          ? fmt::format(", {} on each of {} ranks", rank_batch, group->world_size())
+          : std::string(),
       *test_points->size(), max_epoch, lr, weight_decay, seed);
 
   auto model = std::make_shared<fashion_mnist::Model>(lr, weight_decay);
@@ -513,9 +656,11 @@ int main(int argc, char** argv) {
           max_epoch);
   if (steps_per_epoch > 0) config.steps_per_epoch(steps_per_epoch);
   // The run found in --logdir, if any, continues from its latest valid checkpoint (its counters
-  // are the truth: docs/tensorpack-differences.md #7); stats.json is appended to.
+  // are the truth: docs/tensorpack-differences.md #7); stats.json is appended to. The chief alone
+  // looks: the directory is its own (another machine's rank may not even see it), and
+  // DataParallelTrainer gives every rank the state the chief restored.
   std::string resumed_from;
-  if (resume) {
+  if (resume && chief) {
     std::optional<trainpack::AutoResumeTrainConfig> auto_resume;
     try {
       auto_resume.emplace(config);
@@ -526,7 +671,7 @@ int main(int argc, char** argv) {
           "fashion_mnist: pass --no-resume to move {} aside to {}.<MMDD-HHMMSS> and start over, "
           "or use another --logdir.",
           logdir, logdir);
-      return 1;
+      return fail_before_training(e.what());
     }
     resumed_from = auto_resume->found_checkpoint();
     config = *auto_resume;
@@ -540,16 +685,23 @@ int main(int argc, char** argv) {
   }
 
   const auto start = Clock::now();
-  trainpack::SimpleTrainer trainer;
+  // Alone (a group of one), DataParallelTrainer trains exactly as SimpleTrainer.
+  trainpack::DataParallelTrainer trainer(group);
   try {
     trainpack::launch_train_with_config(config, trainer);
   } catch (const trainpack::WriteFailedError& e) {
-    // Checkpoints or statistics were not written: never a success, whatever the val-error.
+    // Checkpoints or statistics were not written: never a success, whatever the val-error. (Only
+    // the chief writes them; training ended together, so every rank takes this status.)
     if (trainer.received_signal() != 0) log_stop(trainer, *saver, logdir);
     TP_LOG_ERROR("fashion_mnist: FAILED: {}", e.what());
-    return 1;
+    return fashion_mnist::share_chief_status(*group, 1);
   } catch (const std::exception& e) {
     TP_LOG_ERROR("fashion_mnist: training failed: {}", e.what());
+    // The trainer reports a failure during training to the other ranks; this also covers one
+    // before it (setting up the callbacks), so that their error names this rank.
+    group->report_failure(
+        e.what(),
+        /*own_failure=*/dynamic_cast<const trainpack::DistributedError*>(&e) == nullptr);
     if (!resumed_from.empty()) {
       TP_LOG_ERROR(
           "fashion_mnist: this run resumed from {}: resume with the flags of the run that saved "
@@ -560,60 +712,15 @@ int main(int argc, char** argv) {
     return 1;
   }
   const double total_seconds = seconds_since(start);
+  // Training ended on every rank at the same step. The verdict is the chief's: the others have
+  // neither the monitors nor the checkpoints it is made of, and exit with its status.
+  if (!chief) return fashion_mnist::share_chief_status(*group, 0);
   if (trainer.received_signal() != 0) {
     log_stop(trainer, *saver, logdir);
-    return trainpack::exit_code_for_signal(trainer.received_signal());
+    return fashion_mnist::share_chief_status(
+        *group, trainpack::exit_code_for_signal(trainer.received_signal()));
   }
-
-  std::optional<double> final_error;
-  const auto& restored = trainer.restored_resume_point();
-  if (!summary->rows().empty()) {
-    // The table and the verdict go to log.log too.
-    std::string table = "epoch  train s  valid s  faults/step  val-error-top1  val-error-top5";
-    for (const auto& row : summary->rows()) {
-      table += fmt::format("\n{:5}  {:7.1f}  {:7.1f}  {:11.1f}  {:14.4f}  {:14.4f}", row.epoch,
-                           row.train_seconds, row.epoch_end_seconds, row.faults_per_step,
-                           row.val_error_top1, row.val_error_top5);
-    }
-    TP_LOG_INFO("fashion_mnist: per epoch{}:\n{}",
-                resumed_from.empty() ? "" : " (this run; the earlier epochs are in stats.json)",
-                table);
-    final_error = summary->rows().back().val_error_top1;
-    TP_LOG_INFO(
-        "fashion_mnist: training took {:.1f} s; final val-error-top1 {:.4f} on {} test "
-        "images (limit {:.4f})",
-        total_seconds, *final_error, *test_points->size(), max_val_error);
-  } else if (restored && restored->epoch > max_epoch) {
-    // Running the command of a finished run again: nothing to train, and the verdict of that run.
-    TP_LOG_INFO(
-        "fashion_mnist: the run in {} has finished its {} epochs already (checkpoint {}); nothing "
-        "to train. Raise --max-epoch to train more, or pass --no-resume to start over.",
-        logdir, restored->epoch - 1, resumed_from);
-    final_error = finished_run_error(*summary, restored->global_step, resumed_from, logdir);
-    if (!final_error) {
-      TP_LOG_ERROR(
-          "fashion_mnist: FAILED: the final val-error-top1 of the finished run is "
-          "unknown (see above)");
-      return 1;
-    }
-  }
-  if (!final_error) {
-    TP_LOG_ERROR("fashion_mnist: FAILED: no epoch finished, so there is no validation error");
-    return 1;
-  }
-  const double error = *final_error;
-  if (std::isnan(error)) {
-    TP_LOG_ERROR(
-        "fashion_mnist: FAILED: the last epoch put no val-error-top1 (did its validation run?)");
-    return 1;
-  }
-  if (!(error <= max_val_error)) {
-    TP_LOG_ERROR(
-        "fashion_mnist: FAILED: the final val-error-top1 {:.4f} is above --max-val-error "
-        "{:.4f}",
-        error, max_val_error);
-    return 1;
-  }
-  TP_LOG_INFO("fashion_mnist: OK");
-  return 0;
+  return fashion_mnist::share_chief_status(
+      *group, verdict(trainer, *summary, resumed_from, logdir, max_epoch, max_val_error,
+                      *test_points->size(), total_seconds));
 }

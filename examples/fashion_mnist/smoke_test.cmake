@@ -10,8 +10,10 @@
 #   Debian package, before touching the log directory.
 # help: --help lists the flags the README documents.
 # bad_flags: values that are not what a flag takes (nan, inf, -1 for the seed, 1e3 for a count,
-#   0 epochs, --threads above the hardware threads without --oversubscribe) exit with status 2
-#   and a message naming the flag and its bounds in words, before touching the log directory.
+#   0 epochs, --threads above the hardware threads without --oversubscribe; as one of 2 ranks: an
+#   odd --batch-size, --threads 2 per rank on 2 cores, and a bad WORLD_SIZE) exit with status 2
+#   and a message naming the flag (or variable) and its bounds in words, before touching the log
+#   directory.
 if(NOT FASHION_MNIST OR NOT LOGDIR OR NOT MODE)
   message(FATAL_ERROR
     "smoke_test.cmake: pass -DFASHION_MNIST=<program> -DLOGDIR=<dir> -DMODE=<smoke|missing_data|help>")
@@ -47,7 +49,7 @@ if(MODE STREQUAL "help")
   endif()
   foreach(flag --logdir --max-epoch --steps-per-epoch --batch-size --lr --seed --data --threads
                --train-limit --val-limit --max-val-error --malloc --blas-threads --resume
-               --no-resume)
+               --no-resume --dist-timeout)
     expect_in("${out}" "${flag}" "the output of --help")
   endforeach()
   return()
@@ -78,6 +80,32 @@ if(MODE STREQUAL "bad_flags")
       message(FATAL_ERROR "fashion_mnist ${flag} ${value} exited with ${status}, expected 2:\n${out}${err}")
     endif()
     expect_in("${out}${err}" "${expected}" "the output of fashion_mnist ${flag} ${value}")
+  endforeach()
+  # As one of 2 ranks (the variables torchrun sets; refused before joining, so nobody listens at
+  # the port): a global batch that 2 ranks cannot split, a bad WORLD_SIZE, --threads 2 on each of
+  # 2 ranks of a machine. (The hardware-thread case needs 2 ranks and fewer than 4 threads.)
+  set(rank_env "RANK=0,WORLD_SIZE=2,MASTER_ADDR=127.0.0.1,MASTER_PORT=1")
+  set(env_cases
+    "${rank_env}|--batch-size|33|--batch-size 33 is not a multiple of the 2 ranks training together (WORLD_SIZE 2)"
+    "RANK=0,WORLD_SIZE=two|--max-epoch|1|WORLD_SIZE='two' is not a whole number")
+  if(cores LESS 4)
+    list(APPEND env_cases
+      "${rank_env}|--threads|2|--threads: 2 on each of the 2 ranks on this machine (LOCAL_WORLD_SIZE) is more than the ${cores} hardware threads")
+  endif()
+  foreach(case IN LISTS env_cases)
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 variables)
+    string(REPLACE "," ";" variables "${variables}")
+    list(GET parts 1 flag)
+    list(GET parts 2 value)
+    list(GET parts 3 expected)
+    execute_process(COMMAND ${CMAKE_COMMAND} -E env ${variables}
+                            ${FASHION_MNIST} --logdir ${LOGDIR} ${flag} ${value}
+      RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+    if(NOT status EQUAL 2)
+      message(FATAL_ERROR "${variables} fashion_mnist ${flag} ${value} exited with ${status}, expected 2:\n${out}${err}")
+    endif()
+    expect_in("${out}${err}" "${expected}" "the output of ${variables} fashion_mnist ${flag} ${value}")
   endforeach()
   if(EXISTS ${LOGDIR})
     message(FATAL_ERROR "fashion_mnist created ${LOGDIR} although its flags were refused")

@@ -82,14 +82,6 @@ ModelSaver::ModelSaver(ModelSaverOptions options) : options_(std::move(options))
     }
   }
   dir_ = resolve_dir(options_.checkpoint_dir());
-  if (!dir_.empty()) {
-    std::error_code ec;
-    fs::create_directories(dir_, ec);
-    if (ec) {
-      throw std::runtime_error(fmt::format(
-          "ModelSaver: cannot create the checkpoint directory {}: {}", dir_, ec.message()));
-    }
-  }
   next_keep_time_ = now() + hours * 3600;
 }
 
@@ -99,6 +91,14 @@ void ModelSaver::_setup_graph() {
   if (dir_.empty()) {
     throw std::invalid_argument(
         missing_output_dir_message("ModelSaver", "ModelSaverOptions().checkpoint_dir(dir)"));
+  }
+  // Created here, not at construction: under data-parallel training the callback is set up on
+  // the chief only, and another rank (maybe on another machine) must not create the directory.
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) {
+    throw std::runtime_error(fmt::format(
+        "ModelSaver: cannot create the checkpoint directory {}: {}", dir_, ec.message()));
   }
   last_saved_step_.reset();
 }

@@ -3,10 +3,12 @@
 #include "trainpack/callbacks/tf_event_writer.h"
 
 #include <chrono>
+#include <exception>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "trainpack/train/distributed.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/output_dir.h"
@@ -18,6 +20,17 @@ constexpr const char* kName = "TFEventWriter";
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Whether this process is a rank other than the chief of a data-parallel group. A bad variable
+// counts as the chief: joining the group reports it.
+bool other_rank_than_chief() {
+  try {
+    const DistributedEnv env = DistributedEnv::from_environment();
+    return env.distributed() && env.rank > 0;
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 }  // namespace
@@ -33,6 +46,9 @@ TFEventWriter::TFEventWriter(TFEventWriterOptions options)
 TFEventWriter::~TFEventWriter() = default;  // the writer flushes, fsyncs and closes
 
 MonitorPtr TFEventWriter::create(TFEventWriterOptions options) {
+  if (!options.logdir() && other_rank_than_chief()) {
+    return std::make_shared<NoOpMonitor>("TFEventWriter");
+  }
   if (!output_dir_or_logger_dir(options.logdir())) {
     TP_LOG_WARN("logger directory was not set. Ignore TFEventWriter.");
     return std::make_shared<NoOpMonitor>("TFEventWriter");

@@ -342,10 +342,16 @@ TEST_F(SaverTest, AVanishedDirectoryIsAnErrorLineTrainingGoesOnAndTheRunFails) {
   const fs::path sub = dir() / "ckpt";
   ModelTrainer m;
   auto saver = std::make_shared<ModelSaver>(options().checkpoint_dir(sub.string()));
-  EXPECT_TRUE(fs::is_directory(sub));  // created at construction
-  fs::remove_all(sub);
+  // The directory is created at setup (not at construction: a saver skipped on a rank other than
+  // the chief creates nothing), and removed once training has started.
+  EXPECT_FALSE(fs::exists(sub));
+  auto remover = std::make_shared<ActionCallback>();
+  remover->before_train_fn = [&](ActionCallback&) {
+    EXPECT_TRUE(fs::is_directory(sub));
+    fs::remove_all(sub);
+  };
   LogCapture log;
-  EXPECT_THROW(m.train({saver}, 1, 2), WriteFailedError);
+  EXPECT_THROW(m.train({saver, remover}, 1, 2), WriteFailedError);
   EXPECT_EQ(
       count_lines(log, "ERR Exception in ModelSaver! cannot create " + (sub / "model-").string()),
       2);

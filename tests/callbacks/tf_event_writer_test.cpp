@@ -16,6 +16,7 @@
 #include <regex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "support/command.h"
@@ -535,6 +536,23 @@ TEST_F(TFEventWriterTest, CreateWithoutLoggerDirGivesNoOpMonitor) {
   EXPECT_NE(std::dynamic_pointer_cast<TFEventWriter>(
                 TFEventWriter::create(TFEventWriterOptions().logdir(dir().string()))),
             nullptr);
+}
+
+TEST_F(TFEventWriterTest, CreateOnARankOtherThanTheChiefGivesNoOpMonitorAndTouchesNothing) {
+  // Rank 1 of 2 (torchrun's variables): the logger directory is the chief's, only its name is
+  // recorded here, and it need not exist on this rank's machine.
+  const std::vector<std::pair<const char*, const char*>> rank1{
+      {"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}};
+  for (const auto& [name, value] : rank1) setenv(name, value, 1);
+  const fs::path chiefs = dir() / "chiefs";
+  LogCapture log;
+  logger::set_logger_dir(chiefs.string());
+  MonitorPtr m = TFEventWriter::create();
+  logger::unset_logger_dir();
+  for (const auto& [name, value] : rank1) unsetenv(name);
+  EXPECT_NE(std::dynamic_pointer_cast<NoOpMonitor>(m), nullptr);
+  EXPECT_FALSE(log.contains("Ignore TFEventWriter"));
+  EXPECT_FALSE(fs::exists(chiefs));
 }
 
 TEST_F(TFEventWriterTest, BadOptionsThrow) {

@@ -77,9 +77,10 @@ struct ModelSaverOptions {
 // `model-<gs>.data`, or `checkpoint` when the index could not be written), so the run ends with
 // WriteFailedError after every after_train (a failed save at a signal included). Construction
 // throws std::invalid_argument for max_to_keep < 0, a negative or non-finite
-// keep_checkpoint_every_n_hours, an unsupported var_collections, and std::runtime_error when the
-// directory cannot be created. setup_graph throws std::invalid_argument("ModelSaver: no directory
-// was given and the logger directory is not set; pass one with
+// keep_checkpoint_every_n_hours and an unsupported var_collections. setup_graph creates the
+// directory (std::runtime_error when it cannot: not at construction, so that a ModelSaver skipped
+// on a rank other than the chief creates nothing), and throws std::invalid_argument("ModelSaver: no
+// directory was given and the logger directory is not set; pass one with
 // ModelSaverOptions().checkpoint_dir(dir), or call trainpack::logger::set_logger_dir(dir) first")
 // when neither a directory nor a logger directory was given (it is checked there, not at
 // construction, because a non-chief worker never sets it up; tensorpack's text is "Please provide

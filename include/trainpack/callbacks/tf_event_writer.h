@@ -76,7 +76,10 @@ class TFEventWriter : public MonitorBase {
 
   // tensorpack's `TFEventWriter()` in DEFAULT_MONITORS: when neither `options.logdir` nor the
   // logger directory is set, logs the WARNING `logger directory was not set. Ignore
-  // TFEventWriter.` and returns NoOpMonitor("TFEventWriter"); otherwise a TFEventWriter.
+  // TFEventWriter.` and returns NoOpMonitor("TFEventWriter"); otherwise a TFEventWriter. On a rank
+  // other than the chief in data-parallel training (DistributedEnv: RANK > 0 of WORLD_SIZE > 1),
+  // where the trainer skips the monitors and the logger directory is the chief's (it need not
+  // exist on this rank's machine), it returns the NoOpMonitor without the warning.
   static MonitorPtr create(TFEventWriterOptions options = {});
 
   void process_summary(const Summary& summary) override;
