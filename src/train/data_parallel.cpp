@@ -331,6 +331,10 @@ void DataParallelTrainer::run_step() {
       if (!is_communication_error(e.what_without_backtrace())) throw;  // the model's own error
       throw process_group()->explain_failure("the all-reduce of the gradients",
                                              e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      // Gloo's transport errors (gloo::IoException) come out of backward as they were thrown.
+      if (!is_communication_error(e.what())) throw;
+      throw process_group()->explain_failure("the all-reduce of the gradients", e.what());
     }
     opt.step();
   });
