@@ -181,7 +181,7 @@ void print_result(const char* side, int64_t world, const Options& o,
 }
 
 // Trains with `trainer` (SimpleTrainer or DataParallelTrainer) on `batches`; the step times.
-std::vector<double> train(trainpack::SimpleTrainer& trainer, const Options& o,
+std::vector<double> train(trainpack::SingleCostTrainer& trainer, const Options& o,
                           std::vector<trainpack::Datapoint> batches) {
   trainpack::bench::ScratchLoggerDir dir("trainpack_bench_distributed");
   auto model = std::make_shared<fashion_mnist::Model>(o.lr, o.weight_decay);

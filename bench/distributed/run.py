@@ -46,9 +46,9 @@ RESULT = re.compile(r"result side=(\w+) (.*)$")
 def parse_args():
     p = argparse.ArgumentParser(description="trainpack DataParallelTrainer vs PyTorch DDP")
     p.add_argument("--build", default="build", help="the CMake build directory")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--steps", type=int, default=300, help="timed steps per side and round")
-    p.add_argument("--warmup", type=int, default=30, help="untimed steps before them")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--steps", type=int, default=200, help="timed steps per side and round")
+    p.add_argument("--warmup", type=int, default=20, help="untimed steps before them")
     p.add_argument("--batch-size", type=int, default=128, help="global batch")
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
@@ -146,6 +146,7 @@ def main():
     steps = {"trainpack": [], "ddp": [], "single": []}
     ratios = []
     allreduce = {}  # floats -> [median ms per round]
+    allreduce_min = {}  # floats -> [min ms per round]
     for r in range(args.rounds):
         rotated = order[r % len(order):] + order[:r % len(order)]
         round_ms = {}
@@ -156,6 +157,8 @@ def main():
                 for fields in results["allreduce"]:
                     allreduce.setdefault(int(fields["floats"]), []).append(
                         float(fields["median_ms"]))
+                    allreduce_min.setdefault(int(fields["floats"]), []).append(
+                        float(fields["min_ms"]))
                 print(f"round {r}: allreduce " + ", ".join(
                     f"{f['floats']} floats {float(f['median_ms']):.3f} ms"
                     for f in results["allreduce"]) + f" ({seconds:.1f} s)", flush=True)
@@ -183,13 +186,16 @@ def main():
     sizes = sorted(allreduce)
     grad = sizes[0]  # the binary measures the gradient's size first and smallest
     ar = {n: statistics.median(v) for n, v in allreduce.items()}
+    ar_min = {n: min(v) for n, v in allreduce_min.items()}
     for n in sizes:
-        print(f"all-reduce {n:>9d} floats ({4 * n / 1e6:7.3f} MB): median {ar[n]:8.3f} ms")
+        print(f"all-reduce {n:>9d} floats ({4 * n / 1e6:7.3f} MB): median {ar[n]:8.3f} ms, "
+              f"min {ar_min[n]:8.3f} ms")
     if len(sizes) >= 2:
         lo, hi = sizes[-2], sizes[-1]
-        per_mb = (ar[hi] - ar[lo]) / (4 * (hi - lo) / 1e6)
-        print(f"all-reduce cost per byte (slope between the two largest): {per_mb:.3f} ms/MB "
-              f"({1e3 / per_mb:.0f} MB/s of tensor all-reduced)")
+        for label, t in (("medians", ar), ("minima", ar_min)):
+            per_mb = (t[hi] - t[lo]) / (4 * (hi - lo) / 1e6)
+            print(f"all-reduce cost per byte (slope between the two largest sizes, {label}): "
+                  f"{per_mb:.3f} ms/MB ({1e3 / per_mb:.0f} MB/s of tensor all-reduced)")
     share = {name: ar[grad] / med[name] for name in ("trainpack", "ddp")}
     print(f"gradient all-reduce alone ({grad} floats): {ar[grad]:.3f} ms = "
           f"{100 * share['trainpack']:.1f}% of trainpack's step, "
