@@ -32,14 +32,18 @@
 // model's parameters, 104,426 floats) and of 2^20 and 2^22 floats, each timed alone after a
 // barrier, --reps times after 5 untimed ones; rank 0 prints per size
 //   result side=allreduce floats=<n> bytes=<4n> median_ms=<m> min_ms=<m>
+// and the same for the trainer's per-step stop vote (an all-reduce of one int64 per rank):
+//   result side=vote longs=<W> median_ms=<m> min_ms=<m>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fashion_mnist/model.h"
@@ -213,7 +217,6 @@ int run_single(const Options& o) {
   return 0;
 }
 
-#if __has_include("trainpack/train/data_parallel.h")  // TEMP
 int run_data_parallel(const Options& o) {
   auto pg = trainpack::ProcessGroup::from_environment(trainpack::DistributedOptions());
   const int64_t rank = pg->rank(), world = pg->world_size();
@@ -228,33 +231,42 @@ int run_data_parallel(const Options& o) {
   return 0;
 }
 
+// The process group's all_reduce_sum of `tensors`, each timed alone after a barrier; the median
+// and the minimum in ms over `reps` (after 5 untimed).
+std::pair<double, double> time_all_reduce(trainpack::ProcessGroup& pg,
+                                          std::vector<at::Tensor> tensors, int64_t reps) {
+  std::vector<double> ms;
+  for (int64_t rep = 0; rep < reps + 5; ++rep) {
+    pg.barrier();
+    const auto start = Clock::now();
+    pg.all_reduce_sum(tensors);
+    const double t = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    if (rep >= 5) ms.push_back(t);
+  }
+  return {trainpack::bench::median(ms), *std::min_element(ms.begin(), ms.end())};
+}
+
 int run_allreduce(const Options& o) {
   auto pg = trainpack::ProcessGroup::from_environment(trainpack::DistributedOptions());
   int64_t grad_floats = 0;
   for (const auto& p : fashion_mnist::Net()->parameters()) grad_floats += p.numel();
   for (int64_t floats : {grad_floats, int64_t{1} << 20, int64_t{1} << 22}) {
-    std::vector<at::Tensor> tensors = {torch::ones({floats})};
-    std::vector<double> ms;
-    for (int64_t rep = 0; rep < o.reps + 5; ++rep) {
-      pg->barrier();
-      const auto start = Clock::now();
-      pg->all_reduce_sum(tensors);
-      const double t = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-      if (rep >= 5) ms.push_back(t);
-    }
+    const auto [median, min] = time_all_reduce(*pg, {torch::ones({floats})}, o.reps);
     if (pg->rank() == 0) {
       std::printf("result side=allreduce floats=%lld bytes=%lld median_ms=%.4f min_ms=%.4f\n",
-                  static_cast<long long>(floats), static_cast<long long>(4 * floats),
-                  trainpack::bench::median(ms), *std::min_element(ms.begin(), ms.end()));
-      std::fflush(stdout);
+                  static_cast<long long>(floats), static_cast<long long>(4 * floats), median, min);
     }
   }
+  // The trainer's stop vote: one int64 per rank, all-reduced at every step boundary.
+  const auto [median, min] =
+      time_all_reduce(*pg, {torch::zeros({pg->world_size()}, at::kLong)}, o.reps);
+  if (pg->rank() == 0) {
+    std::printf("result side=vote longs=%lld median_ms=%.4f min_ms=%.4f\n",
+                static_cast<long long>(pg->world_size()), median, min);
+  }
+  std::fflush(stdout);
   return 0;
 }
-#else
-int run_data_parallel(const Options&) { return 3; }
-int run_allreduce(const Options&) { return 3; }
-#endif
 
 }  // namespace
 

@@ -14,8 +14,10 @@ runs first, or right after the other):
   single     build/bench/trainpack_bench_distributed --single: SimpleTrainer in one process at
              the same global batch, with as many intra-op threads as the two ranks have together;
 and once per round the all-reduce alone (trainpack's process group, 2 ranks, tensors of the
-gradient's size and larger), which gives the communication's share of the step and its cost
-per byte.
+gradient's size and larger, and the trainer's per-step stop vote), which gives the
+communication's share of the step (comm_share: gradient + vote, each alone, over trainpack's
+median step; not overlapped with anything, so an upper bound of what the step waits for) and its
+cost per byte.
 
 Every side gets the same environment: OMP_NUM_THREADS, OPENBLAS_NUM_THREADS=1,
 OMP_WAIT_POLICY=PASSIVE and glibc malloc thresholds equal to those trainpack::configure_runtime
@@ -147,6 +149,7 @@ def main():
     ratios = []
     allreduce = {}  # floats -> [median ms per round]
     allreduce_min = {}  # floats -> [min ms per round]
+    vote = []  # the trainer's per-step stop vote alone, median ms per round
     for r in range(args.rounds):
         rotated = order[r % len(order):] + order[:r % len(order)]
         round_ms = {}
@@ -159,6 +162,7 @@ def main():
                         float(fields["median_ms"]))
                     allreduce_min.setdefault(int(fields["floats"]), []).append(
                         float(fields["min_ms"]))
+                vote.append(float(results["vote"][0]["median_ms"]))
                 print(f"round {r}: allreduce " + ", ".join(
                     f"{f['floats']} floats {float(f['median_ms']):.3f} ms"
                     for f in results["allreduce"]) + f" ({seconds:.1f} s)", flush=True)
@@ -196,9 +200,14 @@ def main():
             per_mb = (t[hi] - t[lo]) / (4 * (hi - lo) / 1e6)
             print(f"all-reduce cost per byte (slope between the two largest sizes, {label}): "
                   f"{per_mb:.3f} ms/MB ({1e3 / per_mb:.0f} MB/s of tensor all-reduced)")
-    share = {name: ar[grad] / med[name] for name in ("trainpack", "ddp")}
-    print(f"gradient all-reduce alone ({grad} floats): {ar[grad]:.3f} ms = "
-          f"{100 * share['trainpack']:.1f}% of trainpack's step, "
+    vote_ms = statistics.median(vote)
+    print(f"trainpack's per-step stop vote (all-reduce of {args.ranks} int64): median "
+          f"{vote_ms:.3f} ms")
+    # trainpack's step communicates the gradient and the vote; DDP's the gradient (and the
+    # buffers' broadcast, as trainpack's).
+    share = {"trainpack": (ar[grad] + vote_ms) / med["trainpack"], "ddp": ar[grad] / med["ddp"]}
+    print(f"communication alone: gradient all-reduce ({grad} floats) {ar[grad]:.3f} ms + vote "
+          f"{vote_ms:.3f} ms = {100 * share['trainpack']:.1f}% of trainpack's step; gradient "
           f"{100 * share['ddp']:.1f}% of DDP's")
     print(f"single process over trainpack DataParallel (step time): "
           f"{med['single'] / med['trainpack']:.4f}")
