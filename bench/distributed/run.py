@@ -104,10 +104,17 @@ def common(args):
 
 def run(name, cmd, env, verbose):
     """Runs `cmd`; returns {side: {key: value}} from its `result side=...` lines."""
-    start = time.monotonic()
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True)
-    seconds = time.monotonic() - start
+    for attempt in range(2):
+        start = time.monotonic()
+        proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+        seconds = time.monotonic() - start
+        # torchrun's own rendezvous (before any worker starts) sometimes loses its store on a
+        # loaded machine; that launch measured nothing, so it is tried once more.
+        if proc.returncode == 0 or "RendezvousConnectionError" not in proc.stdout:
+            break
+        print(f"run.py: {name}: torchrun's rendezvous failed before the workers started; "
+              "launching again", flush=True)
     if verbose or proc.returncode != 0:
         sys.stdout.write(proc.stdout)
     if proc.returncode != 0:
