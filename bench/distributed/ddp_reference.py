@@ -27,6 +27,9 @@ the difference to the previous step's end, so every step's whole loop (batch loo
 backward with DDP's all-reduce, update) is inside. The first `--warmup` steps are left out. Rank
 0 prints, as its last line,
     result side=ddp ranks=<W> global_batch=<G> steps=<N> median_step_ms=<m> mean_step_ms=<a>
+        cpu_ms_per_step=<c>
+(on one line; cpu_ms_per_step: rank 0's process CPU time, every thread, over the timed steps,
+per step: less sensitive than the wall time to other work on the machine).
 """
 
 import argparse
@@ -131,7 +134,10 @@ def main():
     ends = []
     dist.barrier()
     last = time.perf_counter()
+    cpu_start = None
     for step in range(total):
+        if step == args.warmup:
+            cpu_start = time.process_time()
         x, y = batches[step % len(batches)]
         loss = F.cross_entropy(model(x), y)
         optimizer.zero_grad()
@@ -140,6 +146,7 @@ def main():
         now = time.perf_counter()
         ends.append(now - last)
         last = now
+    cpu_ms = (time.process_time() - cpu_start) * 1e3 / args.steps
     times = ends[args.warmup:]
     dist.barrier()
     if rank == 0:
@@ -149,7 +156,8 @@ def main():
               f"thread(s) per rank, {args.steps} timed steps after {args.warmup}; "
               f"last loss {loss.item():.4f}", flush=True)
         print(f"result side=ddp ranks={world} global_batch={args.batch_size} "
-              f"steps={args.steps} median_step_ms={median:.3f} mean_step_ms={mean:.3f}",
+              f"steps={args.steps} median_step_ms={median:.3f} mean_step_ms={mean:.3f} "
+              f"cpu_ms_per_step={cpu_ms:.3f}",
               flush=True)
     dist.destroy_process_group()
 

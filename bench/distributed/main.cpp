@@ -27,13 +27,16 @@
 // reading, so each step's whole loop is inside. One epoch of --warmup + --steps steps; the
 // warm-up steps are left out. Rank 0 (or the single process) prints, last,
 //   result side=<trainpack|single> ranks=<W> global_batch=<G> steps=<N> median_step_ms=<m>
-//   mean_step_ms=<a>
+//   mean_step_ms=<a> cpu_ms_per_step=<c>
+// (one line; cpu_ms_per_step: the process's CPU time, every thread, over the timed steps, per
+// step: less sensitive than the wall time to other work on the machine).
 // --allreduce: the process group's all_reduce_sum of a float tensor of the gradient's size (the
 // model's parameters, 104,426 floats) and of 2^20 and 2^22 floats, each timed alone after a
 // barrier, --reps times after 5 untimed ones; rank 0 prints per size
 //   result side=allreduce floats=<n> bytes=<4n> median_ms=<m> min_ms=<m>
 // and the same for the trainer's per-step stop vote (an all-reduce of one int64 per rank):
 //   result side=vote longs=<W> median_ms=<m> min_ms=<m>
+#include <time.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -151,10 +154,17 @@ std::vector<trainpack::Datapoint> make_batches(const Options& o, int64_t rank, i
   return out;
 }
 
-// steady_clock at before_epoch and at every trigger_step.
+// steady_clock at before_epoch and at every trigger_step; the process's CPU time from the end of
+// step `skip` to the epoch's end.
 class StepClock : public trainpack::Callback {
  public:
-  explicit StepClock(int64_t steps) { ticks_.reserve(static_cast<size_t>(steps) + 1); }
+  StepClock(int64_t steps, int64_t skip) : skip_(skip) {
+    ticks_.reserve(static_cast<size_t>(steps) + 1);
+  }
+  // The CPU time per step after the first `skip`, in ms.
+  double cpu_ms_per_step() const {
+    return 1e3 * (cpu_end_ - cpu_start_) / static_cast<double>(ticks_.size() - 1 - skip_);
+  }
   // The per-step times in ms, the first `skip` left out.
   std::vector<double> step_ms(int64_t skip) const {
     std::vector<double> out;
@@ -165,28 +175,49 @@ class StepClock : public trainpack::Callback {
   }
 
  protected:
-  void _before_epoch() override { ticks_.push_back(Clock::now()); }
-  void _trigger_step() override { ticks_.push_back(Clock::now()); }
+  void _before_epoch() override {
+    ticks_.push_back(Clock::now());
+    if (skip_ == 0) cpu_start_ = cpu_seconds();
+  }
+  void _trigger_step() override {
+    ticks_.push_back(Clock::now());
+    if (ticks_.size() == static_cast<size_t>(skip_) + 1) cpu_start_ = cpu_seconds();
+  }
+  void _after_epoch() override { cpu_end_ = cpu_seconds(); }
 
  private:
+  // The process's CPU time, every thread.
+  static double cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
+
+  int64_t skip_;
+  double cpu_start_ = 0, cpu_end_ = 0;
   std::vector<Clock::time_point> ticks_;
 };
 
-void print_result(const char* side, int64_t world, const Options& o,
-                  const std::vector<double>& ms) {
+struct Timing {
+  std::vector<double> step_ms;
+  double cpu_ms_per_step;
+};
+
+void print_result(const char* side, int64_t world, const Options& o, const Timing& timing) {
+  const std::vector<double>& ms = timing.step_ms;
   double sum = 0;
   for (double v : ms) sum += v;
   std::printf(
       "result side=%s ranks=%lld global_batch=%lld steps=%zu median_step_ms=%.3f "
-      "mean_step_ms=%.3f\n",
+      "mean_step_ms=%.3f cpu_ms_per_step=%.3f\n",
       side, static_cast<long long>(world), static_cast<long long>(o.batch_size), ms.size(),
-      trainpack::bench::median(ms), sum / static_cast<double>(ms.size()));
+      trainpack::bench::median(ms), sum / static_cast<double>(ms.size()), timing.cpu_ms_per_step);
   std::fflush(stdout);
 }
 
 // Trains with `trainer` (SimpleTrainer or DataParallelTrainer) on `batches`; the step times.
-std::vector<double> train(trainpack::SingleCostTrainer& trainer, const Options& o,
-                          std::vector<trainpack::Datapoint> batches) {
+Timing train(trainpack::SingleCostTrainer& trainer, const Options& o,
+             std::vector<trainpack::Datapoint> batches) {
   trainpack::bench::ScratchLoggerDir dir("trainpack_bench_distributed");
   auto model = std::make_shared<fashion_mnist::Model>(o.lr, o.weight_decay);
   const trainpack::InputSignature signature = {trainpack::InputDesc("input", {-1, 28, 28}),
@@ -202,13 +233,13 @@ std::vector<double> train(trainpack::SingleCostTrainer& trainer, const Options& 
   trainer.setup_graph(signature, source, model->module(), tower,
                       [model] { return model->optimizer(); });
   const int64_t total = o.warmup + o.steps;
-  auto clock = std::make_shared<StepClock>(total);
+  auto clock = std::make_shared<StepClock>(total, o.warmup);
   trainer.train_with_defaults(
       trainpack::TrainOptions().callbacks({clock}).steps_per_epoch(total).max_epoch(1));
   if (trainer.received_signal() != 0) {
     std::exit(trainpack::exit_code_for_signal(trainer.received_signal()));
   }
-  return clock->step_ms(o.warmup);
+  return {clock->step_ms(o.warmup), clock->cpu_ms_per_step()};
 }
 
 int run_single(const Options& o) {
@@ -226,8 +257,8 @@ int run_data_parallel(const Options& o) {
     return 2;
   }
   trainpack::DataParallelTrainer trainer(pg);
-  const std::vector<double> ms = train(trainer, o, make_batches(o, rank, world));
-  if (rank == 0) print_result("trainpack", world, o, ms);
+  const Timing timing = train(trainer, o, make_batches(o, rank, world));
+  if (rank == 0) print_result("trainpack", world, o, timing);
   return 0;
 }
 

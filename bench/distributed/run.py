@@ -25,8 +25,9 @@ sets (MALLOC_MMAP_THRESHOLD_=32 MiB, MALLOC_TRIM_THRESHOLD_=512 MiB), so that th
 allocator does not return and re-fault its activation buffers at every step while trainpack's
 keeps them.
 
-Each side prints the median of its per-step times (warm-up steps left out); the figures below are
-medians over the rounds. The last line is
+Each side prints the median of its per-step times (warm-up steps left out) and its rank 0's CPU
+time per step (every thread of the process: Gloo's too); the figures below are medians over the
+rounds. The last line is
     trainpack_over_ddp=<median over the rounds of (trainpack's median step / ddp's median step)>
 (goal: at most 1.0). `--smoke` runs one short round (a few steps: checks that everything runs,
 measures nothing).
@@ -153,6 +154,7 @@ def main():
     }
     order = ["trainpack", "ddp", "single", "allreduce"]
     steps = {"trainpack": [], "ddp": [], "single": []}
+    cpu = {"trainpack": [], "ddp": [], "single": []}  # rank 0's CPU ms per step
     ratios = []
     allreduce = {}  # floats -> [median ms per round]
     allreduce_min = {}  # floats -> [min ms per round]
@@ -178,19 +180,21 @@ def main():
             ms = float(fields["median_step_ms"])
             round_ms[name] = ms
             steps[name].append(ms)
+            cpu[name].append(float(fields["cpu_ms_per_step"]))
             print(f"round {r}: {name:9s} median {ms:8.3f} ms/step, mean "
-                  f"{float(fields['mean_step_ms']):8.3f} ({seconds:.1f} s, load "
+                  f"{float(fields['mean_step_ms']):8.3f}, CPU {cpu[name][-1]:8.3f} ms/step "
+                  f"({seconds:.1f} s, load "
                   f"{os.getloadavg()[0]:.2f})", flush=True)
         ratios.append(round_ms["trainpack"] / round_ms["ddp"])
 
     med = {name: statistics.median(v) for name, v in steps.items()}
     print()
-    print(f"{'side':34s} {'median ms/step':>15s} {'rounds':>30s}")
+    print(f"{'side':34s} {'median ms/step':>15s} {'CPU ms/step':>12s} {'rounds (ms/step)':>30s}")
     labels = {"trainpack": f"trainpack DataParallel {args.ranks}x{per_rank}",
               "ddp": f"PyTorch DDP {args.ranks}x{per_rank}",
               "single": f"trainpack single process x{args.batch_size}"}
     for name in ("trainpack", "ddp", "single"):
-        print(f"{labels[name]:34s} {med[name]:15.3f} "
+        print(f"{labels[name]:34s} {med[name]:15.3f} {statistics.median(cpu[name]):12.3f} "
               f"{' '.join('%.3f' % v for v in steps[name]):>30s}")
     print("per-round trainpack/ddp: " + " ".join("%.4f" % v for v in ratios))
 
