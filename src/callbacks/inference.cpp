@@ -22,7 +22,41 @@ std::string shape_of(const at::Tensor& t) {
       who, stats));
 }
 
+// The inferencer's sums of a round, as one process's after set_partial_sums: `totals` must have
+// the size of partial_sums().
+void check_totals(const std::string& who, size_t expected, const std::vector<double>& totals) {
+  if (totals.size() != expected) {
+    throw std::invalid_argument(fmt::format(
+        "{}: set_partial_sums got {} values, but partial_sums() has {}; give it the element-wise "
+        "sums over the ranks of partial_sums()",
+        who, totals.size(), expected));
+  }
+}
+
 }  // namespace
+
+// ---- Inferencer ----
+
+std::vector<double> Inferencer::partial_sums() const {
+  if (!supports_partial_sums()) {
+    throw std::logic_error(fmt::format(
+        "{}: partial_sums() is not supported; override _supports_partial_sums, _partial_sums and "
+        "_set_partial_sums (callbacks/inference.h)",
+        name()));
+  }
+  return _partial_sums();
+}
+
+void Inferencer::set_partial_sums(const std::vector<double>& totals) {
+  if (!supports_partial_sums()) {
+    throw std::logic_error(
+        fmt::format("{}: set_partial_sums() is not supported; override _supports_partial_sums, "
+                    "_partial_sums and _set_partial_sums (callbacks/inference.h)",
+                    name()));
+  }
+  check_totals(name(), _partial_sums().size(), totals);
+  _set_partial_sums(totals);
+}
 
 // ---- ScalarStats ----
 
@@ -66,6 +100,18 @@ Inferencer::Stats ScalarStats::_after_inference() {
   return stats;
 }
 
+std::vector<double> ScalarStats::_partial_sums() const {
+  std::vector<double> out = sums_;
+  out.resize(names_.size(), 0.0);  // a round without batches has no sums yet
+  out.push_back(static_cast<double>(batches_));
+  return out;
+}
+
+void ScalarStats::_set_partial_sums(const std::vector<double>& totals) {
+  sums_.assign(totals.begin(), totals.end() - 1);
+  batches_ = static_cast<int64_t>(totals.back());
+}
+
 // ---- ClassificationError ----
 
 ClassificationError::ClassificationError(std::string wrong_tensor_name, std::string summary_name)
@@ -99,6 +145,15 @@ Inferencer::Stats ClassificationError::_after_inference() {
                    fmt::format("'{}'", summary_name_));
   }
   return {{summary_name_, wrong_ / static_cast<double>(total_)}};
+}
+
+std::vector<double> ClassificationError::_partial_sums() const {
+  return {wrong_, static_cast<double>(total_)};
+}
+
+void ClassificationError::_set_partial_sums(const std::vector<double>& totals) {
+  wrong_ = totals[0];
+  total_ = static_cast<int64_t>(totals[1]);
 }
 
 // ---- BinaryClassificationStats ----
@@ -145,6 +200,18 @@ Inferencer::Stats BinaryClassificationStats::_after_inference() {
   const double recall =
       nr_pos_ == 0 ? 0.0 : static_cast<double>(corr_pos_) / static_cast<double>(nr_pos_);
   return {{prefix_ + "_precision", precision}, {prefix_ + "_recall", recall}};
+}
+
+std::vector<double> BinaryClassificationStats::_partial_sums() const {
+  return {static_cast<double>(nr_pos_), static_cast<double>(nr_pred_pos_),
+          static_cast<double>(corr_pos_), static_cast<double>(samples_)};
+}
+
+void BinaryClassificationStats::_set_partial_sums(const std::vector<double>& totals) {
+  nr_pos_ = static_cast<int64_t>(totals[0]);
+  nr_pred_pos_ = static_cast<int64_t>(totals[1]);
+  corr_pos_ = static_cast<int64_t>(totals[2]);
+  samples_ = static_cast<int64_t>(totals[3]);
 }
 
 }  // namespace trainpack

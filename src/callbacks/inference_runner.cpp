@@ -180,6 +180,49 @@ class RoundBar {
   std::chrono::steady_clock::time_point start_;
 };
 
+// Rank `rank`'s part of every pass of `ds` under data-parallel validation: the items at positions
+// rank, rank + world, rank + 2 world, ... All of them: the parts of the ranks differ in size by at
+// most one, and together they are exactly the pass. The others' items are skipped with seek()
+// when `ds` seeks and its size is known (no batch is built for nothing), else read and dropped.
+class RankPart : public DataFlow {
+ public:
+  RankPart(DataFlowPtr ds, int64_t rank, int64_t world)
+      : ds_(std::move(ds)), rank_(rank), world_(world), whole_(ds_->size()) {
+    seek_ = whole_.has_value() && ds_->seekable();
+  }
+  std::string name() const override { return ds_->name(); }
+  std::optional<int64_t> size() const override {
+    if (!whole_) return std::nullopt;
+    return *whole_ > rank_ ? (*whole_ - rank_ + world_ - 1) / world_ : 0;
+  }
+
+ protected:
+  void _begin_pass(int64_t pass) override {
+    ds_->begin_pass(pass);
+    skip_ = rank_;
+  }
+  std::optional<Datapoint> _next() override {
+    if (const auto n = size(); n && position() >= *n) return std::nullopt;
+    if (seek_) {
+      if (skip_ > 0) ds_->seek(std::min(ds_->position() + skip_, *whole_));
+    } else {
+      for (int64_t i = 0; i < skip_; ++i) {
+        if (!ds_->next()) return std::nullopt;
+      }
+    }
+    skip_ = world_ - 1;
+    return ds_->next();
+  }
+
+ private:
+  DataFlowPtr ds_;
+  int64_t rank_;
+  int64_t world_;
+  std::optional<int64_t> whole_;
+  bool seek_ = false;
+  int64_t skip_ = 0;  // items of the other ranks before this rank's next one
+};
+
 }  // namespace
 
 // ---- InferenceRunner ----
@@ -196,6 +239,9 @@ InferenceRunner::InferenceRunner(DataFlowPtr input, std::vector<InferencerPtr> i
   for (const auto& inf : inferencers_) {
     if (!inf) throw std::invalid_argument("InferenceRunner: an inferencer is null");
   }
+  // Sharded, every rank runs its part (the collectives need every rank); the results stay the
+  // chief's (chief_only keeps tensorpack's meaning).
+  set_runs_on_every_rank(options_.shard_over_ranks());
 }
 
 InferenceRunner::InferenceRunner(DataFlowPtr input, InferencerPtr inferencer,
@@ -244,6 +290,75 @@ void InferenceRunner::setup_towers(const std::vector<c10::Device>& devices,
     }
     positions_.push_back(std::move(pos));
   }
+
+  const ProcessGroupPtr& group = trainer().process_group();
+  sharded_ = options_.shard_over_ranks() && group && group->distributed();
+  if (!sharded_) return;
+  for (const auto& inf : inferencers_) {
+    if (inf->supports_partial_sums()) continue;
+    throw std::invalid_argument(fmt::format(
+        "{}: the inferencer {} cannot combine its statistics over the {} ranks of data-parallel "
+        "training, where every rank validates its part of the set; implement its "
+        "_supports_partial_sums() (return true), _partial_sums() and _set_partial_sums() "
+        "(callbacks/inference.h), or validate the whole set on the chief alone with "
+        "InferenceRunnerOptions().shard_over_ranks(false)",
+        who, inf->name(), group->world_size()));
+  }
+}
+
+void InferenceRunner::prepare_rounds(std::optional<int64_t> size, const std::string& who,
+                                     const std::string& where) {
+  round_input_ = input_;
+  if (sharded_) {
+    const ProcessGroup& group = *trainer().process_group();
+    round_input_ = std::make_shared<RankPart>(input_, group.rank(), group.world_size());
+    const auto part = round_input_->size();
+    size_ = part ? *part : -1;
+    if (part) {
+      TP_LOG_INFO(
+          "[{}] Will eval {} iterations{}: rank {}'s part of the {} of each round, which {} "
+          "ranks share",
+          who, *part, where, group.rank(), *size, group.world_size());
+    }
+    return;
+  }
+  size_ = size ? *size : -1;
+  if (size) TP_LOG_INFO("[{}] Will eval {} iterations{}", who, *size, where);
+}
+
+int64_t InferenceRunner::combine_over_ranks(int64_t done, const std::string& who) {
+  ProcessGroup& group = *trainer().process_group();
+  // One float64 tensor: this rank's batch count, then every inferencer's partial sums.
+  std::vector<double> packed{static_cast<double>(done)};
+  std::vector<size_t> sizes;
+  for (const auto& inf : inferencers_) {
+    const std::vector<double> sums = inf->partial_sums();
+    sizes.push_back(sums.size());
+    packed.insert(packed.end(), sums.begin(), sums.end());
+  }
+  const auto n = static_cast<int64_t>(packed.size());
+  // Every rank must reduce as many values, or the all-reduce would pair up wrongly: an
+  // inferencer whose partial_sums() size differs between ranks is an error on every rank.
+  std::vector<at::Tensor> count{at::tensor({n, -n}, at::kLong)};
+  group.all_reduce_max(count);
+  const int64_t most = count[0][0].item<int64_t>();
+  const int64_t fewest = -count[0][1].item<int64_t>();
+  if (most != fewest) {
+    throw std::runtime_error(fmt::format(
+        "{}: the ranks have different numbers of partial sums ({} to {}; this rank has {}): "
+        "every rank must run the same inferencers, and each inferencer's partial_sums() must "
+        "have the same size on every rank",
+        who, fewest, most, n));
+  }
+  std::vector<at::Tensor> totals{at::tensor(packed, at::kDouble)};
+  group.all_reduce_sum(totals);
+  const double* t = totals[0].data_ptr<double>();
+  size_t offset = 1;
+  for (size_t i = 0; i < inferencers_.size(); ++i) {
+    inferencers_[i]->set_partial_sums(std::vector<double>(t + offset, t + offset + sizes[i]));
+    offset += sizes[i];
+  }
+  return static_cast<int64_t>(t[0]);
 }
 
 void InferenceRunner::_setup_graph() {
@@ -256,11 +371,9 @@ void InferenceRunner::_setup_graph() {
 void InferenceRunner::_before_train() {
   input_->reset_state();
   const auto size = input_->size();
-  size_ = size ? *size : -1;
   if (size && *size == 0) fail_empty_input("InferenceRunner", "its size() is 0");
-  if (size) {
-    TP_LOG_INFO("[InferenceRunner] Will eval {} iterations", *size);
-  } else {
+  prepare_rounds(size, "InferenceRunner");
+  if (!size) {
     TP_LOG_WARN(
         "[InferenceRunner] Got an input with unknown size! Will iterate until the end of each "
         "pass of {}.",
@@ -281,12 +394,12 @@ void InferenceRunner::run_round(bool parallel, const std::string& who) {
   torch::NoGradGuard no_grad;
   RoundGuard guard(towers_);
   for (auto& inf : inferencers_) inf->before_inference();
-  input_->begin_pass();
-  RoundBar bar(options_.progress_bar(), size_);
+  round_input_->begin_pass();
+  RoundBar bar(options_.progress_bar() && trainer().is_chief(), size_);
   const InputSignature& signature = dynamic_cast<TowerTrainer&>(trainer()).input_signature();
 
   auto next = [&]() -> std::optional<Datapoint> {
-    auto batch = input_->next();
+    auto batch = round_input_->next();
     if (batch) check_inputs(signature, *batch, who);
     return batch;
   };
@@ -351,7 +464,8 @@ void InferenceRunner::run_round(bool parallel, const std::string& who) {
   }
   bar.close();
   batches_last_round_ = done;
-  if (done == 0) fail_empty_input(who, "this round's pass yielded no batch");
+  const int64_t total = sharded_ ? combine_over_ranks(done, who) : done;
+  if (total == 0) fail_empty_input(who, "this round's pass yielded no batch");
 
   for (auto& inf : inferencers_) {
     for (const auto& [name, value] : inf->after_inference()) {
@@ -397,9 +511,7 @@ void DataParallelInferenceRunner::_before_train() {
         "DataParallelInferenceRunner: the input {} must have a known size > 0 (its size is {})",
         input_->name(), size ? std::to_string(*size) : std::string("unknown")));
   }
-  size_ = *size;
-  TP_LOG_INFO("[DataParallelInferenceRunner] Will eval {} iterations on {} towers", size_,
-              towers_.size());
+  prepare_rounds(size, "DataParallelInferenceRunner", fmt::format(" on {} towers", towers_.size()));
 }
 
 void DataParallelInferenceRunner::_trigger() {

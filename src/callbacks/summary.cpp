@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <stdexcept>
 
 #include "trainpack/callbacks/callback_state.h"
@@ -20,6 +21,8 @@ namespace trainpack {
 
 MovingAverageSummary::MovingAverageSummary(std::string collection)
     : collection_(std::move(collection)) {
+  // Every rank keeps its own averages, which MergeAllSummaries averages over the ranks.
+  set_runs_on_every_rank();
   if (collection_.empty()) {
     throw std::invalid_argument(
         "MovingAverageSummary: collection is empty; pass a Graph collection name (the default, "
@@ -201,6 +204,48 @@ bool summary_due(const Callback& cb, int64_t period) {
   return ls == cb.trainer().steps_per_epoch() - 1 || (period > 0 && (ls + 1) % period == 0);
 }
 
+// Under data-parallel training: every scalar of `summary` becomes its mean over the ranks (one
+// all-reduce of them all, in float64, divided by the number of ranks); histograms and images stay
+// this rank's (only the chief's are put). Every rank calls this at the same due step, so all of
+// them take part; first they check that all have the same scalar tags, in the same order, or
+// the sums would mix different quantities (std::runtime_error on every rank, naming the tags).
+void average_scalars_over_ranks(const Callback& cb, Summary* summary) {
+  const ProcessGroupPtr& group = cb.trainer().process_group();
+  if (!group || !group->distributed()) return;
+  std::vector<SummaryValue*> scalars;
+  std::string tags;
+  for (auto& v : summary->values) {
+    if (v.kind != SummaryValue::Kind::kScalar) continue;
+    scalars.push_back(&v);
+    tags += v.tag;
+    tags += '\n';
+  }
+  const auto n = static_cast<int64_t>(scalars.size());
+  // 62 bits, so that its negation fits (max and -max give the largest and the smallest).
+  const auto h = static_cast<int64_t>(std::hash<std::string>()(tags) >> 2);
+  std::vector<at::Tensor> check{at::tensor({n, -n, h, -h}, at::kLong)};
+  group->all_reduce_max(check);
+  const int64_t* c = check[0].data_ptr<int64_t>();
+  if (c[0] != -c[1] || c[2] != -c[3]) {
+    std::string mine;
+    for (const SummaryValue* v : scalars) mine += (mine.empty() ? "'" : ", '") + v->tag + "'";
+    throw std::runtime_error(fmt::format(
+        "MergeAllSummaries: the ranks have different scalar summaries ({} to {} of them; this "
+        "rank's: {}), so their mean over the ranks cannot be taken; every rank must run the same "
+        "tower, recording the same summaries",
+        -c[1], c[0], mine.empty() ? "none" : mine));
+  }
+  if (n == 0) return;
+  std::vector<double> values;
+  values.reserve(scalars.size());
+  for (const SummaryValue* v : scalars) values.push_back(v->scalar);
+  std::vector<at::Tensor> sums{at::tensor(values, at::kDouble)};
+  group->all_reduce_sum(sums);
+  const double* total = sums[0].data_ptr<double>();
+  const auto world = static_cast<double>(group->world_size());
+  for (size_t i = 0; i < scalars.size(); ++i) scalars[i]->scalar = total[i] / world;
+}
+
 void log_size_once(const Callback& cb, const std::string& key, bool* logged) {
   if (*logged) return;
   *logged = true;
@@ -219,6 +264,7 @@ CallbackPtr MergeAllSummaries(MergeAllSummariesOptions options) {
 MergeAllSummaries_RunWithOp::MergeAllSummaries_RunWithOp(MergeAllSummariesOptions options)
     : options_(std::move(options)) {
   check_options(options_, "MergeAllSummaries");
+  set_runs_on_every_rank();  // the scalars are averaged over the ranks
 }
 
 RunArgs MergeAllSummaries_RunWithOp::_before_run(const StepContext& /*ctx*/) {
@@ -232,12 +278,14 @@ void MergeAllSummaries_RunWithOp::_after_run(const StepContext& /*ctx*/,
   if (!due_) return;
   due_ = false;
   Summary summary = merge_tower_summaries(trainer().tower_registry(), "MergeAllSummaries");
+  average_scalars_over_ranks(*this, &summary);
   if (!summary.values.empty()) trainer().monitors().put_summary(std::move(summary));
 }
 
 MergeAllSummaries_RunAlone::MergeAllSummaries_RunAlone(MergeAllSummariesOptions options)
     : options_(std::move(options)) {
   check_options(options_, "MergeAllSummaries");
+  set_runs_on_every_rank();  // the scalars are averaged over the ranks
 }
 
 RunArgs MergeAllSummaries_RunAlone::_before_run(const StepContext& /*ctx*/) {
@@ -251,6 +299,7 @@ void MergeAllSummaries_RunAlone::_after_run(const StepContext& /*ctx*/,
   if (!due_) return;
   due_ = false;
   summary_ = merge_tower_summaries(trainer().tower_registry(), "MergeAllSummaries");
+  average_scalars_over_ranks(*this, &summary_);
   pending_ = !summary_.values.empty();
 }
 

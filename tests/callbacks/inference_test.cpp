@@ -116,6 +116,81 @@ TEST(ScalarStatsTest, UnweightedMeanOverBatchesWithPrefix) {
   EXPECT_NE(message_of([] { ScalarStats({}); }).find("names is empty"), std::string::npos);
 }
 
+// ---- partial sums (data-parallel validation) ----
+
+// Splits `batches` as the ranks of a sharded runner do (batch k to rank k % world), adds the
+// ranks' partial sums element-wise, gives the totals to a fresh inferencer and returns its stats.
+template <class Make>
+Inferencer::Stats sharded_stats(Make make, const std::vector<std::vector<at::Tensor>>& batches,
+                                size_t world) {
+  std::vector<double> totals;
+  for (size_t r = 0; r < world; ++r) {
+    auto inf = make();
+    inf->before_inference();
+    for (size_t k = r; k < batches.size(); k += world) inf->on_fetches(batches[k]);
+    const std::vector<double> sums = inf->partial_sums();
+    if (totals.empty()) totals.assign(sums.size(), 0.0);
+    EXPECT_EQ(sums.size(), totals.size());
+    for (size_t i = 0; i < sums.size(); ++i) totals[i] += sums[i];
+  }
+  auto combined = make();
+  combined->before_inference();
+  combined->set_partial_sums(totals);
+  return combined->after_inference();
+}
+
+TEST(PartialSumsTest, ShardedStatisticsEqualOneProcessExactly) {
+  torch::manual_seed(3);
+  std::vector<std::vector<at::Tensor>> scalar_batches, wrong_batches, binary_batches;
+  for (int k = 0; k < 13; ++k) {
+    const int64_t n = k == 12 ? 5 : 8;  // 101 samples in batches of 8
+    scalar_batches.push_back({torch::rand({}) * 3 + 0.1, torch::rand({}) + 0.5});
+    wrong_batches.push_back({torch::rand({n}).gt(0.7).to(at::kFloat)});
+    binary_batches.push_back(
+        {torch::rand({n}).gt(0.5).to(at::kLong), torch::rand({n}).gt(0.4).to(at::kLong)});
+  }
+  auto scalar = [] { return std::make_shared<ScalarStats>(std::vector<std::string>{"a", "b"}); };
+  auto error = [] { return std::make_shared<ClassificationError>("wrong", "err"); };
+  auto binary = [] { return std::make_shared<BinaryClassificationStats>("p", "l"); };
+  for (size_t world : {1u, 2u, 3u, 20u}) {  // 20 ranks: some have no batch at all
+    SCOPED_TRACE(world);
+    ScalarStats s({"a", "b"});
+    EXPECT_EQ(sharded_stats(scalar, scalar_batches, world), run_inferencer(s, scalar_batches));
+    ClassificationError e("wrong", "err");
+    EXPECT_EQ(sharded_stats(error, wrong_batches, world), run_inferencer(e, wrong_batches));
+    BinaryClassificationStats b("p", "l");
+    EXPECT_EQ(sharded_stats(binary, binary_batches, world), run_inferencer(b, binary_batches));
+  }
+}
+
+TEST(PartialSumsTest, LayoutAndErrors) {
+  ScalarStats s({"a", "b"});
+  EXPECT_TRUE(s.supports_partial_sums());
+  s.before_inference();
+  EXPECT_EQ(s.partial_sums(), (std::vector<double>{0, 0, 0}));  // a round without batches
+  s.on_fetches({torch::tensor(1.5), torch::tensor(2.0)});
+  EXPECT_EQ(s.partial_sums(), (std::vector<double>{1.5, 2.0, 1}));
+  EXPECT_EQ(message_of([&] {
+              s.set_partial_sums({1, 2});
+            }),
+            "ScalarStats: set_partial_sums got 2 values, but partial_sums() has 3; give it the "
+            "element-wise sums over the ranks of partial_sums()");
+  ClassificationError e("wrong", "err");
+  e.before_inference();
+  e.on_fetches({torch::tensor({1.0f, 0.0f, 1.0f})});
+  EXPECT_EQ(e.partial_sums(), (std::vector<double>{2, 3}));
+
+  struct NoSums : Inferencer {
+    std::vector<std::string> _get_fetches() override { return {"x"}; }
+    void _on_fetches(const std::vector<at::Tensor>&) override {}
+  } none;
+  EXPECT_FALSE(none.supports_partial_sums());
+  EXPECT_NE(message_of([&] { none.partial_sums(); }).find("partial_sums() is not supported"),
+            std::string::npos);
+  EXPECT_NE(message_of([&] { none.set_partial_sums({}); }).find("override _supports_partial_sums"),
+            std::string::npos);
+}
+
 // ---- the runners ----
 
 struct TinyNetImpl : torch::nn::Cloneable<TinyNetImpl> {
@@ -245,6 +320,17 @@ TEST(InferenceRunnerTest, RunsSizeBatchesPerEpochInEvalModeAndPutsTheStats) {
     EXPECT_EQ(std::get<1>(log->puts[static_cast<size_t>(2 * e + 1)]), "validation_val-cost");
   }
   EXPECT_EQ(s.trainer.global_step(), 12);
+}
+
+TEST(InferenceRunnerTest, ChiefOnlyButShardedOverEveryRankUnlessTold) {
+  auto flow = std::make_shared<DataFromList>(points(4, 1));
+  auto inf = [] { return std::make_shared<ClassificationError>("wrong", "err"); };
+  InferenceRunner sharded(flow, inf());
+  EXPECT_TRUE(sharded.chief_only());
+  EXPECT_TRUE(sharded.runs_on_every_rank());
+  InferenceRunner alone(flow, inf(), InferenceRunnerOptions().shard_over_ranks(false));
+  EXPECT_TRUE(alone.chief_only());
+  EXPECT_FALSE(alone.runs_on_every_rank());
 }
 
 TEST(InferenceRunnerTest, UnknownSizeRunsOneWholePassWithAWarning) {

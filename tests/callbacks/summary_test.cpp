@@ -157,6 +157,17 @@ size_t count_lines(const LogCapture& log, const std::string& text) {
 
 // ---- MovingAverageSummary + MergeAllSummaries: values and timing ----
 
+TEST(MergeAllSummaries, ChiefOnlyButRunOnEveryRankOfADataParallelRun) {
+  // Their results are the chief's; under data-parallel training every rank keeps its own
+  // averages and takes part in the mean over the ranks (tests/distributed/inference_test.cpp).
+  for (const CallbackPtr& cb : {CallbackPtr(std::make_shared<MovingAverageSummary>()),
+                                MergeAllSummaries(),
+                                MergeAllSummaries(MergeAllSummariesOptions().run_alone(true))}) {
+    EXPECT_TRUE(cb->chief_only()) << cb->name();
+    EXPECT_TRUE(cb->runs_on_every_rank()) << cb->name();
+  }
+}
+
 TEST(MergeAllSummaries, PutsTheDebiasedMovingAverageAtTheLastStepOfEachEpoch) {
   const std::vector<double> xs = {4, 8, 2, 6, 10, 12};
   TowerTestTrainer trainer;

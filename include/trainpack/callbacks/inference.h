@@ -33,6 +33,35 @@
 // Inferencers are callbacks (they get setup_graph with the trainer, so trainer() works) but are
 // driven only by their runner: they receive no other training hook.
 //
+// Data-parallel validation (docs/distributed.md): under a process group of more than one rank,
+// every rank runs the round on its own part of the validation set, and the statistics must come
+// out as one process's over the whole set. An inferencer takes part by exposing the sums it
+// accumulated as float64 values that add up over disjoint parts (counts, sums of errors; never a
+// ratio or a mean): the runner all-reduces every inferencer's sums in one call, gives each its
+// totals back, and after_inference then computes from the totals what one process would.
+//
+//   round on rank r:  before_inference -> on_fetches(its batches) -> partial_sums() -> all-reduce
+//                     -> set_partial_sums(totals) -> after_inference (same on every rank)
+//
+// For MeanAbs above, the three overrides are:
+//
+//     bool _supports_partial_sums() const override { return true; }
+//     std::vector<double> _partial_sums() const override {
+//       return {sum_, static_cast<double>(n_)};
+//     }
+//     void _set_partial_sums(const std::vector<double>& s) override {
+//       sum_ = s[0]; n_ = static_cast<int64_t>(s[1]);
+//     }
+//
+// partial_sums() must return the same number of values on every rank (the same inferencer on
+// every rank does), also on a rank whose part is empty (its zeros). An inferencer that does not
+// implement them cannot be used by an InferenceRunner that shards over the ranks:
+// std::invalid_argument at setup names it and these three functions (or run that runner on the
+// chief alone, over the whole set: InferenceRunnerOptions::shard_over_ranks(false)).
+// Exactness: a sum of integer counts is exact in float64 (up to 2^53), so statistics made of
+// counts (ClassificationError, BinaryClassificationStats) equal one process's bit for bit; for
+// sums of real values see ScalarStats.
+//
 // Differences from tensorpack: statistics are doubles by type, so a non-scalar statistic, which
 // tensorpack's float conversion handles badly, cannot happen (docs/tensorpack-differences.md #11);
 // fetch names are the tower's output names (no `:0`).
@@ -66,17 +95,42 @@ class Inferencer : public Callback {
   // End of a round: the statistics to put.
   Stats after_inference() { return _after_inference(); }
 
+  // Data-parallel validation (see the top of this file): whether this inferencer implements
+  // partial_sums() and set_partial_sums().
+  bool supports_partial_sums() const { return _supports_partial_sums(); }
+  // After the last on_fetches of a round: the accumulated sums, which add up over disjoint parts
+  // of the validation set. std::logic_error when not supported.
+  std::vector<double> partial_sums() const;
+  // Replaces the accumulated sums by `totals` (the element-wise sums over the ranks of
+  // partial_sums()); after_inference follows. std::invalid_argument when `totals` does not have
+  // the size partial_sums() has; std::logic_error when not supported.
+  void set_partial_sums(const std::vector<double>& totals);
+
  protected:
   virtual void _before_inference() {}
   virtual std::vector<std::string> _get_fetches() = 0;
   virtual void _on_fetches(const std::vector<at::Tensor>& results) = 0;
   virtual Stats _after_inference() { return {}; }
+  // Override all three to take part in data-parallel validation (default: not supported).
+  virtual bool _supports_partial_sums() const { return false; }
+  virtual std::vector<double> _partial_sums() const { return {}; }
+  virtual void _set_partial_sums(const std::vector<double>& /*totals*/) {}
 };
 
 using InferencerPtr = std::shared_ptr<Inferencer>;
 
 // The mean over batches of scalar outputs (an unweighted mean of per-batch values, as in
 // tensorpack). Keys: `{prefix}_{name}`, or `name` with an empty prefix.
+// Partial sums: per name the sum of the per-batch values (float64), then the number of batches.
+// Sharded over ranks, the batches are the single process's (the runner shards whole batches), so
+// the mean is the same sum divided by the same count; only the order of the additions differs.
+// That order cannot change the result when no addition rounds: guaranteed for outputs of float32
+// (or a narrower type) whenever n * max|v| / min|v| < 2^29, over the n batch values v of a round
+// that are not 0 (each such value is a multiple of ulp32(min|v|) = 2^-23 * 2^floor(log2 min|v|),
+// and every partial sum, at most n * max|v|, then fits in float64's 53 bits). Then the mean equals
+// one process's bit for bit (validation losses: n = 10^4 batches with values within a factor of
+// 5 * 10^4 of each other). Beyond that, and for float64 outputs, it may differ from one process's
+// in the last bits (a relative difference below n * 2^-53).
 // Errors: an output with more than one element is std::invalid_argument naming it; empty names
 // at construction; a round without any batch is std::runtime_error from after_inference
 // ("ScalarStats('validation_cost'): no sample was seen, so 'validation_cost' cannot be computed;
@@ -90,6 +144,9 @@ class ScalarStats : public Inferencer {
   std::vector<std::string> _get_fetches() override { return names_; }
   void _on_fetches(const std::vector<at::Tensor>& results) override;
   Stats _after_inference() override;
+  bool _supports_partial_sums() const override { return true; }
+  std::vector<double> _partial_sums() const override;
+  void _set_partial_sums(const std::vector<double>& totals) override;
 
  private:
   std::vector<std::string> names_;
@@ -106,6 +163,8 @@ class ScalarStats : public Inferencer {
 // after_inference ("ClassificationError('wrong-top1'): no sample was seen, so 'val-error-top1'
 // cannot be computed; the validation data is empty ..."), where tensorpack divides by zero and a
 // zero count would read as a perfect score.
+// Partial sums: {wrong, samples}. Sums of 0/1 entries are integers, exact in float64, so the
+// sharded error rate equals one process's bit for bit.
 class ClassificationError : public Inferencer {
  public:
   explicit ClassificationError(std::string wrong_tensor_name = "incorrect_vector",
@@ -116,6 +175,9 @@ class ClassificationError : public Inferencer {
   std::vector<std::string> _get_fetches() override { return {wrong_name_}; }
   void _on_fetches(const std::vector<at::Tensor>& results) override;
   Stats _after_inference() override;
+  bool _supports_partial_sums() const override { return true; }
+  std::vector<double> _partial_sums() const override;
+  void _set_partial_sums(const std::vector<double>& totals) override;
 
  private:
   std::string wrong_name_;
@@ -130,6 +192,8 @@ class ClassificationError : public Inferencer {
 // `{prefix}_recall`. Errors: prediction and label of different shapes (std::invalid_argument
 // naming both and their shapes); a round without any sample (std::runtime_error from
 // after_inference naming the inferencer and both statistics).
+// Partial sums: {label positives, predicted positives, correct positives, samples}: counts, so
+// sharded statistics equal one process's bit for bit.
 class BinaryClassificationStats : public Inferencer {
  public:
   BinaryClassificationStats(std::string pred_tensor_name, std::string label_tensor_name,
@@ -140,6 +204,9 @@ class BinaryClassificationStats : public Inferencer {
   std::vector<std::string> _get_fetches() override { return {pred_name_, label_name_}; }
   void _on_fetches(const std::vector<at::Tensor>& results) override;
   Stats _after_inference() override;
+  bool _supports_partial_sums() const override { return true; }
+  std::vector<double> _partial_sums() const override;
+  void _set_partial_sums(const std::vector<double>& totals) override;
 
  private:
   std::string pred_name_;

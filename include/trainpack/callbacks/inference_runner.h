@@ -29,7 +29,20 @@
 // a pass that yields no batch at a round (tensorpack would put statistics of zero samples; the
 // inferencers refuse those too, see callbacks/inference.h).
 //
-// chief_only: true.
+// chief_only: true (tensorpack's meaning: its results are the chief's).
+//
+// Data-parallel training (a trainer whose process group has more than one rank;
+// docs/distributed.md): the runner runs on every rank, and each rank runs its part of every
+// round: the items (batches, when the dataflow batches) at positions r, r + W, r + 2W, ... of the
+// pass, for rank r of W. Nothing is dropped and the parts may differ by one (13 batches over 2
+// ranks: 7 and 6); their union is the whole pass, with the single process's batches. At the end
+// of the round the inferencers' partial sums (callbacks/inference.h) are all-reduced in float64,
+// in one call, and every rank computes the whole set's statistics, as one process would (errors
+// and counts summed, then divided; never a mean of the ranks' means). The chief puts them to the
+// monitors (the others compute and discard them); the progress bar is the chief's and counts the
+// chief's batches. Every inferencer must support partial sums: std::invalid_argument at
+// setup_graph names one that does not. shard_over_ranks(false) instead runs the runner on the
+// chief alone over the whole set (as tensorpack does), while the others train on.
 //
 // Differences from tensorpack: the input is a DataFlow (tensorpack also takes an InputSource);
 // the tower is the training module itself in eval mode (on another device, a replica whose
@@ -61,8 +74,12 @@ struct InferenceRunnerOptions {
   TORCH_ARG(std::string, tower_name) = "InferenceTower";
   // Unset: the trainer's device.
   TORCH_ARG(std::optional<c10::Device>, device) = std::nullopt;
-  // Draw a progress bar for each round.
+  // Draw a progress bar for each round (on the chief only, under data-parallel training).
   TORCH_ARG(bool, progress_bar) = true;
+  // Under data-parallel training: true, every rank validates its part of the set and the
+  // statistics are combined (see above); false, the chief alone validates the whole set (for
+  // inferencers without partial sums). No effect in a single process.
+  TORCH_ARG(bool, shard_over_ranks) = true;
 };
 
 class InferenceRunner : public Callback {
@@ -72,7 +89,7 @@ class InferenceRunner : public Callback {
   InferenceRunner(DataFlowPtr input, InferencerPtr inferencer, InferenceRunnerOptions options = {});
   ~InferenceRunner() override;
 
-  // Batches run in the last round.
+  // Batches run in the last round (by this rank, under data-parallel training).
   int64_t batches_last_round() const { return batches_last_round_; }
 
  protected:
@@ -87,14 +104,24 @@ class InferenceRunner : public Callback {
   void deliver(const std::vector<at::Tensor>& outputs);
   // Throws the error of an input with nothing to validate on.
   [[noreturn]] void fail_empty_input(const std::string& who, const std::string& why) const;
+  // At before_train, for an input of `size` items per pass (nullopt: unknown): sets round_input_
+  // (this rank's part when sharding) and size_, and logs what a round runs ("Will eval N
+  // iterations<where>").
+  void prepare_rounds(std::optional<int64_t> size, const std::string& who,
+                      const std::string& where = "");
+  // Sharding: all-reduces this rank's `done` batches and the inferencers' partial sums, gives
+  // every inferencer its totals back; returns the batches of the whole round.
+  int64_t combine_over_ranks(int64_t done, const std::string& who);
 
   DataFlowPtr input_;
+  DataFlowPtr round_input_;  // what a round reads: input_, or this rank's part of it
+  bool sharded_ = false;     // data-parallel training with shard_over_ranks
   std::vector<InferencerPtr> inferencers_;
   InferenceRunnerOptions options_;
   std::vector<std::unique_ptr<detail::InferenceTower>> towers_;
   std::vector<std::string> fetches_;            // the union of the inferencers' fetches
   std::vector<std::vector<size_t>> positions_;  // per inferencer: its fetches in fetches_
-  int64_t size_ = -1;                           // batches per round, -1 when unknown
+  int64_t size_ = -1;  // batches per round (this rank's when sharding), -1 when unknown
   int64_t batches_last_round_ = 0;
 };
 

@@ -16,10 +16,20 @@
 // trainer clears them after every hooked run, so these callbacks read them in that same run
 // (RunArgs ops and after_run).
 //
+// Data-parallel training (a trainer whose process group has more than one rank;
+// docs/distributed.md): MovingAverageSummary and MergeAllSummaries run on every rank (they stay
+// chief_only in tensorpack's meaning: what they put is the chief's). Every rank keeps the moving
+// averages of its own steps, and nothing is communicated per step; where MergeAllSummaries
+// materialises (the last step of each epoch by default, and every `period` steps), the scalars it
+// puts (moving averages and scalar summaries) are the mean over the ranks of each rank's own
+// value: one all-reduce of all of them, packed in one float64 tensor, divided by the number of
+// ranks. Histograms and images are the chief's own. Only the chief's monitors receive them.
+//
 // Differences from tensorpack: there is no graph to evaluate outside a step, so whatever is
 // materialised is the value of a step that ran with hooks (see MergeAllSummaries_RunAlone); the
 // set of summaries is known only after the first step, so the setup log lines of tensorpack come
-// after the first step.
+// after the first step; under data-parallel training the scalars are the mean over the ranks
+// (tensorpack's multi-GPU trainers summarise the first tower's values, Horovod's the chief's).
 #pragma once
 
 #include <cstddef>
@@ -63,7 +73,8 @@ class TowerRegistry;
 // continues from its saved value when the tower records it again, so a resumed run puts the
 // same averages as an uninterrupted one.
 //
-// chief_only: true. Errors: std::invalid_argument for an empty `collection`.
+// chief_only: true; runs on every rank under data-parallel training (see the top of this file).
+// Errors: std::invalid_argument for an empty `collection`.
 //
 // Differences from tensorpack: the log line comes after the first step instead of at setup (the
 // tower runs, and records its moving summaries, at every step); the `train_op` argument (run the
@@ -131,7 +142,11 @@ size_t tower_summary_count(const TowerRegistry& registry);
 //   callbacks.push_back(MergeAllSummaries(MergeAllSummariesOptions().period(100)));  // and more
 //
 // Register it after MovingAverageSummary (DEFAULT_CALLBACKS() does): then the EMAs it puts
-// include the step it runs in. chief_only: true.
+// include the step it runs in. chief_only: true; under data-parallel training it runs on every
+// rank and the scalars it puts are the mean over the ranks (see the top of this file): at every
+// materialised step, one all-reduce (after a check, on every rank, that all ranks have the same
+// scalar tags: std::runtime_error naming this rank's tags otherwise). With 2 ranks the value put
+// is exactly (a + b) / 2 in float64 of the ranks' values a and b.
 // Errors (std::invalid_argument, at the call): a negative `period`; a `key` other than
 // "summaries".
 CallbackPtr MergeAllSummaries(MergeAllSummariesOptions options = MergeAllSummariesOptions());
