@@ -7,9 +7,11 @@
 //   - an InferenceRunner on the chief alone over the whole set (shard_over_ranks(false)), the
 //     single-process figure of the same weights: `whole_cost`, `whole_error`.
 //
-//   trainpack_inference_worker <log dir> <learning rate> [epochs] [no-partial-sums]
+//   trainpack_inference_worker <log dir> <learning rate> [epochs] [mode]
 //
-// With `no-partial-sums`, the sharded runner also has an inferencer of the user's without
+// Modes: `plain` (the default); `unseekable`: the validation batches come through a flow that
+// cannot seek, so each rank reads the others' batches and drops them (instead of seeking past
+// them); `no-partial-sums`: the sharded runner also has an inferencer of the user's without
 // partial sums (MeanAbs), which data-parallel validation must refuse at setup.
 //
 // It prints, on every rank, after every epoch, its own moving averages as MergeAllSummaries
@@ -22,6 +24,7 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,10 +56,27 @@ std::vector<Datapoint> make_points(int n, float phase) {
   return points;
 }
 
+// A flow of known size that cannot seek.
+class NoSeek : public DataFlow {
+ public:
+  explicit NoSeek(DataFlowPtr inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return "NoSeek"; }
+  std::optional<int64_t> size() const override { return inner_->size(); }
+
+ protected:
+  void _begin_pass(int64_t pass) override { inner_->begin_pass(pass); }
+  std::optional<Datapoint> _next() override { return inner_->next(); }
+
+ private:
+  DataFlowPtr inner_;
+};
+
 // Batches of 8 with the remainder: 13 batches, so that 2 ranks get 7 and 6, one of them short.
-DataFlowPtr validation_set() {
-  return std::make_shared<BatchData>(std::make_shared<DataFromList>(make_points(101, 0.5f)), 8,
-                                     /*remainder=*/true);
+DataFlowPtr validation_set(bool seekable) {
+  DataFlowPtr batches = std::make_shared<BatchData>(
+      std::make_shared<DataFromList>(make_points(101, 0.5f)), 8, /*remainder=*/true);
+  if (!seekable) return std::make_shared<NoSeek>(batches);
+  return batches;
 }
 
 std::vector<InferencerPtr> inferencers(const std::string& prefix, const std::string& error) {
@@ -78,7 +98,7 @@ class MeanAbs : public Inferencer {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s <log dir> <learning rate> [epochs]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s <log dir> <learning rate> [epochs] [mode]\n", argv[0]);
     return 2;
   }
   try {
@@ -114,14 +134,14 @@ int main(int argc, char** argv) {
 
     std::vector<CallbackPtr> callbacks;
     callbacks.push_back(std::make_shared<InferenceRunner>(
-        validation_set(), inferencers("whole", "whole_error"),
+        validation_set(true), inferencers("whole", "whole_error"),
         InferenceRunnerOptions().shard_over_ranks(false).progress_bar(false)));
     std::vector<InferencerPtr> sharded = inferencers("validation", "validation_error");
-    if (argc > 4 && std::string(argv[4]) == "no-partial-sums") {
-      sharded.push_back(std::make_shared<MeanAbs>());
-    }
-    callbacks.push_back(std::make_shared<InferenceRunner>(
-        validation_set(), sharded, InferenceRunnerOptions().progress_bar(false)));
+    const std::string mode = argc > 4 ? argv[4] : "plain";
+    if (mode == "no-partial-sums") sharded.push_back(std::make_shared<MeanAbs>());
+    callbacks.push_back(
+        std::make_shared<InferenceRunner>(validation_set(mode != "unseekable"), sharded,
+                                          InferenceRunnerOptions().progress_bar(false)));
     const int64_t rank = group->rank();
     callbacks.push_back(
         std::make_shared<CallbackFactory>(
