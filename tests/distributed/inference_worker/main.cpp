@@ -154,14 +154,10 @@ int main(int argc, char** argv) {
               std::fflush(stdout);
             }))
             ->set_chief_only(false));
-    // The default monitors on the chief. On another rank the trainer skips whatever monitors it
-    // is given, but DEFAULT_MONITORS() cannot be built there: TFEventWriter refuses the logger
-    // directory, which only the chief creates.
-    std::vector<MonitorPtr> monitors;
-    if (group->is_chief()) monitors = DEFAULT_MONITORS();
+    // The default monitors on every rank: the trainer skips them on the others, which write
+    // nothing.
     trainer.train_with_defaults(
-        TrainOptions().callbacks(callbacks).monitors(monitors).steps_per_epoch(6).max_epoch(
-            epochs));
+        TrainOptions().callbacks(callbacks).steps_per_epoch(6).max_epoch(epochs));
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "trainpack_inference_worker: %s\n", e.what());
