@@ -82,7 +82,7 @@ class DataParallelSync : public Callback {
 
 DataParallelTrainer::DataParallelTrainer(ProcessGroupPtr group, DataParallelOptions options,
                                          std::optional<c10::Device> device)
-    : SingleCostTrainer(device.value_or(default_device(checked(group)))),
+    : SimpleTrainer(device.value_or(default_device(checked(group)))),
       options_(options),
       state_(std::make_unique<detail::DataParallelState>()) {
   if (options_.bucket_cap_mb() <= 0) {
@@ -296,15 +296,8 @@ void DataParallelTrainer::broadcast_callback_states() {
 
 void DataParallelTrainer::run_step() {
   c10d::Reducer* reducer = state_->reducer.get();
-  if (reducer == nullptr) {  // a group of one: SimpleTrainer's step
-    hooked_run([this](StepContext& ctx) {
-      const std::vector<at::Tensor> batch = input()->next_batch();
-      at::Tensor cost = run_tower(ctx, batch);
-      auto& opt = optimizer();
-      opt.zero_grad();
-      cost.backward();
-      opt.step();
-    });
+  if (reducer == nullptr) {  // a group of one
+    SimpleTrainer::run_step();
     return;
   }
   hooked_run([this, reducer](StepContext& ctx) {

@@ -10,7 +10,7 @@
 // with ShardData); the gradients are averaged over the ranks by c10d's Reducer, the engine of
 // PyTorch's DistributedDataParallel: parameters grouped in buckets (bucket_cap_mb), each bucket's
 // all-reduce started as soon as its gradients are ready, overlapped with the rest of backward.
-// With a group of one process it trains exactly as SimpleTrainer.
+// With a group of one process it trains exactly as SimpleTrainer, which it extends.
 //
 // State: after initialize() (where the chief alone restores a checkpoint; the others log
 // tensorpack's "This is not a chief worker, 'session_init' was ignored!"), the chief's
@@ -59,7 +59,7 @@ namespace detail {
 struct DataParallelState;
 }
 
-class DataParallelTrainer : public SingleCostTrainer {
+class DataParallelTrainer : public SimpleTrainer {
  public:
   // `group`: the processes training together (null is std::invalid_argument). `device`: the
   // training device; unset, the CPU under Gloo and cuda:<local rank> under NCCL.
