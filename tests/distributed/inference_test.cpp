@@ -32,6 +32,7 @@
 #include <variant>
 #include <vector>
 
+#include "support/sanitizers.h"
 #include "support/temp_dir.h"
 #include "trainpack/utils/stats_json.h"
 
@@ -189,6 +190,12 @@ bool has_event_file(const fs::path& dir) {
 }
 
 class DistributedInference : public testing::TempDirTest {
+ protected:
+  void SetUp() override {
+    testing::TempDirTest::SetUp();
+    TRAINPACK_SKIP_UNDER_TSAN();
+  }
+
  protected:
   // Runs 2 ranks with their own log directories r0 and r1; returns their workers.
   std::vector<Worker> run_two(const std::string& lr, const std::string& epochs,

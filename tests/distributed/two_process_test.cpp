@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "distributed/worker_process.h"
+#include "support/sanitizers.h"
 #include "support/temp_dir.h"
 
 namespace trainpack {
@@ -38,6 +39,12 @@ bool long_tests() {
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 class TwoProcessTest : public testing::TempDirFixture<> {
+ protected:
+  void SetUp() override {
+    testing::TempDirFixture<>::SetUp();
+    TRAINPACK_SKIP_UNDER_TSAN();
+  }
+
  protected:
   std::string path(const std::string& name) const { return (dir() / name).string(); }
 
