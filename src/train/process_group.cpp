@@ -307,30 +307,32 @@ void run_collective(const ProcessGroup& group, const char* what, Fn&& fn) {
 
 }  // namespace
 
-void ProcessGroup::all_reduce_sum(std::vector<at::Tensor>& tensors) {
-  if (!impl_->group) return;
-  run_collective(*this, "all_reduce", [&] {
+namespace {
+
+// In place, one tensor at a time (Gloo reduces a list only as replicas of one tensor).
+void all_reduce(const ProcessGroup& group, ProcessGroupImpl& impl, std::vector<at::Tensor>& tensors,
+                c10d::ReduceOp op) {
+  if (!impl.group) return;
+  run_collective(group, "all_reduce", [&] {
     for (auto& t : tensors) {
-      on_backend_device(*impl_, t, [&](at::Tensor& x) {
+      on_backend_device(impl, t, [&](at::Tensor& x) {
         std::vector<at::Tensor> one{x};
-        impl_->group->allreduce(one, c10d::AllreduceOptions{c10d::ReduceOp::SUM})->wait();
+        c10d::AllreduceOptions opts;
+        opts.reduceOp = op;
+        impl.group->allreduce(one, opts)->wait();
       });
     }
   });
 }
 
+}  // namespace
+
+void ProcessGroup::all_reduce_sum(std::vector<at::Tensor>& tensors) {
+  all_reduce(*this, *impl_, tensors, c10d::ReduceOp::SUM);
+}
+
 void ProcessGroup::all_reduce_max(std::vector<at::Tensor>& tensors) {
-  if (!impl_->group) return;
-  run_collective(*this, "all_reduce", [&] {
-    for (auto& t : tensors) {
-      on_backend_device(*impl_, t, [&](at::Tensor& x) {
-        std::vector<at::Tensor> one{x};
-        c10d::AllreduceOptions opts;
-        opts.reduceOp = c10d::ReduceOp::MAX;
-        impl_->group->allreduce(one, opts)->wait();
-      });
-    }
-  });
+  all_reduce(*this, *impl_, tensors, c10d::ReduceOp::MAX);
 }
 
 void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int64_t root) {
