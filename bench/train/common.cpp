@@ -305,7 +305,7 @@ Run run_trainer(const DataFlowPtr& data, Input input, int64_t steps_per_epoch, i
   trainpack::TowerFunc tower;
   std::vector<trainpack::CallbackPtr> callbacks;
   if (val == nullptr) {
-    // Cases train and queue keep the tower they were measured with (issue 4).
+    // Cases train and queue keep the tower of their figures in BENCHMARKS.md.
     tower = [net](trainpack::TowerContext& ctx, const std::vector<at::Tensor>& in) mutable {
       torch::Tensor cost = torch::nn::functional::cross_entropy(net->forward(in[0]), in[1]);
       ctx.add_moving_summary("cost", cost);

@@ -59,7 +59,7 @@
 //   Defaults: --steps 1200 --steps-per-epoch 300 --reps 5 --threads 2 --batch-size 64
 //   --queue-steps 400 --val-steps 600 --val-batches 40 --val-batch-size 128 --dp-passes 3
 //   --blas-threads 1 --malloc tuned. On 2 cores the default run takes about 5.5 minutes (train
-//   1.3, queue 2.6, validation 1.0, dp 0.6); `--only validation,dp` (issue 5's figures) about
+//   1.3, queue 2.6, validation 1.0, dp 0.6); `--only validation,dp` (the validation figures) about
 //   1.6. Progress bars go to stderr.
 //
 // Files: main.cpp (the command line, the allocator, OpenBLAS, the cases in order), one file per
@@ -163,14 +163,14 @@ int main(int argc, char** argv) {
   // The main job's settings, from the library (trainpack/utils/runtime.h), before anything is
   // allocated; OpenMP's waiting is left as the environment has it, and each case sets its own
   // intra-op threads.
-  const trainpack::RuntimeReport runtime = trainpack::configure_runtime(
-      argc, argv,
-      trainpack::RuntimeOptions()
-          .intra_op_threads(static_cast<int>(setup.threads))
-          .blas_threads(static_cast<int>(blas_threads))
-          .tune_malloc(malloc_mode == "tuned")
-          .passive_omp_wait(false)
-          .log(false));
+  const trainpack::RuntimeReport runtime =
+      trainpack::configure_runtime(argc, argv,
+                                   trainpack::RuntimeOptions()
+                                       .intra_op_threads(static_cast<int>(setup.threads))
+                                       .blas_threads(static_cast<int>(blas_threads))
+                                       .tune_malloc(malloc_mode == "tuned")
+                                       .passive_omp_wait(false)
+                                       .log(false));
   if (malloc_mode == "tuned" && !runtime.warnings.empty() &&
       runtime.warnings[0].rfind("mallopt refused", 0) == 0) {
     std::fprintf(stderr, "%s; run with --malloc default\n", runtime.warnings[0].c_str());

@@ -1,4 +1,4 @@
-// Resumable state of callbacks (issue 6): for each callback with a state, a run split in two (the
+// Resumable state of callbacks: for each callback with a state, a run split in two (the
 // second half built from fresh callbacks given load_state() of what the first half's state()
 // returned, and the first half's resume point) sets, logs and puts exactly what an uninterrupted
 // run of the same length does; and a state that does not fit is refused with a message naming

@@ -1,5 +1,5 @@
-// Hyperparameter setters (spec section 10, section 22 #3 and #4), including a port of tensorpack's
-// callbacks/param_test.py (spec section 21).
+// Hyperparameter setters (docs/tensorpack-differences.md #3 and #4), including a port of
+// tensorpack's callbacks/param_test.py.
 #include "trainpack/callbacks/param.h"
 
 #include <gmock/gmock.h>

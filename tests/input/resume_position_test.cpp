@@ -1,4 +1,4 @@
-// Exact resume of the input sources (issue 6): the state of FeedInput's and QueueInput's callback
+// Exact resume of the input sources: the state of FeedInput's and QueueInput's callback
 // is (pass, position) of the batches the trainer consumed; a source given that state delivers
 // exactly the batches an uninterrupted source delivers from there, without reading the skipped
 // ones; flows that cannot seek are refused at restore time.

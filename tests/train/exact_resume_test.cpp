@@ -1,4 +1,4 @@
-// Exact resume (issue 6, item 5): given a seed, a run stopped at any step (StopTraining, SIGTERM,
+// Exact resume (docs/save-load.md): given a seed, a run stopped at any step (StopTraining, SIGTERM,
 // a crash after a save, the end of max_epoch) and resumed from its latest checkpoint continues
 // with exactly the steps, the costs and the learning rates of the same run never stopped, and ends
 // with bitwise the same parameters, buffers, moving averages, RNG and input position

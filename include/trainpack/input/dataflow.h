@@ -21,7 +21,7 @@
 //     std::logic_error.
 //   - size()         (`__len__`): datapoints per pass, nullopt when unknown (tensorpack raises
 //     NotImplementedError instead).
-//   - pass(), position(), seek(n): where the flow stands, for exact resume (issue 6). position()
+//   - pass(), position(), seek(n): where the flow stands, for exact resume. position()
 //     is the number of datapoints next() returned in this pass; begin_pass(k) then seek(n) puts
 //     the flow where it was after n datapoints of pass k, without reading those n (flows that
 //     cannot do that throw std::logic_error from seek; seekable() tells beforehand). n may be
