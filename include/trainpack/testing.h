@@ -13,9 +13,9 @@
 //   TEST(MyCallback, FiresEverySecondEpoch) {
 //     auto trace = std::make_shared<trainpack::testing::Trace>();
 //     auto mine = std::make_shared<MyCallback>();
-//     trainpack::testing::run_noop({mine,
-//     std::make_shared<trainpack::testing::TraceCallback>(trace)},
-//                                  /*steps_per_epoch=*/2, /*starting_epoch=*/1, /*max_epoch=*/4);
+//     auto tracer = std::make_shared<trainpack::testing::TraceCallback>(trace);
+//     trainpack::testing::run_noop({mine, tracer}, /*steps_per_epoch=*/2, /*starting_epoch=*/1,
+//                                  /*max_epoch=*/4);
 //     EXPECT_EQ(mine->fired_at(), (std::vector<int64_t>{2, 4}));
 //   }
 //
