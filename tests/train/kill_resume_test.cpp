@@ -1,4 +1,4 @@
-// A training process killed with SIGKILL at random moments (issue 6, tests): the child
+// A training process killed with SIGKILL at random moments: the child
 // (tests/train/resume_child/main.cpp, built as trainpack_resume_child) saves a checkpoint every
 // step and auto-resumes from its log directory. Killed twenty times -- while starting, restoring,
 // training or writing a checkpoint -- and then left to finish, it ends with bitwise the
