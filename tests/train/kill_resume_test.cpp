@@ -303,9 +303,15 @@ TEST(KillResume, TwentySigkillsAtRandomMomentsEndWithTheParametersOfAnUnkilledRu
 
   // The final checkpoints: bitwise the same parameters, RNG state, counters, moving average and
   // input position, and the optimizer's state (stored as tensors keyed by group and parameter
-  // index, so it compares across processes).
+  // index, so it compares across processes). The killed run's newest valid checkpoint, which is
+  // what a resume takes: a kill between the last step's checkpoint and the index update leaves
+  // the index naming the one before (the index lists only checkpoints made durable), and a
+  // restart from that last checkpoint has no step left to train, so nothing rewrites the index.
   const std::string final_ref = resolve_checkpoint_path(ref_dir.string());
-  const std::string final_killed = resolve_checkpoint_path(dir.string());
+  const std::optional<std::string> newest_killed =
+      AutoResumeTrainConfig::find_latest_valid_checkpoint(dir.string());
+  ASSERT_TRUE(newest_killed.has_value());
+  const std::string final_killed = *newest_killed;
   EXPECT_EQ(fs::path(final_killed).filename(), "model-" + std::to_string(kTotalSteps));
   const TensorMap want = read_checkpoint(final_ref);
   const TensorMap got = read_checkpoint(final_killed);
