@@ -5,6 +5,7 @@
 //   (a) a bare `for` loop;
 //   (b) a Trainer (hooked_run around the step) with one idle callback: it overrides before_run
 //       and after_run and does nothing in them, so the trainer calls it around every run;
+//   (a') the bare loop with two steady_clock reads per step (what timing every run costs);
 //   (c), (d), ... the same trainer with the callbacks of one case of `kCases` instead of the idle
 //       one (SessionRunTimeout: armed and disarmed around every run, its watchdog asleep).
 // Each form runs `--reps` times after a warm-up, all forms interleaved in every rep so that drift
@@ -69,7 +70,7 @@ struct Case {
 
 // The callbacks measured while idle, one case each.
 const std::vector<Case> kCases = {
-    {"session_run_timeout", "SessionRunTimeout(600000), armed every run",
+    {"session_run_timeout", "SessionRunTimeout(600000), armed",
      [] {
        return std::vector<CallbackPtr>{std::make_shared<trainpack::SessionRunTimeout>(600000)};
      }},
@@ -87,6 +88,21 @@ struct Shape {
 Shape shape_for(int64_t steps) {
   if (steps <= kStepsPerEpoch) return {steps, 1};
   return {kStepsPerEpoch, (steps + kStepsPerEpoch - 1) / kStepsPerEpoch};
+}
+
+// ns per step of the bare loop with two steady_clock reads per step: what a callback that times
+// every run (SessionRunTimeout) cannot do without.
+double run_bare_with_clock_pair(int64_t steps) {
+  int64_t sum = 0;
+  const auto start = Clock::now();
+  for (int64_t i = 0; i < steps; ++i) {
+    sum += Clock::now().time_since_epoch().count();
+    g_counter = g_counter + 1;
+    sum -= Clock::now().time_since_epoch().count();
+  }
+  const std::chrono::duration<double, std::nano> took = Clock::now() - start;
+  g_counter = g_counter + static_cast<uint64_t>(sum & 1);
+  return took.count() / static_cast<double>(steps);
 }
 
 double run_bare(int64_t steps) {
@@ -167,13 +183,15 @@ int main(int argc, char** argv) {
   // Warm-up: page in the code and let the CPU clock settle.
   const int64_t warm = std::max<int64_t>(total / 10, 1);
   run_bare(warm);
+  run_bare_with_clock_pair(warm);
   run_trainer(warm, idle());
   for (const Case* c : cases) run_trainer(warm, c->make());
 
-  std::vector<double> bare, base;
+  std::vector<double> bare, clock_pair, base;
   std::vector<std::vector<double>> measured(cases.size());
   for (int64_t r = 0; r < reps; ++r) {
     bare.push_back(run_bare(total));
+    clock_pair.push_back(run_bare_with_clock_pair(total));
     base.push_back(run_trainer(total, idle()));
     for (size_t i = 0; i < cases.size(); ++i) {
       measured[i].push_back(run_trainer(total, cases[i]->make()));
@@ -183,16 +201,18 @@ int main(int argc, char** argv) {
   const double b = median(base);
 
   // The minimum beside the median: on a busy machine it is the less disturbed figure.
-  std::printf("%-48s %14s %12s %12s %9s %9s\n", "form", "median ns/step", "min ns/step",
+  std::printf("%-52s %14s %12s %12s %9s %9s\n", "form", "median ns/step", "min ns/step",
               "over (b) ns", "/ (b)", "/ (a)");
-  std::printf("%-48s %14.2f %12.2f\n", "(a) bare loop", a, minimum(bare));
-  std::printf("%-48s %14.2f %12.2f %12.2f %9.3f %9.3f\n", "(b) Trainer + idle callback", b,
+  std::printf("%-52s %14.2f %12.2f\n", "(a) bare loop", a, minimum(bare));
+  std::printf("%-52s %14.2f %12.2f\n", "(a') bare loop + 2 steady_clock reads", median(clock_pair),
+              minimum(clock_pair));
+  std::printf("%-52s %14.2f %12.2f %12.2f %9.3f %9.3f\n", "(b) Trainer + idle callback", b,
               minimum(base), 0.0, 1.0, b / a);
   for (size_t i = 0; i < cases.size(); ++i) {
     const double m = median(measured[i]);
     const std::string row =
         "(" + std::string(1, static_cast<char>('c' + i)) + ") Trainer + " + cases[i]->description;
-    std::printf("%-48s %14.2f %12.2f %12.2f %9.3f %9.3f\n", row.c_str(), m, minimum(measured[i]),
+    std::printf("%-52s %14.2f %12.2f %12.2f %9.3f %9.3f\n", row.c_str(), m, minimum(measured[i]),
                 m - b, m / b, m / a);
   }
   for (size_t i = 0; i < cases.size(); ++i) {

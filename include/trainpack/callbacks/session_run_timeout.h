@@ -67,15 +67,15 @@ class SessionRunTimeoutError : public std::runtime_error {
 // global_step=<gs>` line prints; the step has run to its end, so it is counted. The trainer
 // handles it as any failing callback: CallbackError naming SessionRunTimeout and after_run (the
 // SessionRunTimeoutError nested), every callback's after_train, then out of train().
-// A run that has not returned after timeout_in_ms + grace_period: the watchdog logs ERR
-// `[SessionRunTimeout] Training failed at global_step=<gs> (the step has run for <t> ms without
-// returning, more than timeout_in_ms=<timeout> plus grace_period=<grace> ms); ending the process
-// with exit code 124` (<gs>: the global_step the run started at, which it never finished), writes
-// the message to torchrun's error file when TORCHELASTIC_ERROR_FILE is set (utils/error_file.h;
-// `rank <r>: ` first in a group of several ranks), then ends the process with exit code
-// kExitCode (124, the status timeout(1) uses). Lines logged so far are in log.log (it is flushed
-// line by line); files that other callbacks write in steps (stats.json, the event file) hold what
-// they had written before.
+// A run that has not returned after timeout_in_ms + grace_period: the watchdog logs, writes the
+// error file and ends the process with exit code kExitCode (124, the status timeout(1) uses).
+// Lines logged so far are in log.log (it is flushed line by line); files that other callbacks
+// write in steps (stats.json, the event file) hold what they had written before.
+// Logs: ERR `[SessionRunTimeout] Training failed at global_step=<gs> (the step has run for <t> ms
+// without returning, more than timeout_in_ms=<timeout> plus grace_period=<grace> ms); ending the
+// process with exit code 124`, <gs> being the global_step the run started at (never finished).
+// Writes: that message, after `SessionRunTimeout: ` (and `rank <r>: ` first in a group of several
+// ranks), to torchrun's error file when TORCHELASTIC_ERROR_FILE is set (utils/error_file.h).
 // chief_only: true (set_chief_only(false) to watch every rank of a data-parallel run).
 // Errors: std::invalid_argument at construction when timeout_in_ms <= 0, grace_period < 0, or the
 // two add up to more than 10^12 ms.
