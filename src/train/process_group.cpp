@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
-#include <nlohmann/json.hpp>
 
 #include <cerrno>
 #include <chrono>
@@ -21,7 +20,7 @@
 #endif
 
 #include "trainpack/train/distributed.h"
-#include "trainpack/utils/atomic_file.h"
+#include "trainpack/utils/error_file.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
@@ -390,13 +389,7 @@ void ProcessGroup::report_failure(const std::string& message, bool own_failure) 
   }
   try {
     if (!impl_->env.error_file.empty()) {
-      const auto now = std::chrono::duration_cast<std::chrono::seconds>(
-                           std::chrono::system_clock::now().time_since_epoch())
-                           .count();
-      // torchrun's format for a worker's error file: {"message": ..., "timestamp": ...}.
-      nlohmann::json j = {{"message", fmt::format("rank {}: {}", rank(), message)},
-                          {"timestamp", std::to_string(now)}};
-      write_file_atomically(impl_->env.error_file, j.dump());
+      write_torchrun_error_file(impl_->env.error_file, fmt::format("rank {}: {}", rank(), message));
     }
   } catch (const std::exception& e) {
     TP_LOG_WARN("Could not write torchrun's error file {}: {}", impl_->env.error_file, e.what());
