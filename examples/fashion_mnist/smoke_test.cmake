@@ -13,7 +13,7 @@
 #   0 epochs, --threads above the hardware threads without --oversubscribe; as one of 2 ranks: an
 #   odd --batch-size, --threads 2 per rank on 2 cores, and a bad WORLD_SIZE) exit with status 2
 #   and a message naming the flag (or variable) and its bounds in words, before touching the log
-#   directory.
+#   directory; with --oversubscribe, --threads above the hardware threads is accepted.
 if(NOT FASHION_MNIST OR NOT LOGDIR OR NOT MODE)
   message(FATAL_ERROR
     "smoke_test.cmake: pass -DFASHION_MNIST=<program> -DLOGDIR=<dir> -DMODE=<smoke|missing_data|help>")
@@ -49,7 +49,7 @@ if(MODE STREQUAL "help")
   endif()
   foreach(flag --logdir --max-epoch --steps-per-epoch --batch-size --lr --seed --data --threads
                --train-limit --val-limit --max-val-error --malloc --blas-threads --resume
-               --no-resume --dist-timeout)
+               --no-resume --dist-timeout --oversubscribe)
     expect_in("${out}" "${flag}" "the output of --help")
   endforeach()
   return()
@@ -107,6 +107,20 @@ if(MODE STREQUAL "bad_flags")
     endif()
     expect_in("${out}${err}" "${expected}" "the output of ${variables} fashion_mnist ${flag} ${value}")
   endforeach()
+  # --oversubscribe lifts the refusal of --threads above the hardware threads: the run goes on to
+  # the next check, here the missing dataset (status 2 as well, with the data's message).
+  execute_process(COMMAND ${FASHION_MNIST} --logdir ${LOGDIR} --threads ${too_many} --oversubscribe
+                          --data /nonexistent
+    RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT status EQUAL 2)
+    message(FATAL_ERROR "fashion_mnist --threads ${too_many} --oversubscribe --data /nonexistent exited with ${status}, expected 2:\n${out}${err}")
+  endif()
+  expect_in("${out}${err}" "Fashion-MNIST file /nonexistent/train-images-idx3-ubyte.gz is missing"
+            "the output of fashion_mnist --threads ${too_many} --oversubscribe")
+  string(FIND "${out}${err}" "hardware threads" at)
+  if(NOT at EQUAL -1)
+    message(FATAL_ERROR "--oversubscribe did not lift the --threads refusal:\n${out}${err}")
+  endif()
   if(EXISTS ${LOGDIR})
     message(FATAL_ERROR "fashion_mnist created ${LOGDIR} although its flags were refused")
   endif()

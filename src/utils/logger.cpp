@@ -240,6 +240,14 @@ int lock_directory(const std::string& dir) {
     ::close(fd);
     fail("lock", dir, "its lock file '" + path + "' is not a regular file; remove it");
   }
+  // A hard link planted there would make the owner line below truncate another name's file.
+  if (st.st_nlink != 1) {
+    ::close(fd);
+    fail("lock", dir,
+         fmt::format("its lock file '{}' has {} hard links (another name shares the file, which "
+                     "the lock would overwrite); remove it",
+                     path, static_cast<unsigned long long>(st.st_nlink)));
+  }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     if (err == EWOULDBLOCK) {

@@ -548,6 +548,33 @@ TEST_F(LoggerDir, TheLockFileNamesTheOwnerAndASecondCallOfTheSameProcessMayRetak
   EXPECT_EQ(logger::get_logger_dir(), dir_);
 }
 
+TEST_F(LoggerDir, ALinkPlantedAsTheLockFileIsRefusedAndTheFileBehindItKept) {
+  fs::create_directories(dir_);
+  const fs::path outside = path("outside.txt");
+  write_file(outside, "someone else's file");
+  const fs::path lock = fs::path(dir_) / ".trainpack.lock";
+  for (const bool hard : {true, false}) {
+    SCOPED_TRACE(hard ? "hard link" : "symlink");
+    if (hard) {
+      fs::create_hard_link(outside, lock);
+    } else {
+      fs::create_symlink(outside, lock);
+    }
+    try {
+      logger::set_logger_dir(dir_, 'k');
+      ADD_FAILURE() << "expected std::runtime_error";
+    } catch (const std::runtime_error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(lock.string()));
+      if (hard) {
+        EXPECT_THAT(e.what(), HasSubstr("has 2 hard links"));
+      }
+    }
+    EXPECT_FALSE(logger::get_logger_dir().has_value());
+    EXPECT_EQ(read_file(outside), "someone else's file");  // never followed, truncated or written
+    fs::remove(lock);
+  }
+}
+
 TEST_F(LoggerDir, BackingUpOrDeletingTheCurrentDirectoryOrTheRootIsAClearError) {
   make_non_empty();
   const fs::path cwd = fs::current_path();

@@ -287,13 +287,15 @@ def corrupt_bitflip(case):
 
 
 def _expect_refusal(case, d, tag):
-    """The run must refuse (non-zero) and leave every file as it was (log.log may be renamed
-    aside, and the lock file names the latest run that held the directory) and add no
-    checkpoint."""
+    """The run must refuse (non-zero), saying how to start over (--no-resume), and leave every
+    file as it was (log.log may be renamed aside, and the lock file names the latest run that
+    held the directory) and add no checkpoint."""
     files = invariants.file_digests(d)
     before = invariants.snapshot(d)
     run, status = case.run(d, _max_epoch(4), tag)
     case.expect_status(tag, status, "nonzero")
+    if "--no-resume" not in run.output():
+        case.fail("the refusal does not say how to start over (--no-resume)")
     after = invariants.file_digests(d)
     for name, digest in files.items():
         if name in ("log.log", ".trainpack.lock"):
