@@ -1,14 +1,14 @@
 #include "trainpack/callbacks/graph_profiler.h"
 
 #include <fmt/format.h>
-#include <torch/csrc/autograd/profiler_kineto.h>
+#include <torch/csrc/autograd/profiler_legacy.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <memory>
-#include <set>
+#include <cmath>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -26,65 +26,58 @@ namespace {
 
 namespace prof = torch::autograd::profiler;
 
-// LibTorch's profiler with the Kineto state: without Kineto (Debian's LibTorch) it still records
-// the operators through RecordFunction and returns them from disableProfiler(); only its own
-// trace writer (ProfilerResult::save) needs Kineto. The legacy profiler would do too, but gives
-// start/end marks to pair up rather than calls with a duration.
+// LibTorch's profiler in its legacy mode: each operator call as a push and a pop event with
+// nanosecond times (the Kineto mode of Debian's LibTorch 1.13, which has no Kineto, records the
+// same calls but reports whole microseconds, which makes most short operators last 0 us; see
+// utils/chrome_trace.h for why that matters to viewers). Both modes collect through
+// RecordFunction on the thread that enables them, and what it hands to at::launch tasks and
+// autograd's engine.
 void start_profiler() {
-  const prof::ProfilerConfig config(prof::ProfilerState::KINETO, /*report_input_shapes=*/true);
-  const std::set<prof::ActivityType> activities{prof::ActivityType::CPU};
-  prof::prepareProfiler(config, activities);
-  prof::enableProfiler(config, activities);
+  prof::enableProfilerLegacy(
+      prof::ProfilerConfig(prof::ProfilerState::CPU, /*report_input_shapes=*/true));
 }
 
-// A call's start and end in microseconds. LibTorch 1.x reports whole microseconds (startUs,
-// durationUs); 2.x nanoseconds (startNs, endNs), floored here, which keeps nested calls nested.
-template <class E>
-auto start_end_us(const E& e, int) -> decltype(e.startNs(), std::pair<int64_t, int64_t>()) {
-  return {static_cast<int64_t>(e.startNs() / 1000), static_cast<int64_t>(e.endNs() / 1000)};
-}
-template <class E>
-std::pair<int64_t, int64_t> start_end_us(const E& e, long) {
-  const auto start = static_cast<int64_t>(e.startUs());
-  return {start, start + static_cast<int64_t>(e.durationUs())};
-}
-template <class R>
-auto trace_start_us(const R& r, int) -> decltype(r.trace_start_ns(), int64_t()) {
-  return static_cast<int64_t>(r.trace_start_ns() / 1000);
-}
-template <class R>
-int64_t trace_start_us(const R& r, long) {
-  return static_cast<int64_t>(r.trace_start_us());
-}
-
-// The calls the profiler recorded, timed from the start of the trace.
-std::vector<TraceEvent> trace_events(const prof::ProfilerResult& result) {
-  const auto& recorded = result.events();
-  std::vector<std::pair<int64_t, int64_t>> times;
-  times.reserve(recorded.size());
-  int64_t origin = trace_start_us(result, 0);
-  for (const auto& e : recorded) {
-    times.push_back(start_end_us(e, 0));
-    origin = std::min(origin, times.back().first);
+// The calls of the recorded push/pop pairs (matched by their RecordFunction handle; a call not
+// finished is left out), timed in nanoseconds from the earliest event.
+std::vector<TraceEvent> trace_events(const prof::thread_event_lists& lists) {
+  const prof::LegacyEvent* reference = nullptr;
+  for (const auto& list : lists) {
+    if (!list.empty()) {
+      reference = &list.front();
+      break;
+    }
+  }
+  if (reference == nullptr) return {};
+  // Differences of the events' own nanosecond counters (cpuUs() is the absolute time as a
+  // double, which keeps about a quarter of a microsecond).
+  const auto since_reference = [&](const prof::LegacyEvent& e) {
+    return static_cast<int64_t>(std::llround(reference->cpuElapsedUs(e) * 1000.0));
+  };
+  std::unordered_map<uint64_t, const prof::LegacyEvent*> pushed;
+  for (const auto& list : lists) {
+    for (const auto& e : list) {
+      if (e.kind() == prof::EventKind::PushRange) pushed.emplace(e.handle(), &e);
+    }
   }
   std::vector<TraceEvent> events;
-  events.reserve(recorded.size());
-  for (size_t i = 0; i < recorded.size(); ++i) {
-    const auto& e = recorded[i];
-    TraceEvent event;
-    event.name = e.name();
-    event.category = e.deviceType() == c10::DeviceType::CPU ? "cpu_op" : "kernel";
-    event.start_us = times[i].first - origin;
-    event.duration_us = std::max<int64_t>(0, times[i].second - times[i].first);
-    event.thread = e.startThreadId();
-    if (e.hasShapes()) {
-      for (const auto& shape : e.shapes()) event.input_shapes.push_back(shape);
+  int64_t origin = 0;
+  for (const auto& list : lists) {
+    for (const auto& pop : list) {
+      if (pop.kind() != prof::EventKind::PopRange) continue;
+      const auto push = pushed.find(pop.handle());
+      if (push == pushed.end()) continue;
+      const prof::LegacyEvent& e = *push->second;
+      TraceEvent event;
+      event.name = e.name();
+      event.start_ns = since_reference(e);
+      event.duration_ns = std::max<int64_t>(0, since_reference(pop) - event.start_ns);
+      event.thread = e.threadId();
+      event.input_shapes = e.shapes();
+      origin = std::min(origin, event.start_ns);
+      events.push_back(std::move(event));
     }
-    if (e.hasTypes()) {
-      for (const auto& type : e.dtypes()) event.input_types.push_back(type);
-    }
-    events.push_back(std::move(event));
   }
+  for (auto& event : events) event.start_ns -= origin;
   return events;
 }
 
@@ -130,10 +123,10 @@ RunArgs GraphProfiler::_before_run(const StepContext& /*ctx*/) {
 void GraphProfiler::_after_run(const StepContext& /*ctx*/, const RunValues& /*values*/) {
   if (!active_) return;
   active_ = false;
-  const std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
+  const prof::thread_event_lists recorded = prof::disableProfilerLegacy();
   const int64_t step = global_step();
   const ChromeTrace trace(
-      trace_events(*result),
+      trace_events(recorded),
       ChromeTraceOptions()
           .process_name(fmt::format("trainpack (pid {})", ::getpid()))
           .thread_names({{at::RecordFunction::currentThreadId(), "training thread"}})
@@ -174,7 +167,7 @@ void GraphProfiler::discard() noexcept {
   if (profiled_thread_ != std::this_thread::get_id()) return;
   try {
     try {
-      if (prof::profilerEnabled()) (void)prof::disableProfiler();
+      if (prof::profilerEnabled()) (void)prof::disableProfilerLegacy();
     } catch (const std::exception& e) {
       TP_LOG_WARN("[GraphProfiler] could not stop LibTorch's profiler: {}", e.what());
     }

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
+#include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -74,7 +75,15 @@ class GraphProfilerTest : public testing::TempDirTest {
   }
   void TearDown() override {
     // A test that fails must not leave the profiler on for the next one in this process.
-    if (torch::autograd::profiler::profilerEnabled()) torch::autograd::profiler::disableProfiler();
+    namespace prof = torch::autograd::profiler;
+    if (prof::profilerEnabled()) {
+      if (torch::profiler::impl::profilerType() ==
+          torch::profiler::impl::ActiveProfilerType::LEGACY) {
+        prof::disableProfilerLegacy();
+      } else {
+        prof::disableProfiler();
+      }
+    }
     testing::TempDirTest::TearDown();
   }
 

@@ -5,8 +5,9 @@
 // - the file is a JSON object whose "traceEvents" is an array of objects; "displayTimeUnit", when
 //   present, is "ms" or "ns";
 // - every event has a string "ph"; only "X" and "M" are expected;
-// - an "X" event has a string "name", a string "cat", integer "ts" and "dur" >= 0, integer "pid"
-//   and "tid" that fit 32 bits (Perfetto drops larger tids), and "args", if present, is an object;
+// - an "X" event has a string "name", a string "cat", numbers "ts" and "dur" >= 0 (microseconds,
+//   compared below as whole nanoseconds, as Perfetto reads them), integer "pid" and "tid" that fit
+//   32 bits (Perfetto drops larger tids), and "args", if present, is an object;
 // - an "M" event is "process_name" or "thread_name" with integer pid/tid and a string args.name;
 //   every pid of an "X" event has a process_name, every (pid, tid) a thread_name;
 // - per (pid, tid), in file order: "ts" never decreases, and the events nest (an event that starts
@@ -16,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -56,8 +58,12 @@ inline std::vector<std::string> trace_event_format_problems(const std::string& t
     const int64_t x = v.get<int64_t>();
     return x >= std::numeric_limits<int32_t>::min() && x <= std::numeric_limits<int32_t>::max();
   };
-  const auto is_non_negative_int = [](const Json& v) {
-    return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
+  const auto is_time = [](const Json& v) {
+    return v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= 0 &&
+           v.get<double>() < 1e15;
+  };
+  const auto nanoseconds = [](const Json& v) {
+    return static_cast<int64_t>(std::llround(v.get<double>() * 1000.0));
   };
   std::set<int64_t> named_pids, used_pids;
   std::set<std::pair<int64_t, int64_t>> named_threads, used_threads;
@@ -113,8 +119,8 @@ inline std::vector<std::string> trace_event_format_problems(const std::string& t
       }
     }
     for (const char* key : {"ts", "dur"}) {
-      if (!e.contains(key) || !is_non_negative_int(e[key])) {
-        fail(fmt::format("{} has no \"{}\" that is an integer >= 0: {}", where, key, e.dump()));
+      if (!e.contains(key) || !is_time(e[key])) {
+        fail(fmt::format("{} has no \"{}\" that is a number >= 0: {}", where, key, e.dump()));
         ok = false;
       }
     }
@@ -125,18 +131,19 @@ inline std::vector<std::string> trace_event_format_problems(const std::string& t
     if (!ok) continue;
     used_pids.insert(pid);
     used_threads.insert({pid, tid});
-    const int64_t ts = e["ts"], end = ts + e["dur"].get<int64_t>();
+    const int64_t ts = nanoseconds(e["ts"]), end = ts + nanoseconds(e["dur"]);
     auto [it, first] = threads.try_emplace({pid, tid}, ts, std::vector<int64_t>{});
     auto& [last_ts, open] = it->second;
     if (!first && ts < last_ts) {
-      fail(fmt::format("{} ({}) starts at {}, before the previous event of tid {} ({})", where,
-                       e["name"].get<std::string>(), ts, tid, last_ts));
+      fail(fmt::format("{} ({}) starts at {} ns, before the previous event of tid {} ({} ns)",
+                       where, e["name"].get<std::string>(), ts, tid, last_ts));
     }
     last_ts = ts;
     while (!open.empty() && open.back() <= ts) open.pop_back();
     if (!open.empty() && end > open.back()) {
-      fail(fmt::format("{} ({}) spans {}..{} and overlaps the end of its enclosing event at {}",
-                       where, e["name"].get<std::string>(), ts, end, open.back()));
+      fail(fmt::format(
+          "{} ({}) spans {}..{} ns and overlaps the end of its enclosing event at {} ns", where,
+          e["name"].get<std::string>(), ts, end, open.back()));
     }
     open.push_back(end);
   }

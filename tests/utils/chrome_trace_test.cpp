@@ -19,11 +19,12 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::trace_event_format_problems;
 
+// A call from `start` for `duration` nanoseconds.
 TraceEvent call(std::string name, int64_t start, int64_t duration, uint64_t thread = 7) {
   TraceEvent e;
   e.name = std::move(name);
-  e.start_us = start;
-  e.duration_us = duration;
+  e.start_ns = start;
+  e.duration_ns = duration;
   e.thread = thread;
   return e;
 }
@@ -31,13 +32,14 @@ TraceEvent call(std::string name, int64_t start, int64_t duration, uint64_t thre
 TEST(ChromeTrace, WritesMetadataAndCompleteEventsWithSmallTids) {
   // Thread ids as a profiler may give them: the second does not fit 32 bits.
   const uint64_t big = 0x7f12345678ull;
-  TraceEvent addmm = call("aten::addmm", 5, 10, big);
+  TraceEvent addmm = call("aten::addmm", 5250, 10001, big);
   addmm.input_shapes = {{3}, {2, 4}, {4, 3}, {}, {}};
   addmm.input_types = {"float", "float", "float", "Scalar", "Scalar"};
-  ChromeTrace trace({addmm, call("aten::t", 0, 3, 7)}, ChromeTraceOptions()
-                                                           .process_name("job")
-                                                           .thread_names({{7, "training thread"}})
-                                                           .other_data({{"global_step", 12}}));
+  ChromeTrace trace({addmm, call("aten::t", 0, 3000, 7)},
+                    ChromeTraceOptions()
+                        .process_name("job")
+                        .thread_names({{7, "training thread"}})
+                        .other_data({{"global_step", 12}}));
   EXPECT_EQ(trace.tid(7), 1);
   EXPECT_EQ(trace.tid(big), 2);
   EXPECT_EQ(trace.tid(99), 0);
@@ -47,8 +49,8 @@ TEST(ChromeTrace, WritesMetadataAndCompleteEventsWithSmallTids) {
       R"({"name":"process_name","ph":"M","pid":1,"tid":0,"args":{"name":"job"}},)"
       R"({"name":"thread_name","ph":"M","pid":1,"tid":1,"args":{"name":"training thread"}},)"
       R"({"name":"thread_name","ph":"M","pid":1,"tid":2,"args":{"name":"thread 545766266488"}},)"
-      R"({"name":"aten::t","cat":"cpu_op","ph":"X","ts":0,"dur":3,"pid":1,"tid":1,"args":{}},)"
-      R"({"name":"aten::addmm","cat":"cpu_op","ph":"X","ts":5,"dur":10,"pid":1,"tid":2,)"
+      R"({"name":"aten::t","cat":"cpu_op","ph":"X","ts":0.0,"dur":3.0,"pid":1,"tid":1,"args":{}},)"
+      R"({"name":"aten::addmm","cat":"cpu_op","ph":"X","ts":5.25,"dur":10.001,"pid":1,"tid":2,)"
       R"("args":{"Input Dims":[[3],[2,4],[4,3],[],[]],)"
       R"("Input type":["float","float","float","Scalar","Scalar"]}}],)"
       R"("displayTimeUnit":"ms","otherData":{"global_step":12}})");
@@ -66,12 +68,13 @@ TEST(ChromeTrace, OrdersEachThreadByStartWithTheEnclosingCallFirst) {
 }
 
 TEST(ChromeTrace, CutsACallThatOutlastsItsParentByARounding) {
-  // parent 0..10, child 9..11: whole microseconds can make a child end 1 us after its parent.
+  // parent 0..10, child 9..11: a rounding of the profiler's times can make a child end after
+  // its parent.
   ChromeTrace trace({call("parent", 0, 10), call("child", 9, 2), call("next", 10, 4)});
   ASSERT_EQ(trace.events().size(), 3u);
   EXPECT_EQ(trace.events()[1].name, "child");
-  EXPECT_EQ(trace.events()[1].duration_us, 1);
-  EXPECT_EQ(trace.events()[2].duration_us, 4);  // starts as the parent ends: not nested, not cut
+  EXPECT_EQ(trace.events()[1].duration_ns, 1);
+  EXPECT_EQ(trace.events()[2].duration_ns, 4);  // starts as the parent ends: not nested, not cut
   EXPECT_THAT(trace_event_format_problems(trace.json()), ElementsAre());
 }
 
@@ -93,35 +96,36 @@ TEST(ChromeTrace, OperatorTableCountsSelfAndTotalTime) {
   ASSERT_EQ(table.size(), 4u);
   EXPECT_EQ(table[0].name, "addmm");  // self 40 + 40
   EXPECT_EQ(table[0].calls, 2);
-  EXPECT_EQ(table[0].self_us, 80);
-  EXPECT_EQ(table[0].total_us, 90);
+  EXPECT_EQ(table[0].self_ns, 80);
+  EXPECT_EQ(table[0].total_ns, 90);
   EXPECT_EQ(table[1].name, "linear");  // 100 - 50 - 5
-  EXPECT_EQ(table[1].self_us, 45);
-  EXPECT_EQ(table[1].total_us, 100);
+  EXPECT_EQ(table[1].self_ns, 45);
+  EXPECT_EQ(table[1].total_ns, 100);
   EXPECT_EQ(table[2].name, "t");
   EXPECT_EQ(table[2].calls, 2);
-  EXPECT_EQ(table[2].self_us, 13);
+  EXPECT_EQ(table[2].self_ns, 13);
   EXPECT_EQ(table[3].name, "copy_");
-  EXPECT_EQ(table[3].self_us, 10);
+  EXPECT_EQ(table[3].self_ns, 10);
 }
 
 TEST(ChromeTrace, MarkdownTableShowsTheFirstRowsAndSumsTheRest) {
-  const std::vector<OperatorStats> table{
-      {"aten::addmm", 2, 600, 700}, {"a|b", 1, 300, 300}, {"aten::t", 4, 100, 150}};
+  const std::vector<OperatorStats> table{{"aten::addmm", 2, 600040, 700000},
+                                         {"a|b", 1, 300000, 300000},
+                                         {"aten::t", 4, 99960, 150000}};
   EXPECT_EQ(operator_table_markdown(table, 2),
             "| Operator | Calls | Self (us) | Self % | Total (us) |\n"
             "|:--|--:|--:|--:|--:|\n"
-            "| aten::addmm | 2 | 600 | 60.0 | 700 |\n"
-            "| a\\|b | 1 | 300 | 30.0 | 300 |\n"
-            "\n1 more operators: 100 us of self time (10.0%).\n");
+            "| aten::addmm | 2 | 600.0 | 60.0 | 700.0 |\n"
+            "| a\\|b | 1 | 300.0 | 30.0 | 300.0 |\n"
+            "\n1 more operators: 100.0 us of self time (10.0%).\n");
   EXPECT_EQ(operator_table_markdown(table, 3).find("more operators"), std::string::npos);
 }
 
 TEST(ChromeTrace, CsvQuotesNamesThatNeedIt) {
-  EXPECT_EQ(operator_table_csv({{"aten::addmm", 2, 600, 700}, {"f(a, \"b\")", 1, 3, 4}}),
+  EXPECT_EQ(operator_table_csv({{"aten::addmm", 2, 600040, 700000}, {"f(a, \"b\")", 1, 3, 4}}),
             "operator,calls,self_us,total_us\n"
-            "aten::addmm,2,600,700\n"
-            "\"f(a, \"\"b\"\")\",1,3,4\n");
+            "aten::addmm,2,600.040,700.000\n"
+            "\"f(a, \"\"b\"\")\",1,0.003,0.004\n");
 }
 
 // The checker itself: each rule catches what it is for.
@@ -143,9 +147,13 @@ TEST(TraceEventFormatCheck, CatchesWhatViewersReject) {
               ElementsAre(HasSubstr("before the previous event")));
   EXPECT_THAT(check(R"({"name":"a","cat":"c","ph":"X","ts":0,"dur":5,"pid":1,"tid":1},)"
                     R"({"name":"b","cat":"c","ph":"X","ts":4,"dur":2,"pid":1,"tid":1})"),
-              ElementsAre(HasSubstr("overlaps the end of its enclosing event at 5")));
-  EXPECT_THAT(check(R"({"name":"a","cat":"c","ph":"X","ts":0.5,"dur":5,"pid":1,"tid":1})"),
-              ElementsAre(HasSubstr("\"ts\" that is an integer >= 0")));
+              ElementsAre(HasSubstr("overlaps the end of its enclosing event at 5000 ns")));
+  EXPECT_THAT(check(R"({"name":"a","cat":"c","ph":"X","ts":0.5,"dur":4.5,"pid":1,"tid":1},)"
+                    R"({"name":"b","cat":"c","ph":"X","ts":4.999,"dur":0.002,"pid":1,"tid":1})"),
+              ElementsAre(HasSubstr("spans 4999..5001 ns and overlaps the end of its enclosing "
+                                    "event at 5000 ns")));
+  EXPECT_THAT(check(R"({"name":"a","cat":"c","ph":"X","ts":-1,"dur":5,"pid":1,"tid":1})"),
+              ElementsAre(HasSubstr("\"ts\" that is a number >= 0")));
   EXPECT_THAT(check(R"({"name":"a","ph":"X","ts":0,"dur":5,"pid":1,"tid":1})"),
               ElementsAre(HasSubstr("no string \"cat\"")));
   EXPECT_THAT(check(R"({"name":"a","cat":"c","ph":"B","ts":0,"pid":1,"tid":1})"),

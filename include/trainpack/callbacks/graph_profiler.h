@@ -62,8 +62,10 @@ struct GraphProfilerOptions {
 // TensorFlow session; tensorpack's RunMetadata protobuf has no LibTorch counterpart, so
 // dump_metadata writes the operator table as CSV instead; the TensorBoard event is a text summary
 // (a table), not TensorFlow's RunMetadata event (TensorBoard's graph view has no eager graph to
-// show it on). The Chrome trace is written by trainpack (Debian's LibTorch has no Kineto, whose
-// own writer it would otherwise use).
+// show it on). The Chrome trace is written by trainpack: Debian's LibTorch has no Kineto, whose
+// own writer (ProfilerResult::save) it would otherwise use, and its Kineto-mode events carry whole
+// microseconds only, so the profiler runs in its legacy mode, whose events carry nanoseconds (and
+// input shapes, but not input types).
 class GraphProfiler : public Callback {
  public:
   explicit GraphProfiler(GraphProfilerOptions options = {});

@@ -11,13 +11,16 @@
 //   {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}
 // - one metadata event naming the process ("ph": "M", "process_name") and one per thread
 //   ("thread_name");
-// - one complete event per call ("ph": "X") with name, cat, ts and dur in whole microseconds
-//   from the start of the trace, pid 1, tid 1, 2, ... (threads numbered in the order their first
-//   call started), and "args" with the call's input shapes and types ("Input Dims", "Input type",
-//   the keys of PyTorch's own traces) when the profiler recorded them;
+// - one complete event per call ("ph": "X") with name, cat, ts and dur in microseconds from the
+//   start of the trace with the nanoseconds as decimals (12.345), pid 1, tid 1, 2, ... (threads
+//   numbered in the order their first call started), and "args" with the call's input shapes and
+//   types ("Input Dims", "Input type", the keys of PyTorch's own traces) when recorded;
 // - the events of each thread in start order, properly nested: a call that ends after the call
-//   it started in (a rounding of the profiler's microsecond times, by 1 us) is cut at its parent's
-//   end, because viewers drop or misdraw slices that overlap without nesting.
+//   it started in (a rounding of the profiler's times) is cut at its parent's end, because viewers
+//   drop or misdraw slices that overlap without nesting.
+// Nanoseconds matter: with whole microseconds most short operators last 0 us and start in the
+// same microsecond as their parent, and viewers order such ties differently (speedscope ends a
+// zero-length call before it starts the parent that encloses it).
 // Profilers report thread ids as 64-bit numbers; Perfetto drops a tid that does not fit 32 bits,
 // hence the small numbers (the profiler's own id is in the thread's name when it has none).
 //
@@ -40,8 +43,8 @@ namespace trainpack {
 struct TraceEvent {
   std::string name;
   std::string category = "cpu_op";
-  int64_t start_us = 0;  // microseconds from the start of the trace (or any origin at or before)
-  int64_t duration_us = 0;
+  int64_t start_ns = 0;  // nanoseconds from the start of the trace (or any origin at or before)
+  int64_t duration_ns = 0;
   uint64_t thread = 0;                             // the profiler's id of the thread that ran it
   std::vector<std::vector<int64_t>> input_shapes;  // one per input; empty: none recorded
   std::vector<std::string> input_types;            // one per input; empty: none recorded
@@ -53,8 +56,8 @@ struct TraceEvent {
 struct OperatorStats {
   std::string name;
   int64_t calls = 0;
-  int64_t self_us = 0;
-  int64_t total_us = 0;
+  int64_t self_ns = 0;
+  int64_t total_ns = 0;
 };
 
 // Profiler thread id -> the name the viewer shows; "otherData" key -> value.
@@ -100,15 +103,16 @@ class ChromeTrace {
 //
 //   | Operator | Calls | Self (us) | Self % | Total (us) |
 //   |:--|--:|--:|--:|--:|
-//   | aten::addmm | 2 | 1295 | 45.2 | 1310 |
+//   | aten::addmm | 2 | 1295.4 | 45.2 | 1310.0 |
 //
-// Self % is of the sum of all operators' self times (the traced time of every thread). A `|` in a
-// name is escaped.
+// Times in microseconds with one decimal. Self % is of the sum of all operators' self times (the
+// traced time of every thread). A `|` in a name is escaped.
 std::string operator_table_markdown(const std::vector<OperatorStats>& table, size_t max_rows);
 
-// The whole table as CSV (RFC 4180: a name with a comma, quote or line break is quoted):
+// The whole table as CSV (RFC 4180: a name with a comma, quote or line break is quoted), times in
+// microseconds with the nanoseconds as decimals:
 //   operator,calls,self_us,total_us
-//   aten::addmm,2,1295,1310
+//   aten::addmm,2,1295.412,1310.008
 std::string operator_table_csv(const std::vector<OperatorStats>& table);
 
 }  // namespace trainpack
