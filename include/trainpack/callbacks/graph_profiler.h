@@ -50,6 +50,8 @@ struct GraphProfilerOptions {
 // trainpack/utils/chrome_trace.h), `<logdir>/op-table-<global_step>.csv` (dump_metadata), each
 // replaced atomically.
 // Puts: a text summary tagged `trace-<global_step>` (dump_event).
+// Logs: `[GraphProfiler] wrote <path> (open it in https://ui.perfetto.dev or chrome://tracing)`,
+// for the first trace of a run only.
 // chief_only: true.
 // Errors: std::invalid_argument at construction when all three dump options are false (nothing
 // would be written) or event_rows < 1; at setup_graph when the logger directory is not set
