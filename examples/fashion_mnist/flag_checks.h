@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <utility>
 
 namespace fashion_mnist {
 
@@ -83,6 +84,36 @@ inline CLI::Validator finite_number(double min, bool min_inclusive,
         return {};
       },
       "NUMBER");
+}
+
+// --profile-steps A:B: two whole numbers with 1 <= A <= B, global steps (the first step of a run is
+// global step 1). parse_step_range reads a text this validator accepted.
+inline CLI::Validator step_range() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const std::string form =
+            "must be A:B, global steps from A to B inclusive with 1 <= A <= B (e.g. 100:104)";
+        const size_t colon = text.find(':');
+        const auto whole = [](const std::string& part) {
+          return !part.empty() && part.size() <= 15 &&
+                 part.find_first_not_of("0123456789") == std::string::npos;
+        };
+        if (colon == std::string::npos || !whole(text.substr(0, colon)) ||
+            !whole(text.substr(colon + 1))) {
+          return form + ", got '" + text + "'";
+        }
+        const long long a = std::stoll(text.substr(0, colon));
+        const long long b = std::stoll(text.substr(colon + 1));
+        if (a < 1) return form + "; the first step is 1, got " + text;
+        if (a > b) return form + "; A is after B in " + text;
+        return {};
+      },
+      "A:B");
+}
+
+inline std::pair<int64_t, int64_t> parse_step_range(const std::string& text) {
+  const size_t colon = text.find(':');
+  return {std::stoll(text.substr(0, colon)), std::stoll(text.substr(colon + 1))};
 }
 
 }  // namespace fashion_mnist

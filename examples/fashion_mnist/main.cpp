@@ -12,6 +12,8 @@
 //   - HumanHyperParamSetter("learning_rate"): `learning_rate: 0.01` in <logdir>/hyper.txt sets
 //     the learning rate at the next epoch end;
 //   - EstimatedTimeLeft, ThroughputTracker (samples/sec);
+//   - with --profile-steps A:B, GraphProfiler in EnableCallbackIf: a Chrome trace of each of the
+//     global steps A..B, <logdir>/chrome-trace-<step>.json;
 //   - EpochSummary (this file): seconds of training and of validation per epoch, minor page
 //     faults per step, and the table printed at the end;
 // plus the default callbacks (MovingAverageSummary, ProgressBar, MergeAllSummaries,
@@ -401,6 +403,7 @@ int main(int argc, char** argv) {
   int64_t dist_timeout = 600;
 
   bool oversubscribe = false;
+  std::string profile_steps;  // "A:B", checked by step_range
 
   // Bounds said in words; `nan`, `inf`, `-1` for the seed and `1e3` for a count are refused here,
   // naming the flag (flag_checks.h).
@@ -493,6 +496,11 @@ int main(int argc, char** argv) {
                  "glibc's defaults")
       ->capture_default_str()
       ->check(CLI::IsMember({"tuned", "default"}));
+  app.add_option("--profile-steps", profile_steps,
+                 "Profile the global steps A to B (inclusive; a run's first step is 1) with "
+                 "GraphProfiler: <logdir>/chrome-trace-<step>.json for each, to open in "
+                 "https://ui.perfetto.dev or chrome://tracing (docs/looking-inside.md)")
+      ->check(fashion_mnist::step_range());
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -651,6 +659,15 @@ int main(int argc, char** argv) {
       std::make_shared<trainpack::EstimatedTimeLeft>(),
       std::make_shared<trainpack::ThroughputTracker>(static_cast<double>(batch_size)),
   };
+  if (!profile_steps.empty()) {
+    // EnableCallbackIf decides in before_run, where global_step is still the previous step's.
+    const auto [first, last] = fashion_mnist::parse_step_range(profile_steps);
+    callbacks.push_back(std::make_shared<trainpack::EnableCallbackIf>(
+        std::make_shared<trainpack::GraphProfiler>(),
+        [first = first, last = last](const trainpack::EnableCallbackIf& self) {
+          return self.global_step() + 1 >= first && self.global_step() + 1 <= last;
+        }));
+  }
   trainpack::TrainConfig config =
       trainpack::TrainConfig().model(model).dataflow(train).callbacks(callbacks).max_epoch(
           max_epoch);

@@ -49,7 +49,7 @@ if(MODE STREQUAL "help")
   endif()
   foreach(flag --logdir --max-epoch --steps-per-epoch --batch-size --lr --seed --data --threads
                --train-limit --val-limit --max-val-error --malloc --blas-threads --resume
-               --no-resume --dist-timeout --oversubscribe)
+               --no-resume --dist-timeout --oversubscribe --profile-steps)
     expect_in("${out}" "${flag}" "the output of --help")
   endforeach()
   return()
