@@ -215,7 +215,7 @@ std::shared_ptr<GPUMemoryStats> cuda_caching_allocator_stats();
 // Errors: std::invalid_argument for an empty device list or a negative device.
 //
 // Differences from tensorpack: the peak is reset at each reading (tensorpack's MaxBytesInUse is
-// the peak since the start); without a GPU it warns and does nothing instead of failing.
+// the peak since the start); devices are indices only (tensorpack also takes "/gpu:0").
 class GPUMemoryTracker : public Callback {
  public:
   // `stats`: where the statistics come from; null: cuda_caching_allocator_stats().
