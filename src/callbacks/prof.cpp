@@ -318,20 +318,24 @@ void GPUUtilizationTracker::_setup_graph() {
   enabled_ = true;
 }
 
+bool GPUUtilizationTracker::sampling() const {
+  return enabled_ && sampler_ && sampler_->thread.joinable();
+}
+
 void GPUUtilizationTracker::_before_train() {
   if (!enabled_ || !sampler_ || sampler_->thread.joinable()) return;
   sampler_->thread = std::thread([s = sampler_.get()] { s->run(); });
 }
 
 void GPUUtilizationTracker::_before_epoch() {
-  if (!enabled_ || !sampler_) return;
+  if (!sampling()) return;
   std::lock_guard<std::mutex> lock(sampler_->mutex);
   sampler_->start = true;
   sampler_->cv.notify_all();
 }
 
 void GPUUtilizationTracker::_after_epoch() {
-  if (!enabled_ || !sampler_) return;
+  if (!sampling()) return;
   std::unique_lock<std::mutex> lock(sampler_->mutex);
   // tensorpack busy-waits here; the thread takes the start within microseconds.
   sampler_->cv.wait(lock, [s = sampler_.get()] { return !s->start || s->done; });
@@ -339,7 +343,7 @@ void GPUUtilizationTracker::_after_epoch() {
 }
 
 void GPUUtilizationTracker::_trigger_epoch() {
-  if (!enabled_ || !sampler_) return;
+  if (!sampling()) return;
   std::optional<std::vector<double>> means;
   {
     std::unique_lock<std::mutex> lock(sampler_->mutex);

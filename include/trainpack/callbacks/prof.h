@@ -173,6 +173,8 @@ class GPUUtilizationTracker : public Callback {
   // The devices to watch when none were given; nullopt (after the warning) when there are none.
   std::optional<std::vector<int64_t>> guess_devices();
   void disable(const std::string& why);
+  // True from before_train to after_train when enabled: the sampling thread runs.
+  bool sampling() const;
   void stop_sampler();
 
   GPUUtilizationTrackerOptions options_;
