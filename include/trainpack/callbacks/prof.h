@@ -125,7 +125,8 @@ struct GPUUtilizationTrackerOptions {
 
 // Puts the mean GPU utilization (percent) of each watched GPU over each epoch.
 //
-//   callbacks.push_back(std::make_shared<GPUUtilizationTracker>());        // or ({0, 1})
+//   callbacks.push_back(std::make_shared<GPUUtilizationTracker>());
+//   callbacks.push_back(std::make_shared<GPUUtilizationTracker>(std::vector<int64_t>{0, 1}));
 //
 // When: setup_graph picks the devices and loads NVML (utils/nvml.h; loaded at run time, so a
 // machine without the NVIDIA driver runs the same program); before_train starts a sampling thread,
@@ -139,10 +140,10 @@ struct GPUUtilizationTrackerOptions {
 // Inert (one warning that says why, no thread, puts nothing): NVML cannot be loaded (no driver),
 // lacks a function or fails to initialise; no GPU (CUDA_VISIBLE_DEVICES empty, or NVML reports
 // none); a device NVML does not know; CUDA_VISIBLE_DEVICES holds something other than indices.
-// Errors: std::invalid_argument for an empty device list or a negative device. A sampling
-// failure during training is logged and stops training with
-// StopTraining("GPUUtilizationTracker.worker has failed."); no result within result_timeout is a
-// std::runtime_error.
+// Errors: std::invalid_argument for an empty device list, a negative device, a negative period
+// or a result_timeout that is not positive. A sampling failure during training is logged and stops
+// training with StopTraining("GPUUtilizationTracker.worker has failed."); no result within
+// result_timeout is a std::runtime_error.
 //
 // Differences from tensorpack: a thread instead of a process; without NVML or a GPU it warns and
 // does nothing instead of failing (so one callback list serves CPU and GPU machines); under
