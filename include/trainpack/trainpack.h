@@ -76,6 +76,7 @@
 #include "trainpack/utils/humanize.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/npz.h"
+#include "trainpack/utils/nvml.h"
 #include "trainpack/utils/output_dir.h"
 #include "trainpack/utils/png.h"
 #include "trainpack/utils/runtime.h"
