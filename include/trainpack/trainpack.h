@@ -26,6 +26,7 @@
 #include "trainpack/callbacks/concurrency.h"
 #include "trainpack/callbacks/graph.h"
 #include "trainpack/callbacks/group.h"
+#include "trainpack/callbacks/hooks.h"
 #include "trainpack/callbacks/inference.h"
 #include "trainpack/callbacks/inference_runner.h"
 #include "trainpack/callbacks/json_writer.h"
