@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -217,8 +216,6 @@ at::Tensor for_npz(const at::Tensor& tensor) {
   }
 }
 
-bool is_terminal() { return isatty(STDIN_FILENO) == 1; }
-
 }  // namespace
 
 TensorWatchHook::TensorWatchHook(TensorWatchHookOptions options) : options_(std::move(options)) {
@@ -345,7 +342,7 @@ void TensorWatchHook::after_run(const StepContext& ctx, const RunValues& values)
 
   if (options_.action() == DebugAction::kLogAndContinue) return;
   if (options_.action() == DebugAction::kConsoleIfTerminal &&
-      options_.terminal().value_or(is_terminal())) {
+      options_.terminal().value_or(stdin_is_terminal())) {
     pending_ = true;  // the console opens between steps (act)
     reason_ = std::move(reason);
     return;
@@ -403,8 +400,10 @@ void TensorWatchHook::act(Trainer& trainer) {
   pending_ = false;
   const std::string reason = std::move(reason_);
   reason_.clear();
-  TP_LOG_ERROR("TensorWatchHook: {}. Stopping training.", reason);
-  trainer.request_stop();
+  if (run_training_console(trainer, reason + ".", options_.console()) == ConsoleOutcome::kStop) {
+    TP_LOG_ERROR("TensorWatchHook: {}. Stopping training (from the console).", reason);
+    trainer.request_stop();
+  }
 }
 
 // ---- LocalDebugHook ----

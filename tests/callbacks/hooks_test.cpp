@@ -12,6 +12,8 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <sstream>
+#include <streambuf>
 #include <string>
 #include <utility>
 #include <vector>
@@ -459,6 +461,115 @@ TEST_F(LocalDebugHookTest, ConsoleIfTerminalWithoutATerminalStops) {
       log.contains("ERR TensorWatchHook: Tensor 'cost' failed has_inf_or_nan at "
                    "global_step=2 (epoch 1, local step 1); the step's tensors are in " +
                    (log_dir() / "debug-step-2.npz").string() + ". Stopping training."));
+}
+
+// An output stream that records "console" in a trace when the console first writes to it.
+class MarkingBuf : public std::stringbuf {
+ public:
+  explicit MarkingBuf(Trace* trace) : trace_(trace) {}
+
+ protected:
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    mark();
+    return std::stringbuf::xsputn(s, n);
+  }
+  int_type overflow(int_type c) override {
+    mark();
+    return std::stringbuf::overflow(c);
+  }
+
+ private:
+  void mark() {
+    if (!marked_) trace_->push_back("console");
+    marked_ = true;
+  }
+  Trace* trace_;
+  bool marked_ = false;
+};
+
+TEST_F(LocalDebugHookTest, OnATerminalTheConsoleOpensAtTriggerStepAndItsStopEndsTraining) {
+  StepTrainer trainer;
+  trainer.step = [](StepContext& ctx, int64_t gs) { watched_step(ctx, gs, 1); };
+  auto trace = std::make_shared<Trace>();
+  MarkingBuf buf(trace.get());
+  std::ostream out(&buf);
+  std::istringstream in("stop\n");
+  auto debug = std::make_shared<LocalDebugHook>(
+      LocalDebugHookOptions().names({"cost"}).terminal(true).console(
+          ConsoleOptions().input(&in).output(&out).prompt("> ")));
+  auto before = std::make_shared<testing::TraceCallback>(trace, "before");
+  auto after = std::make_shared<testing::TraceCallback>(trace, "after");
+  testing::LogCapture log;
+  trainer.train({before, debug, after}, {}, 3, 1, 3);
+  EXPECT_EQ(trainer.global_step(), 2);
+  // The console opens between the trigger_step of the callbacks before and after the hook.
+  EXPECT_THAT(std::vector<std::string>(trace->end() - 7, trace->end()),
+              ElementsAre("before:after_run ep=1 ls=1 gs=2", "after:after_run ep=1 ls=1 gs=2",
+                          "before:trigger_step ep=1 ls=1 gs=2", "console",
+                          "after:trigger_step ep=1 ls=1 gs=2", "before:after_train ep=1 ls=1 gs=2",
+                          "after:after_train ep=1 ls=1 gs=2"));
+  const std::string reason =
+      "Tensor 'cost' failed has_inf_or_nan at global_step=2 (epoch 1, local step 1); the step's "
+      "tensors are in " +
+      (log_dir() / "debug-step-2.npz").string();
+  EXPECT_THAT(buf.str(),
+              ::testing::StartsWith(reason + ".\nTraining is paused at global_step=2 (epoch 1). "
+                                             "Type 'help' for the commands, 'continue' to "
+                                             "resume.\n> "));
+  EXPECT_TRUE(
+      log.contains("ERR TensorWatchHook: " + reason + ". Stopping training (from the console)."));
+  EXPECT_THAT(npz_files(), ElementsAre("debug-step-2.npz"));
+}
+
+TEST_F(LocalDebugHookTest, OnATerminalContinueInTheConsoleKeepsTraining) {
+  StepTrainer trainer;
+  trainer.step = [](StepContext& ctx, int64_t gs) { watched_step(ctx, gs, 1); };
+  std::ostringstream out;
+  std::istringstream in("continue\n");
+  auto debug = std::make_shared<LocalDebugHook>(
+      LocalDebugHookOptions().names({"cost"}).terminal(true).console(
+          ConsoleOptions().input(&in).output(&out)));
+  testing::LogCapture log;
+  trainer.train({debug}, {}, 3, 1, 3);
+  EXPECT_EQ(trainer.global_step(), 9);
+  EXPECT_THAT(out.str(), HasSubstr("Training is paused at global_step=2 (epoch 1)."));
+  EXPECT_FALSE(log.contains("Stopping training"));
+  EXPECT_THAT(npz_files(), ElementsAre("debug-step-2.npz"));
+}
+
+// A step of two hooked runs that publish different names (a GAN's discriminator and generator
+// runs): every-tensor mode learns the names of each run and never asks a run for the other's.
+TEST_F(LocalDebugHookTest, EveryTensorModeLearnsTheNamesOfEachHookedRunOfAStep) {
+  class TwoRunTrainer : public Trainer {
+   public:
+    TwoRunTrainer() { set_handle_signals(false); }
+    void run_step() override {
+      hooked_run([this](StepContext& ctx) {
+        ctx.publish("d_loss", at::full({}, static_cast<double>(global_step())));
+      });
+      if (stop_requested()) return;
+      hooked_run([this](StepContext& ctx) {
+        const double gs = static_cast<double>(global_step());
+        ctx.publish("g_loss", at::full({}, gs == 5 ? std::nan("") : gs));
+      });
+    }
+  };
+  TwoRunTrainer trainer;
+  auto debug = std::make_shared<LocalDebugHook>(LocalDebugHookOptions().action(DebugAction::kStop));
+  testing::LogCapture log;
+  trainer.train({debug}, {}, 2, 1, 3);
+  EXPECT_EQ(trainer.global_step(), 6);  // two global steps per step; the third step's second run
+  EXPECT_THAT(debug_lines(log),
+              ElementsAre("TensorWatchHook: watching the 1 tensor published by the step: d_loss "
+                          "(from the next step on)",
+                          "TensorWatchHook: watching the 1 tensor published by the step in its "
+                          "hooked run 2: g_loss (from the next step on)",
+                          "WRN TensorWatchHook: tensor 'g_loss' failed has_inf_or_nan at "
+                          "global_step=6 (epoch 2, local step 0): shape [], dtype float32, 1 "
+                          "values: 1 NaN, 0 Inf; finite: none",
+                          "ERR TensorWatchHook: Tensor 'g_loss' failed has_inf_or_nan at "
+                          "global_step=6 (epoch 2, local step 0); the step's tensors are in " +
+                              (log_dir() / "debug-step-6.npz").string() + ". Stopping training."));
 }
 
 TEST_F(LocalDebugHookTest, RejectsBadArguments) {

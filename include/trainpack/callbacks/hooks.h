@@ -31,6 +31,7 @@
 #include <torch/arg.h>
 
 #include "trainpack/callbacks/base.h"
+#include "trainpack/callbacks/console.h"
 
 namespace trainpack {
 
@@ -174,9 +175,11 @@ struct TensorWatchHookOptions {
   TORCH_ARG(int64_t, max_dumps) = 10;
   // Where `debug-step-<global_step>.npz` goes; unset: the logger directory, read at construction.
   TORCH_ARG(std::optional<std::string>, dir);
-  // Whether a person can answer the console (kConsoleIfTerminal); unset: whether stdin is a
-  // terminal, asked at each hit.
+  // Whether a person can answer the console (kConsoleIfTerminal); unset: stdin_is_terminal(),
+  // asked at each hit.
   TORCH_ARG(std::optional<bool>, terminal);
+  // The console's streams and prompt (callbacks/console.h).
+  TORCH_ARG(ConsoleOptions, console);
 };
 using LocalDebugHookOptions = TensorWatchHookOptions;
 
