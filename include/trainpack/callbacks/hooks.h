@@ -94,7 +94,8 @@ class StepHook {
 // chief_only: false.
 // Errors: std::invalid_argument `HookToCallback: hook is null` at construction. An exception from
 // a hook's method stops training as a CallbackError naming this adapter and the callback hook.
-// Differences from tensorpack: none in timing.
+// Differences from tensorpack: none in timing; tensorpack calls every hook of the adapter, used
+// or not.
 class HookToCallback : public Callback {
  public:
   explicit HookToCallback(StepHookPtr hook) : HookToCallback(std::move(hook), "HookToCallback") {}
@@ -222,8 +223,10 @@ using LocalDebugHookOptions = TensorWatchHookOptions;
 // the step does not publish stops training at the first step (the trainer's error listing the
 // names it publishes). A file that cannot be written is logged (ERR) and reported as a failed
 // write (Trainer::report_write_failure); the action still follows.
-// Differences from tensorpack: TensorFlow's tfdbg is replaced by this hook (no curses UI: the
-// training console); it watches published tensors, not every tensor of the graph.
+// Differences from tensorpack (docs/tensorpack-differences.md, "Hooks and the debugger hook"):
+// TensorFlow's tfdbg is replaced by this hook (no curses UI: the training console); it watches
+// published tensors, not every tensor of the graph; a hit stops training with a stop request at
+// the step's boundary, not with an exception.
 class TensorWatchHook : public StepHook {
  public:
   explicit TensorWatchHook(TensorWatchHookOptions options = TensorWatchHookOptions());
