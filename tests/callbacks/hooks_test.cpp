@@ -610,6 +610,38 @@ TEST_F(LocalDebugHookTest, RejectsBadArguments) {
   EXPECT_NO_THROW(plain.add_tensor_filter("has_inf_or_nan", yes));
 }
 
+TEST_F(LocalDebugHookTest, ADirectoryThatCannotBeCreatedFailsBeforeTraining) {
+  std::ofstream(path("file")) << "x";
+  StepTrainer trainer;
+  auto debug = std::make_shared<LocalDebugHook>(
+      LocalDebugHookOptions().dir((path("file") / "sub").string()));
+  EXPECT_THAT(message_of<CallbackError>([&] { trainer.train({debug}, {}, 3, 1, 1); }),
+              ::testing::StartsWith("Callback LocalDebugHook failed in before_train: "
+                                    "TensorWatchHook: cannot create the directory '" +
+                                    (path("file") / "sub").string() + "': "));
+  EXPECT_EQ(trainer.global_step(), 0);
+}
+
+TEST_F(LocalDebugHookTest, AnNpzThatCannotBeWrittenIsReportedAndTrainingStillStops) {
+  fs::create_directories(log_dir() / "debug-step-2.npz");  // a directory where the file goes
+  StepTrainer trainer;
+  trainer.step = [](StepContext& ctx, int64_t gs) { watched_step(ctx, gs, 1); };
+  auto debug = std::make_shared<LocalDebugHook>(
+      LocalDebugHookOptions().names({"cost"}).action(DebugAction::kStop));
+  testing::LogCapture log;
+  const std::string error =
+      message_of<WriteFailedError>([&] { trainer.train({debug}, {}, 3, 1, 3); });
+  EXPECT_EQ(trainer.global_step(), 2);
+  const std::string file = (log_dir() / "debug-step-2.npz").string();
+  EXPECT_THAT(error, HasSubstr(file + " (TensorWatchHook, 1 failure)"));
+  EXPECT_TRUE(log.contains("ERR TensorWatchHook: cannot write " + file + ": "));
+  EXPECT_TRUE(
+      log.contains("ERR TensorWatchHook: Tensor 'cost' failed has_inf_or_nan at "
+                   "global_step=2 (epoch 1, local step 1); the step's tensors were not "
+                   "written: "));
+  EXPECT_TRUE(debug->watch().dumps().empty());
+}
+
 TEST_F(LocalDebugHookTest, AWatchedNameTheStepDoesNotPublishStopsTraining) {
   StepTrainer trainer;
   trainer.step = [](StepContext& ctx, int64_t gs) { watched_step(ctx, gs, -1); };
