@@ -150,4 +150,11 @@ double Monitors::get_latest(const std::string& name) const {
   return h.back().second;
 }
 
+std::vector<std::string> Monitors::names() const {
+  std::vector<std::string> out;
+  out.reserve(history_.size());
+  for (const auto& entry : history_) out.push_back(entry.first);
+  return out;
+}
+
 }  // namespace trainpack

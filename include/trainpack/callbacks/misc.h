@@ -1,4 +1,5 @@
-// Miscellaneous callbacks (tensorpack's callbacks/misc.py): EstimatedTimeLeft, SendStat.
+// Miscellaneous callbacks (tensorpack's callbacks/misc.py): EstimatedTimeLeft, SendStat, and
+// InjectShell (in trainpack/callbacks/inject_shell.h, included here).
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "trainpack/callbacks/base.h"
+#include "trainpack/callbacks/inject_shell.h"
 #include "trainpack/utils/clock.h"
 #include "trainpack/utils/command_template.h"
 

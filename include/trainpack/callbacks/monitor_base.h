@@ -125,6 +125,8 @@ class Monitors : public Callback {
   // The last value put under `name`. Throws std::out_of_range
   // ("No available data for the key: <name>") when there is none.
   double get_latest(const std::string& name) const;
+  // Every name that has a history, sorted (the training console lists them).
+  std::vector<std::string> names() const;
 
   const std::vector<MonitorPtr>& monitors() const { return monitors_; }
 

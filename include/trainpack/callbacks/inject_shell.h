@@ -1,0 +1,88 @@
+// InjectShell (tensorpack's callbacks/misc.py; trainpack/callbacks/misc.h includes this file).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <torch/arg.h>
+
+#include "trainpack/callbacks/base.h"
+#include "trainpack/callbacks/console.h"
+
+namespace trainpack {
+
+struct InjectShellOptions {
+  // Where the console reads and writes when a person answers it (default: stdin and stdout).
+  TORCH_ARG(ConsoleOptions, console);
+  // Whether a person answers the console: unset asks stdin_is_terminal() each time the shell
+  // opens; true or false forces the interactive or the file-driven console (tests).
+  TORCH_ARG(std::optional<bool>, interactive);
+};
+
+// Pauses training when a file appears, to look at the run and steer it: create the file from
+// another terminal (`touch INJECT_SHELL.tmp`) and the shell opens at the next trigger.
+//
+//   callbacks.push_back(std::make_shared<InjectShell>());  // at every epoch end
+//   callbacks.push_back(std::make_shared<PeriodicTrigger>(
+//       std::make_shared<InjectShell>(), PeriodicTriggerOptions().every_k_steps(100)));
+//
+// The file: `file` as given, so a relative path is relative to the working directory, as in
+// tensorpack (the command a person types next to the running job: `touch INJECT_SHELL.tmp`).
+// Give an absolute path (e.g. in the logger directory) to tell several runs apart.
+// When: setup_graph logs `Create a file 'INJECT_SHELL.tmp' to open console shell.`. At each
+// trigger (every epoch end by default) it checks whether the file exists as a regular file (one
+// stat(); nothing else happens while it does not); if it does, INFO
+// `File INJECT_SHELL.tmp exists, entering shell.`, the file is removed (so that the shell opens
+// once per creation) and, by `shell`:
+// - "console": on a terminal (stdin_is_terminal()), the training console (trainpack/callbacks/
+//   console.h: stats, history, params, set, save, stop, continue, help) on stdin/stdout, until
+//   `continue`, `stop` or end of input. Without a terminal (nohup, a batch job), the file's lines
+//   are the commands (`continue` implied at the end; at most 64 KiB are read) and their output
+//   goes to the log (run_console_commands). `stop` throws StopTraining: training ends cleanly at
+//   this boundary (every after_train runs).
+// - "gdb": logs `[InjectShell] To attach a debugger: gdb -p <pid>` and how to resume, allows
+//   any process of the same user to attach (PR_SET_PTRACER, which Yama's ptrace_scope=1 needs;
+//   reset after), then stops the process with SIGSTOP; it resumes on SIGCONT (`kill -CONT <pid>`,
+//   the shell's `fg`, or detaching gdb and sending SIGCONT).
+// after_train removes the file if it exists.
+// Data-parallel training: chief_only, so only the chief pauses; the other ranks wait in their
+// next collective, which fails when the pause outlasts the process group's timeout (give the
+// group a timeout longer than the pause, or keep pauses short).
+// chief_only: true.
+// Errors: std::invalid_argument naming InjectShell and the argument for an empty `file` or a
+// `shell` other than "console" and "gdb". A file that cannot be read or removed is a warning.
+//
+// Differences from tensorpack: a C++ console instead of IPython/pdb (`shell` is "console" or
+// "gdb"; tensorpack: "ipython" or "pdb"); the file is removed when the shell opens (tensorpack
+// leaves it, and the shell opens again at every trigger until the user deletes it); without a
+// terminal the file holds the commands (tensorpack's shell would fail on a closed stdin); the
+// "Create a file" line is logged in setup_graph, so only by the chief (tensorpack: at
+// construction).
+class InjectShell : public Callback {
+ public:
+  // The most of the file that is read as commands.
+  static constexpr int64_t kMaxFileSize = 64 * 1024;
+
+  explicit InjectShell(std::string file = "INJECT_SHELL.tmp", std::string shell = "console",
+                       InjectShellOptions options = {});
+
+  const std::string& file() const { return file_; }
+  const std::string& shell() const { return shell_; }
+
+ protected:
+  void _setup_graph() override;
+  void _trigger() override;
+  void _after_train() override;
+
+ private:
+  bool file_exists() const;
+  void open_console();
+  void stop_for_debugger();
+
+  std::string file_;
+  std::string shell_;
+  InjectShellOptions options_;
+};
+
+}  // namespace trainpack
