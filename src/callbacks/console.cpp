@@ -138,7 +138,9 @@ void cmd_params(Trainer& trainer, const Print& print) {
   }
 }
 
-void cmd_set(Trainer& trainer, const std::vector<std::string>& words, const Print& print) {
+// `print_logs`: what `print` prints goes to the log already (the console without a terminal).
+void cmd_set(Trainer& trainer, const std::vector<std::string>& words, const Print& print,
+             bool print_logs) {
   if (words.size() != 3) {
     print("Usage: set <name> <value>");
     return;
@@ -173,9 +175,14 @@ void cmd_set(Trainer& trainer, const std::vector<std::string>& words, const Prin
     return;
   }
   var.set(value);
-  print(fmt::format("{} changes from {} to {}.", name, repr(old), repr(var.get())));
-  TP_LOG_INFO("[Console] At global_step={}, {} changes from {} to {}.", trainer.global_step(), name,
-              repr(old), repr(var.get()));
+  const std::string change =
+      fmt::format("{} changes from {} to {}.", name, repr(old), repr(var.get()));
+  if (print_logs) {
+    print(fmt::format("At global_step={}, {}", trainer.global_step(), change));
+  } else {
+    print(change);
+    TP_LOG_INFO("[Console] At global_step={}, {}", trainer.global_step(), change);
+  }
   const std::string setters = setters_of(trainer, name);
   if (!setters.empty()) {
     print(
@@ -208,7 +215,7 @@ void cmd_save(Trainer& trainer, const Print& print) {
 
 // Runs one command line; the outcome for `continue` / `stop`, nullopt otherwise.
 std::optional<ConsoleOutcome> run_command(Trainer& trainer, const std::string& line,
-                                          const Print& print) {
+                                          const Print& print, bool print_logs) {
   const std::vector<std::string> words = split_words(line);
   if (words.empty()) return std::nullopt;
   const std::string& cmd = words[0];
@@ -232,7 +239,7 @@ std::optional<ConsoleOutcome> run_command(Trainer& trainer, const std::string& l
   } else if (cmd == "history") {
     cmd_history(trainer, words, print);
   } else if (cmd == "set") {
-    cmd_set(trainer, words, print);
+    cmd_set(trainer, words, print, print_logs);
   } else if (cmd == "help" || cmd == "stats" || cmd == "params" || cmd == "save" ||
              cmd == "continue" || cmd == "stop") {
     print(fmt::format("'{}' takes no arguments.", cmd));
@@ -353,7 +360,7 @@ ConsoleOutcome run_training_console(Trainer& trainer, const std::string& reason,
         ok = false;
         continue;
     }
-    if (auto outcome = run_command(trainer, line, print)) return *outcome;
+    if (auto outcome = run_command(trainer, line, print, false)) return *outcome;
   }
   TP_LOG_WARN("[Console] Cannot read or write the console's input or output: training continues.");
   return ConsoleOutcome::kContinue;
@@ -372,7 +379,7 @@ ConsoleOutcome run_console_commands(Trainer& trainer, const std::string& reason,
       command.pop_back();
     }
     TP_LOG_INFO("[Console] > {}", command);
-    if (auto outcome = run_command(trainer, command, print)) return *outcome;
+    if (auto outcome = run_command(trainer, command, print, true)) return *outcome;
   }
   TP_LOG_INFO("[Console] End of the commands: training continues at global_step={}.",
               trainer.global_step());
