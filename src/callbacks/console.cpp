@@ -3,11 +3,14 @@
 #include <errno.h>
 #include <fmt/format.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <istream>
 #include <optional>
@@ -174,7 +177,12 @@ void cmd_set(Trainer& trainer, const std::vector<std::string>& words, const Prin
                       repr(value), name, repr(old)));
     return;
   }
-  var.set(value);
+  try {
+    var.set(value);
+  } catch (const std::exception& e) {
+    print(fmt::format("set: setting {} failed: {}", name, e.what()));
+    return;
+  }
   const std::string change =
       fmt::format("{} changes from {} to {}.", name, repr(old), repr(var.get()));
   if (print_logs) {
@@ -271,12 +279,23 @@ class LineInput {
       struct pollfd pfd {};
       pfd.fd = options_.input_fd();
       pfd.events = POLLIN;
-      // poll() is not restarted after a signal handler (SA_RESTART notwithstanding): a stop
-      // signal wakes the console up.
-      const int r = ::poll(&pfd, 1, -1);
+      // A stop signal wakes the console up. The signals are blocked while the flag is checked
+      // and ppoll unblocks them atomically, so one that arrives just before the wait is not
+      // missed (poll() is not restarted after a handler, SA_RESTART notwithstanding).
+      sigset_t stop_signals, previous;
+      sigemptyset(&stop_signals);
+      for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&stop_signals, sig);
+      pthread_sigmask(SIG_BLOCK, &stop_signals, &previous);
+      int r = 0;
+      int err = 0;
+      if (detail::pending_signal() == 0) {
+        r = ::ppoll(&pfd, 1, nullptr, &previous);
+        err = errno;
+      }
+      pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+      if (detail::pending_signal() != 0) return Status::kSignal;
       if (r < 0) {
-        if (errno != EINTR) return Status::kError;
-        if (detail::pending_signal() != 0) return Status::kSignal;
+        if (err != EINTR) return Status::kError;
         continue;
       }
       char chunk[512];

@@ -216,6 +216,31 @@ TEST_F(ConsoleTest, SetRefusesWhatHyperTxtRefuses) {
   EXPECT_EQ(r.last_step, 6);
 }
 
+TEST_F(ConsoleTest, SetKeepsAnIntegerVariableIntegral) {
+  int64_t steps = 10;
+  RunConfig c;
+  // Added in CallbackFactory's setup_graph, so under its name scope.
+  c.input = "set CallbackFactory/decay_steps 2.5\nset CallbackFactory/decay_steps 20\nparams\n";
+  c.extra = {std::make_shared<CallbackFactory>(
+      CallbackFactoryOptions().setup_graph([&](CallbackFactory& self) {
+        self.graph().add_variable(
+            "decay_steps", [&] { return static_cast<double>(steps); },
+            [&](double v) { steps = static_cast<int64_t>(v); }, /*is_floating=*/false,
+            ValueRange().min(1));
+      }))};
+  const RunResult r = run(c);
+  EXPECT_EQ(r.output, banner(file()) +
+                          "> set: CallbackFactory/decay_steps holds integers and 2.5 is not one; "
+                          "keeping CallbackFactory/decay_steps = 10.0\n"
+                          "> CallbackFactory/decay_steps changes from 10.0 to 20.0.\n"
+                          "> Hyperparameters:\n"
+                          "  CallbackFactory/decay_steps = 20.0 (finite and >= 1, integer)\n"
+                          "  global_step = 2 (the step counter; read-only)\n"
+                          "  learning_rate = 0.1 (finite and > 0)\n"
+                          "> \n");
+  EXPECT_EQ(steps, 20);
+}
+
 TEST_F(ConsoleTest, SetWarnsThatASetterMayReplaceTheValue) {
   RunConfig c;
   c.input = "set learning_rate 0.05\n";
