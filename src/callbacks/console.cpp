@@ -3,11 +3,14 @@
 #include <errno.h>
 #include <fmt/format.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <istream>
 #include <optional>
@@ -138,7 +141,9 @@ void cmd_params(Trainer& trainer, const Print& print) {
   }
 }
 
-void cmd_set(Trainer& trainer, const std::vector<std::string>& words, const Print& print) {
+// `print_logs`: what `print` prints goes to the log already (the console without a terminal).
+void cmd_set(Trainer& trainer, const std::vector<std::string>& words, const Print& print,
+             bool print_logs) {
   if (words.size() != 3) {
     print("Usage: set <name> <value>");
     return;
@@ -172,10 +177,20 @@ void cmd_set(Trainer& trainer, const std::vector<std::string>& words, const Prin
                       repr(value), name, repr(old)));
     return;
   }
-  var.set(value);
-  print(fmt::format("{} changes from {} to {}.", name, repr(old), repr(var.get())));
-  TP_LOG_INFO("[Console] At global_step={}, {} changes from {} to {}.", trainer.global_step(), name,
-              repr(old), repr(var.get()));
+  try {
+    var.set(value);
+  } catch (const std::exception& e) {
+    print(fmt::format("set: setting {} failed: {}", name, e.what()));
+    return;
+  }
+  const std::string change =
+      fmt::format("{} changes from {} to {}.", name, repr(old), repr(var.get()));
+  if (print_logs) {
+    print(fmt::format("At global_step={}, {}", trainer.global_step(), change));
+  } else {
+    print(change);
+    TP_LOG_INFO("[Console] At global_step={}, {}", trainer.global_step(), change);
+  }
   const std::string setters = setters_of(trainer, name);
   if (!setters.empty()) {
     print(
@@ -208,7 +223,7 @@ void cmd_save(Trainer& trainer, const Print& print) {
 
 // Runs one command line; the outcome for `continue` / `stop`, nullopt otherwise.
 std::optional<ConsoleOutcome> run_command(Trainer& trainer, const std::string& line,
-                                          const Print& print) {
+                                          const Print& print, bool print_logs) {
   const std::vector<std::string> words = split_words(line);
   if (words.empty()) return std::nullopt;
   const std::string& cmd = words[0];
@@ -232,7 +247,7 @@ std::optional<ConsoleOutcome> run_command(Trainer& trainer, const std::string& l
   } else if (cmd == "history") {
     cmd_history(trainer, words, print);
   } else if (cmd == "set") {
-    cmd_set(trainer, words, print);
+    cmd_set(trainer, words, print, print_logs);
   } else if (cmd == "help" || cmd == "stats" || cmd == "params" || cmd == "save" ||
              cmd == "continue" || cmd == "stop") {
     print(fmt::format("'{}' takes no arguments.", cmd));
@@ -264,12 +279,23 @@ class LineInput {
       struct pollfd pfd {};
       pfd.fd = options_.input_fd();
       pfd.events = POLLIN;
-      // poll() is not restarted after a signal handler (SA_RESTART notwithstanding): a stop
-      // signal wakes the console up.
-      const int r = ::poll(&pfd, 1, -1);
+      // A stop signal wakes the console up. The signals are blocked while the flag is checked
+      // and ppoll unblocks them atomically, so one that arrives just before the wait is not
+      // missed (poll() is not restarted after a handler, SA_RESTART notwithstanding).
+      sigset_t stop_signals, previous;
+      sigemptyset(&stop_signals);
+      for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&stop_signals, sig);
+      pthread_sigmask(SIG_BLOCK, &stop_signals, &previous);
+      int r = 0;
+      int err = 0;
+      if (detail::pending_signal() == 0) {
+        r = ::ppoll(&pfd, 1, nullptr, &previous);
+        err = errno;
+      }
+      pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+      if (detail::pending_signal() != 0) return Status::kSignal;
       if (r < 0) {
-        if (errno != EINTR) return Status::kError;
-        if (detail::pending_signal() != 0) return Status::kSignal;
+        if (err != EINTR) return Status::kError;
         continue;
       }
       char chunk[512];
@@ -353,7 +379,7 @@ ConsoleOutcome run_training_console(Trainer& trainer, const std::string& reason,
         ok = false;
         continue;
     }
-    if (auto outcome = run_command(trainer, line, print)) return *outcome;
+    if (auto outcome = run_command(trainer, line, print, false)) return *outcome;
   }
   TP_LOG_WARN("[Console] Cannot read or write the console's input or output: training continues.");
   return ConsoleOutcome::kContinue;
@@ -372,7 +398,7 @@ ConsoleOutcome run_console_commands(Trainer& trainer, const std::string& reason,
       command.pop_back();
     }
     TP_LOG_INFO("[Console] > {}", command);
-    if (auto outcome = run_command(trainer, command, print)) return *outcome;
+    if (auto outcome = run_command(trainer, command, print, true)) return *outcome;
   }
   TP_LOG_INFO("[Console] End of the commands: training continues at global_step={}.",
               trainer.global_step());

@@ -46,6 +46,7 @@ struct InjectShellOptions {
 //   reset after), then stops the process with SIGSTOP; it resumes on SIGCONT (`kill -CONT <pid>`,
 //   the shell's `fg`, or detaching gdb and sending SIGCONT).
 // after_train removes the file if it exists.
+// Writes: nothing of its own (`save` goes through the run's ModelSaver).
 // Data-parallel training: chief_only, so only the chief pauses; the other ranks wait in their
 // next collective, which fails when the pause outlasts the process group's timeout (give the
 // group a timeout longer than the pause, or keep pauses short).
