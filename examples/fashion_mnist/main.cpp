@@ -658,6 +658,12 @@ int main(int argc, char** argv) {
       std::make_shared<trainpack::HumanHyperParamSetter>("learning_rate"),
       std::make_shared<trainpack::EstimatedTimeLeft>(),
       std::make_shared<trainpack::ThroughputTracker>(static_cast<double>(batch_size)),
+      // GPUUtil/<device> every epoch on a machine with NVIDIA's driver; elsewhere one warning
+      // saying why, and nothing else (docs/looking-inside.md).
+      std::make_shared<trainpack::GPUUtilizationTracker>(),
+      // `touch INJECT_SHELL.tmp` (in the working directory) pauses training at the next epoch
+      // end in a console: statistics, the learning rate, save now, stop (docs/looking-inside.md).
+      std::make_shared<trainpack::InjectShell>(),
   };
   if (!profile_steps.empty()) {
     // EnableCallbackIf decides in before_run, where global_step is still the previous step's.
