@@ -77,6 +77,7 @@ class ScratchLoggerDir {
     logger::unset_logger_dir();
     std::filesystem::remove_all(dir_);
   }
+  const std::filesystem::path& dir() const { return dir_; }
   ScratchLoggerDir(const ScratchLoggerDir&) = delete;
   ScratchLoggerDir& operator=(const ScratchLoggerDir&) = delete;
 
