@@ -150,20 +150,6 @@ const std::vector<Case> kCases = {
      1000, true},
 };
 
-// Splits `steps` into epochs of at most a million steps, so that the per-epoch hooks are part of
-// the measurement as in a real job, amortised over many steps.
-constexpr int64_t kStepsPerEpoch = 1000000;
-
-struct Shape {
-  int64_t steps_per_epoch;
-  int64_t epochs;
-};
-
-Shape shape_for(int64_t steps) {
-  if (steps <= kStepsPerEpoch) return {steps, 1};
-  return {kStepsPerEpoch, (steps + kStepsPerEpoch - 1) / kStepsPerEpoch};
-}
-
 // ns per step of the bare loop with two steady_clock reads per step: what a callback that times
 // every run (SessionRunTimeout) cannot do without.
 double run_bare_with_clock_pair(int64_t steps) {
@@ -189,7 +175,7 @@ double run_bare(int64_t steps) {
 // ns per step of a fresh trainer with `callbacks`. Stopped by SIGINT/SIGTERM, the benchmark exits
 // with the conventional status.
 double run_trainer(int64_t steps, const std::vector<CallbackPtr>& callbacks, bool publish = false) {
-  const Shape shape = shape_for(steps);
+  const trainpack::bench::EpochShape shape = trainpack::bench::epoch_shape(steps);
   CountingTrainer trainer(publish);
   const auto start = Clock::now();
   trainer.train(callbacks, {}, shape.steps_per_epoch, 1, shape.epochs);
@@ -251,7 +237,7 @@ int main(int argc, char** argv) {
   trainpack::bench::ScratchLoggerDir dir("trainpack_bench_idle_callbacks");
   g_absent_file = (dir.dir() / "INJECT_SHELL.absent").string();
 
-  const Shape shape = shape_for(steps);
+  const trainpack::bench::EpochShape shape = trainpack::bench::epoch_shape(steps);
   const int64_t total = shape.steps_per_epoch * shape.epochs;
   std::printf("idle callbacks benchmark: %lld steps (%lld epochs x %lld) per run, %lld reps\n",
               static_cast<long long>(total), static_cast<long long>(shape.epochs),

@@ -60,20 +60,6 @@ class PuttingTrainer : public trainpack::Trainer {
   }
 };
 
-// Splits `steps` into epochs, so that the per-epoch hooks (and the epoch log line check) are part
-// of the measurement as in a real job, but amortised over many steps.
-constexpr int64_t kStepsPerEpoch = 1000000;
-
-struct Shape {
-  int64_t steps_per_epoch;
-  int64_t epochs;
-};
-
-Shape shape_for(int64_t steps) {
-  if (steps <= kStepsPerEpoch) return {steps, 1};
-  return {kStepsPerEpoch, (steps + kStepsPerEpoch - 1) / kStepsPerEpoch};
-}
-
 // Returns ns per step of the bare loop.
 double run_bare(int64_t steps) {
   const auto start = Clock::now();
@@ -86,7 +72,7 @@ double run_bare(int64_t steps) {
 // call, so the setup (microseconds) is inside the timed region, negligible against millions of
 // steps. Stopped by SIGINT/SIGTERM, the benchmark exits with the conventional status.
 double run_trainer(int64_t steps, int idle_callbacks) {
-  const Shape shape = shape_for(steps);
+  const trainpack::bench::EpochShape shape = trainpack::bench::epoch_shape(steps);
   CountingTrainer trainer;
   std::vector<trainpack::CallbackPtr> callbacks;
   for (int i = 0; i < idle_callbacks; ++i) callbacks.push_back(std::make_shared<Idle>());
@@ -103,7 +89,7 @@ double run_trainer(int64_t steps, int idle_callbacks) {
 // into a fresh temporary directory (removed afterwards).
 double run_defaults(int64_t steps) {
   trainpack::bench::ScratchLoggerDir dir("trainpack_bench_overhead");
-  const Shape shape = shape_for(steps);
+  const trainpack::bench::EpochShape shape = trainpack::bench::epoch_shape(steps);
   PuttingTrainer trainer;
   const auto start = Clock::now();
   trainer.train_with_defaults(
@@ -146,7 +132,7 @@ int main(int argc, char** argv) {
 
   trainpack::logger::set_level(trainpack::logger::Level::kWarning);
 
-  const Shape shape = shape_for(steps);
+  const trainpack::bench::EpochShape shape = trainpack::bench::epoch_shape(steps);
   const int64_t total = shape.steps_per_epoch * shape.epochs;
   std::printf("overhead benchmark: %lld steps (%lld epochs x %lld) per run, %lld reps\n",
               static_cast<long long>(total), static_cast<long long>(shape.epochs),

@@ -85,4 +85,16 @@ class ScratchLoggerDir {
   std::filesystem::path dir_;
 };
 
+// How a benchmark splits `steps` into epochs of at most a million steps: the per-epoch hooks are
+// part of the measurement as in a real job, amortised over many steps.
+struct EpochShape {
+  int64_t steps_per_epoch;
+  int64_t epochs;
+};
+inline EpochShape epoch_shape(int64_t steps) {
+  constexpr int64_t kMaxStepsPerEpoch = 1000000;
+  if (steps <= kMaxStepsPerEpoch) return {steps, 1};
+  return {kMaxStepsPerEpoch, (steps + kMaxStepsPerEpoch - 1) / kMaxStepsPerEpoch};
+}
+
 }  // namespace trainpack::bench
