@@ -281,7 +281,10 @@ class LineInput {
       pfd.events = POLLIN;
       // A stop signal wakes the console up. The signals are blocked while the flag is checked
       // and ppoll unblocks them atomically, so one that arrives just before the wait is not
-      // missed (poll() is not restarted after a handler, SA_RESTART notwithstanding).
+      // missed (poll() is not restarted after a handler, SA_RESTART notwithstanding). The kernel
+      // may deliver a process-directed signal to another thread (LibTorch's, a writer's): its
+      // handler sets the flag without interrupting this wait, so the wait also ends every tick
+      // to look at the flag again.
       sigset_t stop_signals, previous;
       sigemptyset(&stop_signals);
       for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&stop_signals, sig);
@@ -289,11 +292,13 @@ class LineInput {
       int r = 0;
       int err = 0;
       if (detail::pending_signal() == 0) {
-        r = ::ppoll(&pfd, 1, nullptr, &previous);
+        const struct timespec tick = {0, 100 * 1000 * 1000};  // 100 ms
+        r = ::ppoll(&pfd, 1, &tick, &previous);
         err = errno;
       }
       pthread_sigmask(SIG_SETMASK, &previous, nullptr);
       if (detail::pending_signal() != 0) return Status::kSignal;
+      if (r == 0) continue;  // the tick: no input yet
       if (r < 0) {
         if (err != EINTR) return Status::kError;
         continue;
