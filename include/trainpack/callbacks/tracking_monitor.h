@@ -1,0 +1,158 @@
+// TrackingMonitor: the common part of the monitors that send a run to an experiment-tracking
+// service over HTTP (CometMLMonitor, MLflowMonitor): a bounded queue filled on the training
+// thread, a background thread that sends it, retries, back-off, warnings and the final flush.
+// A subclass says how to open a run on its service, how to deliver a batch of records and how to
+// end the run; it never blocks the training thread.
+//
+// What goes into the queue (TrackingRecord), from the training thread:
+//   process_scalar(name, v)  a metric {name, v, global_step, epoch_num, wall time}
+//   before_train             the hyper-parameters: for every HyperParamSetter among the trainer's
+//                            callbacks, param().readable_name() -> its value as training starts
+//                            (subclasses may add their own records in _before_train)
+//   after_train              the end, with the run's status (TrackingStatus)
+// Subclasses add images (process_image) and anything else with enqueue().
+//
+// The background thread (started in before_train, joined in after_train or the destructor):
+//   1. open(): creates the experiment / run on the service (resumed runs continue theirs).
+//   2. Then, whenever it is woken (an epoch ended, the queue holds batch_size records,
+//      send_interval passed, or after_train), it takes everything queued and calls deliver().
+//   3. At the end record: finish(status), then it stops.
+// request() is how open / deliver / finish send: it retries an answer of 429 or 5xx and a request
+// that got no answer, up to max_attempts, waiting initial_backoff, doubled each time up to
+// max_backoff (a Retry-After of the answer wins, capped at max_backoff). An answer of 401 or 403
+// ("the server refuses the key") is not retried: the monitor logs that once and sends nothing more
+// in this run. Any other failure is logged once as a warning that says what happened and that
+// training goes on; later failures are counted and the count is logged in after_train.
+//
+// When the service cannot be reached at all, records stay queued (open() is retried with
+// back-off); when the queue is full (queue_capacity records), new records are dropped and counted.
+// after_train waits at most flush_timeout for the queue to be sent and the run ended; then it
+// aborts the request in progress and logs how many records were not sent.
+//
+// Secrets: the subclass gives its API key / token / password to set_secret(); every message this
+// class logs passes through redact() with it, so the key never reaches log.log, an exception or
+// a file.
+//
+// Threads: the training thread only appends to the queue under a mutex (no request, no system
+// call; a record holds its name in a std::string); everything else runs on the background thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/arg.h>
+
+#include "trainpack/callbacks/monitor_base.h"
+#include "trainpack/utils/http_client.h"
+
+namespace trainpack {
+
+// How a run ended, as MLflow names it: FINISHED (training ended, also by StopTraining), FAILED
+// (an exception ended it: after_train runs inside the trainer's catch block, where
+// std::current_exception() is set), KILLED (a signal stopped it: Trainer::received_signal()).
+enum class TrackingStatus { kFinished, kFailed, kKilled };
+const char* tracking_status_name(TrackingStatus status);  // "FINISHED", "FAILED", "KILLED"
+
+struct TrackingRecord {
+  enum class Kind { kMetric, kParam, kImage, kOther };
+  Kind kind = Kind::kMetric;
+  std::string key;
+  double value = 0;            // kMetric
+  std::string text;            // kParam, kOther: the value as text
+  int64_t step = 0;            // global_step when it was put
+  int64_t epoch = 0;           // epoch_num when it was put
+  int64_t timestamp_ms = 0;    // wall time, ms since the Unix epoch
+  at::Tensor image;            // kImage: HWC uint8 on the CPU
+};
+
+struct TrackingOptions {
+  // Records held at most; more are dropped (counted, one warning). > 0.
+  TORCH_ARG(int64_t, queue_capacity) = 100000;
+  // The background thread delivers when this many records are queued. > 0.
+  TORCH_ARG(int64_t, batch_size) = 1000;
+  // ... and when this much time passed since its last delivery, within long epochs. > 0.
+  TORCH_ARG(std::chrono::milliseconds, send_interval) = std::chrono::seconds(30);
+  // Tries per request (the first included) when it gets 429, 5xx or no answer. >= 1.
+  TORCH_ARG(int, max_attempts) = 5;
+  // The wait before the first retry; doubled for each next one, up to max_backoff. >= 0.
+  TORCH_ARG(std::chrono::milliseconds, initial_backoff) = std::chrono::seconds(1);
+  TORCH_ARG(std::chrono::milliseconds, max_backoff) = std::chrono::seconds(30);
+  // How long after_train waits for what is queued to be sent and the run ended. >= 0.
+  TORCH_ARG(std::chrono::milliseconds, flush_timeout) = std::chrono::seconds(30);
+  // Connection and request timeouts of each request.
+  TORCH_ARG(HttpClientOptions, http) = HttpClientOptions();
+};
+
+class TrackingMonitor : public MonitorBase {
+ public:
+  ~TrackingMonitor() override;  // stops and joins the background thread (no flush)
+
+  void process_scalar(const std::string& name, double value) override;
+
+  // Counters (any thread), for tests and the final log line.
+  int64_t records_queued() const;   // accepted by the queue
+  int64_t records_dropped() const;  // refused by a full queue, or dropped after the key was refused
+  int64_t requests_sent() const;    // HTTP requests made, retries included
+  int64_t requests_failed() const;  // requests that failed for good (after their retries)
+  // The status after_train gave the run (kFinished before that).
+  TrackingStatus status() const;
+
+ protected:
+  // `service` names the service in messages ("Comet", "MLflow"). Throws std::invalid_argument
+  // naming name() and the option for an option out of its range.
+  TrackingMonitor(std::string service, TrackingOptions options);
+
+  // The secret to keep out of every message (API key, token, password). Call in the constructor.
+  void set_secret(std::string secret);
+  const std::string& secret() const { return secret_; }
+
+  // Appends `record` to the queue (training thread; never blocks on the network).
+  void enqueue(TrackingRecord record);
+
+  // ---- the service: called on the background thread ----
+  // Creates (or, resumed, reopens) the run. false when it failed for good (already logged through
+  // request()); it is tried again after a back-off unless the key was refused.
+  virtual bool open() = 0;
+  // Sends `batch` (records in put order). Records that could not be sent are lost (counted by
+  // request()).
+  virtual void deliver(std::vector<TrackingRecord>& batch) = 0;
+  // Ends the run with `status`.
+  virtual void finish(TrackingStatus status) = 0;
+
+  // Sends with retries and back-off (see the top of this file), logging failures as described
+  // there (with `what`, e.g. "log-batch", naming the request). Returns the last response.
+  HttpResponse request(const HttpRequest& request, const std::string& what);
+  // True once a 401/403 was answered: nothing more is sent.
+  bool key_refused() const;
+
+  void _before_train() override;
+  void _trigger_epoch() override;
+  void _after_train() override;
+
+ private:
+  void run();  // the background thread
+
+  std::string service_;
+  TrackingOptions options_;
+  std::string secret_;
+  HttpClient http_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<TrackingRecord> queue_;
+  bool deliver_now_ = false;
+  bool ending_ = false;
+  bool stop_ = false;
+  TrackingStatus status_ = TrackingStatus::kFinished;
+  int64_t queued_ = 0, dropped_ = 0, sent_ = 0, failed_ = 0;
+  bool key_refused_ = false;
+  std::thread worker_;
+};
+
+}  // namespace trainpack

@@ -1,0 +1,96 @@
+// HttpClient: HTTP requests over libcurl for the monitors that talk to a tracking service
+// (CometMLMonitor, MLflowMonitor). One client keeps one connection open between requests
+// (keep-alive) and is used by one thread at a time; abort() may be called from any thread.
+//
+//   trainpack::HttpClient http(trainpack::HttpClientOptions().timeout(std::chrono::seconds(5)));
+//   trainpack::HttpResponse r = http.send({"POST", url, {{"Content-Type", "application/json"}},
+//                                          R"({"name": "x"})"});
+//   if (!r.ok()) TP_LOG_WARN("{}", r.describe());
+//
+// send() never throws for what the network or the server does: a refused connection, a timeout or
+// an answer of 401 or 500 are all a response (status 0 and `error` for no answer). Plain http and
+// https (libcurl's OpenSSL build, the system's CA certificates) are both supported.
+//
+// Secrets: nothing in a response or an error message holds the request's headers (where an API
+// key goes); callers redact the key from bodies they log (redact() below).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/arg.h>
+
+namespace trainpack {
+
+struct HttpRequest {
+  std::string method = "GET";  // "GET" or "POST"
+  std::string url;             // absolute: http://host:port/path?query
+  // Sent as they are, e.g. {"Authorization", "<key>"}, {"Content-Type", "application/json"}.
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;  // POST only
+};
+
+struct HttpResponse {
+  // The HTTP status, or 0 when no answer arrived (then `error` says why).
+  long status = 0;
+  std::string body;
+  // Retry-After of the answer, in seconds, when it had one in the delta-seconds form.
+  std::optional<double> retry_after_seconds;
+  // Why no answer arrived (libcurl's message: "Couldn't connect to server", "Timeout was
+  // reached", ...) or "aborted"; "" when the server answered.
+  std::string error;
+
+  bool ok() const { return status >= 200 && status < 300; }
+  // Worth sending again: no answer, 429 or 5xx.
+  bool retryable() const { return status == 0 || status == 429 || status >= 500; }
+  // "HTTP 401: <first 200 characters of the body>" or "no answer: <error>".
+  std::string describe() const;
+};
+
+struct HttpClientOptions {
+  // Time to connect (TCP and TLS). > 0.
+  TORCH_ARG(std::chrono::milliseconds, connect_timeout) = std::chrono::seconds(5);
+  // Time for the whole request, connection included. > 0.
+  TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::seconds(15);
+};
+
+class HttpClient {
+ public:
+  // Throws std::invalid_argument naming HttpClient and the option for a timeout <= 0, and
+  // std::runtime_error when libcurl cannot be initialised.
+  explicit HttpClient(HttpClientOptions options = {});
+  ~HttpClient();
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
+
+  // Sends `request` and waits for the whole answer (at most options().timeout()).
+  HttpResponse send(const HttpRequest& request);
+
+  // Makes the send in progress (on another thread) return at once with error "aborted", and every
+  // later send too, until reset_abort(). Thread-safe; never blocks.
+  void abort() { aborted_.store(true); }
+  void reset_abort() { aborted_.store(false); }
+  bool aborted() const { return aborted_.load(); }
+
+  const HttpClientOptions& options() const { return options_; }
+
+ private:
+  struct Impl;
+  HttpClientOptions options_;
+  std::atomic<bool> aborted_{false};
+  std::unique_ptr<Impl> impl_;
+};
+
+// `text` with every occurrence of `secret` replaced by "<redacted>" (unchanged when `secret` is
+// empty). Used on every message that might quote a request or an answer.
+std::string redact(std::string text, const std::string& secret);
+
+// `value` percent-encoded for a URL's query (RFC 3986's unreserved characters are kept).
+std::string url_encode(const std::string& value);
+
+}  // namespace trainpack
