@@ -13,7 +13,8 @@
 //   };
 //
 // Conventions (docs/save-load.md): scalars are 0-d CPU tensors, int64 for steps and counts,
-// float64 for values; sequences are 1-d CPU tensors of the same dtypes.
+// float64 for values; sequences are 1-d CPU tensors of the same dtypes; a string (an id a
+// service gave, e.g. an experiment key) is a 1-d int64 tensor of its bytes (state_string).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -37,6 +38,15 @@ inline at::Tensor state_vector(const std::vector<int64_t>& v) {
 }
 inline at::Tensor state_vector(const std::vector<double>& v) {
   return at::tensor(v, at::kDouble).reshape({static_cast<int64_t>(v.size())});
+}
+
+// A string as a 1-d int64 tensor of its bytes (each 0..255), read back by
+// state_string(who, state, key).
+inline at::Tensor state_string(const std::string& s) {
+  std::vector<int64_t> bytes;
+  bytes.reserve(s.size());
+  for (const char c : s) bytes.push_back(static_cast<unsigned char>(c));
+  return at::tensor(bytes, at::kLong).reshape({static_cast<int64_t>(bytes.size())});
 }
 
 // The entry `key`, or nullptr when the state has none.
@@ -106,6 +116,23 @@ inline std::vector<double> state_doubles(const std::string& who, const CallbackS
   const at::Tensor c = t.to(at::kCPU, at::kDouble).contiguous();
   const double* p = c.data_ptr<double>();
   return std::vector<double>(p, p + c.numel());
+}
+
+// A string entry (state_string(s)); a byte outside 0..255 is std::invalid_argument naming `who`
+// and `key`.
+inline std::string state_string(const std::string& who, const CallbackState& state,
+                                const std::string& key) {
+  std::string out;
+  for (const int64_t b : state_ints(who, state, key)) {
+    if (b < 0 || b > 255) {
+      throw std::invalid_argument(fmt::format(
+          "{}: the saved state entry '{}' should hold the bytes of a string (0..255), but it "
+          "holds {}",
+          who, key, b));
+    }
+    out.push_back(static_cast<char>(static_cast<unsigned char>(b)));
+  }
+  return out;
 }
 
 // Every entry of `state` must be one of `keys`: anything else is std::invalid_argument naming
