@@ -17,7 +17,8 @@
 //   - EpochSummary (this file): seconds of training and of validation per epoch, minor page
 //     faults per step, and the table printed at the end;
 // plus the default callbacks (MovingAverageSummary, ProgressBar, MergeAllSummaries,
-// RunUpdateOps) and monitors (TFEventWriter, JSONWriter, ScalarPrinter).
+// RunUpdateOps) and monitors (TFEventWriter, JSONWriter, ScalarPrinter); with COMET_API_KEY set,
+// CometMLMonitor too (the run goes to Comet: docs/experiment-tracking.md).
 //
 // Resuming (--resume, the default): the run found in --logdir continues from its latest valid
 // checkpoint (AutoResumeTrainConfig: weights, optimizer, counters, callback states, data
@@ -678,6 +679,27 @@ int main(int argc, char** argv) {
       trainpack::TrainConfig().model(model).dataflow(train).callbacks(callbacks).max_epoch(
           max_epoch);
   if (steps_per_epoch > 0) config.steps_per_epoch(steps_per_epoch);
+  // Experiment tracking, as other frameworks pick up an installed integration: with COMET_API_KEY
+  // set, the chief sends the run to Comet (workspace, project and server from COMET_WORKSPACE,
+  // COMET_PROJECT_NAME, COMET_URL_OVERRIDE). A resumed run continues its experiment (its key is in
+  // the checkpoint). A setting that is missing is logged and training goes on without Comet.
+  if (const char* comet_key = std::getenv("COMET_API_KEY");
+      chief && comet_key != nullptr && *comet_key != '\0') {
+    try {
+      auto comet = std::make_shared<trainpack::CometMLMonitor>();
+      std::vector<trainpack::MonitorPtr> monitors =
+          config.monitors().value_or(trainpack::DEFAULT_MONITORS());
+      monitors.push_back(comet);
+      config.monitors(monitors);
+      TP_LOG_INFO(
+          "fashion_mnist: COMET_API_KEY is set: sending the run to Comet (workspace {}, project "
+          "{}, at {})",
+          comet->workspace(), comet->project_name(), comet->rest_url());
+    } catch (const std::invalid_argument& e) {
+      TP_LOG_WARN("fashion_mnist: COMET_API_KEY is set, but {}; training goes on without Comet.",
+                  e.what());
+    }
+  }
   // The run found in --logdir, if any, continues from its latest valid checkpoint (its counters
   // are the truth: docs/tensorpack-differences.md #7); stats.json is appended to. The chief alone
   // looks: the directory is its own (another machine's rank may not even see it), and

@@ -23,6 +23,7 @@
 // Callbacks and monitors (tensorpack's callbacks/ package)
 #include "trainpack/callbacks/base.h"
 #include "trainpack/callbacks/callback_state.h"
+#include "trainpack/callbacks/comet_ml_monitor.h"
 #include "trainpack/callbacks/concurrency.h"
 #include "trainpack/callbacks/console.h"
 #include "trainpack/callbacks/graph.h"

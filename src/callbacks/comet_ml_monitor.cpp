@@ -47,7 +47,8 @@ bool starts_with(const std::string& s, const std::string& prefix) {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 std::string strip_trailing_slashes(std::string s) {
@@ -56,7 +57,8 @@ std::string strip_trailing_slashes(std::string s) {
 }
 
 bool is_http_url(const std::string& s) {
-  return (starts_with(s, "http://") && s.size() > 7) || (starts_with(s, "https://") && s.size() > 8);
+  return (starts_with(s, "http://") && s.size() > 7) ||
+         (starts_with(s, "https://") && s.size() > 8);
 }
 
 // The web address of the server whose REST base is `rest_url` (`https://h/api/rest/v2` ->
@@ -86,7 +88,8 @@ std::string make_boundary() {
 
 std::string CometMLMonitor::rest_url_from_override(const std::string& value) {
   std::string base = strip_trailing_slashes(value);
-  if (ends_with(base, "/clientlib")) base = strip_trailing_slashes(base.substr(0, base.size() - 10));
+  if (ends_with(base, "/clientlib"))
+    base = strip_trailing_slashes(base.substr(0, base.size() - 10));
   if (ends_with(base, "/api/rest/v2")) return base;
   return base + "/api/rest/v2";
 }
@@ -207,11 +210,10 @@ void CometMLMonitor::process_image(const std::string& name, const at::Tensor& nh
 }
 
 HttpRequest CometMLMonitor::post_json(const std::string& path, const std::string& body) const {
-  return HttpRequest{
-      "POST",
-      url_ + path,
-      {{"Authorization", api_key_}, {"Content-Type", "application/json"}},
-      body};
+  return HttpRequest{"POST",
+                     url_ + path,
+                     {{"Authorization", api_key_}, {"Content-Type", "application/json"}},
+                     body};
 }
 
 bool CometMLMonitor::open() {
@@ -252,7 +254,8 @@ bool CometMLMonitor::open() {
   }
   key = answer["experimentKey"].get<std::string>();
   std::string link;
-  if (answer.contains("link") && answer["link"].is_string()) link = answer["link"].get<std::string>();
+  if (answer.contains("link") && answer["link"].is_string())
+    link = answer["link"].get<std::string>();
   if (link.empty()) link = fmt::format("{}/{}/{}/{}", frontend_of(url_), workspace_, project_, key);
   {
     std::lock_guard<std::mutex> lock(key_mutex_);
@@ -274,15 +277,16 @@ void CometMLMonitor::keep_alive(bool force) {
   const int64_t now = steady_ms();
   if (!force && now - last_beat_ms_ < beat_ms_) return;
   last_beat_ms_ = now;
-  HttpRequest req{"GET",
-                  url_ + "/write/experiment/set-status?experimentKey=" +
-                      url_encode(experiment_key()),
-                  {{"Authorization", api_key_}},
-                  ""};
+  HttpRequest req{
+      "GET",
+      url_ + "/write/experiment/set-status?experimentKey=" + url_encode(experiment_key()),
+      {{"Authorization", api_key_}},
+      ""};
   const HttpResponse r = request(req, "set-status");
   if (!r.ok()) return;
   const json answer = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
-  if (!answer.is_discarded() && answer.is_object() && answer.contains("isAliveBeatDurationMillis") &&
+  if (!answer.is_discarded() && answer.is_object() &&
+      answer.contains("isAliveBeatDurationMillis") &&
       answer["isAliveBeatDurationMillis"].is_number_integer()) {
     const int64_t beat = answer["isAliveBeatDurationMillis"].get<int64_t>();
     if (beat > 0) beat_ms_ = beat;
@@ -343,10 +347,10 @@ void CometMLMonitor::send_image(const TrackingRecord& r) {
   body += "Content-Type: image/png\r\n\r\n";
   body += png;
   body += "\r\n--" + boundary + "--\r\n";
-  const std::string url =
-      fmt::format("{}/write/experiment/upload-asset?experimentKey={}&fileName={}&type=image"
-                  "&extension=png&step={}&epoch={}",
-                  url_, url_encode(experiment_key()), url_encode(r.key), r.step, curr_epoch_);
+  const std::string url = fmt::format(
+      "{}/write/experiment/upload-asset?experimentKey={}&fileName={}&type=image"
+      "&extension=png&step={}&epoch={}",
+      url_, url_encode(experiment_key()), url_encode(r.key), r.step, curr_epoch_);
   request(HttpRequest{"POST",
                       url,
                       {{"Authorization", api_key_},

@@ -21,6 +21,7 @@
 
 #include "support/errors.h"
 #include "support/temp_dir.h"
+#include "trainpack/callbacks/callback_state.h"
 #include "trainpack/callbacks/misc.h"
 #include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/callbacks/param.h"
@@ -726,6 +727,31 @@ TEST(CallbackState, SimpleMovingAverageStateAcrossWindowSizesAndMisfits) {
             }),
             "SimpleMovingAverage: the saved state has an entry 'values/loss' that this callback "
             "does not save (its entries: rows, and values/<name> for cost, acc)");
+}
+
+TEST(CallbackState, AStringIsA1dInt64TensorOfItsBytes) {
+  const std::string text("key-\xff\x01 \xc3\xa9", 9);
+  const at::Tensor t = state_string(text);
+  EXPECT_EQ(t.scalar_type(), at::kLong);
+  EXPECT_EQ(t.dim(), 1);
+  EXPECT_EQ(t.numel(), 9);
+  EXPECT_EQ(t[4].item<int64_t>(), 255);
+  EXPECT_EQ(state_string("Mine", {{"id", t}}, "id"), text);
+  EXPECT_EQ(state_string("Mine", {{"id", state_string("")}}, "id"), "");
+}
+
+TEST(CallbackState, AStringEntryThatDoesNotFitNamesTheCallbackAndTheEntry) {
+  try {
+    state_string("Mine", {{"id", state_vector(std::vector<int64_t>{104, 256})}}, "id");
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "Mine: the saved state entry 'id' should hold the bytes of a string (0..255), but "
+                 "it holds 256");
+  }
+  EXPECT_THROW(state_string("Mine", {{"id", state_scalar(int64_t{3})}}, "id"),
+               std::invalid_argument);
+  EXPECT_THROW(state_string("Mine", {}, "id"), std::invalid_argument);
 }
 
 }  // namespace

@@ -19,7 +19,8 @@ using json = nlohmann::json;
 constexpr const char* kBase = "/api/rest/v2/";
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 bool starts_with(const std::string& s, const std::string& prefix) {
@@ -142,7 +143,8 @@ uint32_t be32(const std::string& s, size_t at) {
 }  // namespace
 
 FakeComet::FakeComet(std::string api_key) : api_key_(std::move(api_key)) {
-  server_ = std::make_unique<FakeHttpServer>([this](const RecordedRequest& r) { return handle(r); });
+  server_ =
+      std::make_unique<FakeHttpServer>([this](const RecordedRequest& r) { return handle(r); });
 }
 
 FakeComet::~FakeComet() { server_.reset(); }
@@ -292,13 +294,14 @@ FakeResponse FakeComet::handle(const RecordedRequest& r) {
     }
     auto k = r.query.find("experimentKey");
     if (k == r.query.end()) return violation(where + ": no experimentKey");
-    if (find(k->second) == nullptr) return violation(where + ": unknown experimentKey " + k->second);
+    if (find(k->second) == nullptr)
+      return violation(where + ": unknown experimentKey " + k->second);
   }
   CometImage image;
   std::string upload_key;
   if (is_upload) {
-    static const std::set<std::string> known = {"experimentKey", "fileName", "type",    "extension",
-                                                "step",          "epoch",    "overwrite", "context"};
+    static const std::set<std::string> known = {
+        "experimentKey", "fileName", "type", "extension", "step", "epoch", "overwrite", "context"};
     for (const auto& kv : r.query) {
       if (known.count(kv.first) == 0) return violation(where + ": unknown query " + kv.first);
     }
@@ -306,7 +309,8 @@ FakeResponse FakeComet::handle(const RecordedRequest& r) {
       if (r.query.count(required) == 0) return violation(where + ": no " + required);
     }
     upload_key = r.query.at("experimentKey");
-    if (find(upload_key) == nullptr) return violation(where + ": unknown experimentKey " + upload_key);
+    if (find(upload_key) == nullptr)
+      return violation(where + ": unknown experimentKey " + upload_key);
     std::string error;
     image.step = query_int(r.query, "step", &error);
     image.epoch = query_int(r.query, "epoch", &error);
@@ -431,8 +435,8 @@ FakeResponse FakeComet::handle(const RecordedRequest& r) {
     m.timestamp = opt_int("timestamp");
     e->metrics.push_back(m);
   } else if (endpoint == "write/experiment/parameter") {
-    e->params.push_back({body["parameterName"].get<std::string>(), text(body["parameterValue"]),
-                         opt_int("step")});
+    e->params.push_back(
+        {body["parameterName"].get<std::string>(), text(body["parameterValue"]), opt_int("step")});
   } else if (endpoint == "write/experiment/log-other") {
     e->others.emplace_back(body["key"].get<std::string>(), text(body["value"]));
   } else if (endpoint == "write/experiment/tags") {

@@ -67,7 +67,7 @@ struct CometImage {
   std::string file_name;  // the query's fileName
   std::string type;       // the query's type
   std::optional<int64_t> step, epoch;
-  std::string bytes;  // the uploaded file
+  std::string bytes;              // the uploaded file
   int64_t width = 0, height = 0;  // from the PNG's IHDR
 };
 

@@ -164,7 +164,7 @@ class CometMLMonitor : public TrackingMonitor {
   std::string restored_key_;     // from load_state
 
   // Background thread only.
-  int64_t curr_epoch_ = 0;  // epochs finished, as the records are sent
+  int64_t curr_epoch_ = 0;   // epochs finished, as the records are sent
   int64_t beat_ms_ = 10000;  // Comet's isAliveBeatDurationMillis
   int64_t last_beat_ms_ = 0;
   bool image_warned_ = false;
