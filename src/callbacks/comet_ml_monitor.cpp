@@ -140,6 +140,14 @@ CometMLMonitor::CometMLMonitor(CometMLMonitorOptions options)
   }
 }
 
+// The background thread calls open / deliver / finish of this class: it must end before the
+// members they use are destroyed.
+CometMLMonitor::~CometMLMonitor() { stop(); }
+
+std::string CometMLMonitor::credentials_hint() const {
+  return "COMET_API_KEY or CometMLMonitorOptions::api_key";
+}
+
 std::string CometMLMonitor::experiment_key() const {
   std::lock_guard<std::mutex> lock(key_mutex_);
   return experiment_key_;
@@ -166,8 +174,12 @@ void CometMLMonitor::load_state(const CallbackState& state) {
 }
 
 void CometMLMonitor::_before_train() {
-  // Set before the background thread starts (TrackingMonitor::_before_train), which reads them.
+  // Set before the background thread starts (TrackingMonitor::_before_train), which reads them;
+  // a thread left by an earlier run without after_train is stopped first.
+  stop();
   curr_epoch_ = epoch_num();
+  last_beat_ms_ = 0;
+  image_warned_ = false;
   if (!options_.experiment_key().empty() && !restored_key_.empty() &&
       options_.experiment_key() != restored_key_) {
     TP_LOG_WARN(
@@ -192,7 +204,7 @@ void CometMLMonitor::_after_epoch() {
 }
 
 void CometMLMonitor::process_image(const std::string& name, const at::Tensor& nhwc_uint8) {
-  if (!nhwc_uint8.defined() || nhwc_uint8.dim() != 4) return;
+  if (!is_set_up() || !nhwc_uint8.defined() || nhwc_uint8.dim() != 4) return;
   const int64_t n = nhwc_uint8.size(0);
   const int64_t gs = global_step();
   const int64_t ts = now_ms();

@@ -195,7 +195,7 @@ TEST_F(CometMLMonitorTest, MetricsArriveAsStatsJsonHoldsThem) {
   auto monitor = std::make_shared<CometMLMonitor>(options(comet));
   train(monitor, 2);
 
-  EXPECT_THAT(comet.violations(), ::testing::IsEmpty());
+  EXPECT_EQ(comet.violations(), std::vector<std::string>{});
   const auto experiments = comet.experiments();
   ASSERT_EQ(experiments.size(), 1u);
   const CometExperiment& e = experiments[0];
@@ -254,7 +254,7 @@ TEST_F(CometMLMonitorTest, SendsTheHyperParametersAndTheEpochEnds) {
 TEST_F(CometMLMonitorTest, UploadsEachImageAsAPngNamedAsTensorpackDoes) {
   FakeComet comet;
   train(std::make_shared<CometMLMonitor>(options(comet)), 1);
-  EXPECT_THAT(comet.violations(), ::testing::IsEmpty());
+  EXPECT_EQ(comet.violations(), std::vector<std::string>{});
   const auto experiments = comet.experiments();
   ASSERT_EQ(experiments.size(), 1u);
   std::vector<std::tuple<std::string, std::string, int64_t, int64_t, int64_t, int64_t>> images;
@@ -282,7 +282,7 @@ TEST_F(CometMLMonitorTest, AResumedRunContinuesTheSameExperiment) {
   LogCapture log;
   auto second = std::make_shared<CometMLMonitor>(options(comet));
   train(second, 2);  // resumes from the checkpoint of epoch 1
-  EXPECT_THAT(comet.violations(), ::testing::IsEmpty());
+  EXPECT_EQ(comet.violations(), std::vector<std::string>{});
   const auto experiments = comet.experiments();
   ASSERT_EQ(experiments.size(), 1u) << "the resumed run created another experiment";
   EXPECT_EQ(second->experiment_key(), key);
@@ -300,7 +300,7 @@ TEST_F(CometMLMonitorTest, TheExperimentKeyOptionContinuesAnExistingExperiment) 
   FakeComet comet;
   const std::string key = comet.add_experiment("team", "linear");
   train(std::make_shared<CometMLMonitor>(options(comet).experiment_key(key).tags({})), 1);
-  EXPECT_THAT(comet.violations(), ::testing::IsEmpty());
+  EXPECT_EQ(comet.violations(), std::vector<std::string>{});
   const auto experiments = comet.experiments();
   ASSERT_EQ(experiments.size(), 1u);
   EXPECT_EQ(experiments[0].metrics.size(), 4u);
@@ -344,7 +344,7 @@ TEST_F(CometMLMonitorTest, TooManyRequestsAndServerErrorsAreRetriedAndEverything
   comet.fail_next(1, CometFault::kTooManyRequests, "/write/experiment/upload-asset", 1);
   comet.fail_next(1, CometFault::kServerError, "/write/experiment/set-start-end-time");
   train(std::make_shared<CometMLMonitor>(options(comet)), 2);
-  EXPECT_THAT(comet.violations(), ::testing::IsEmpty());
+  EXPECT_EQ(comet.violations(), std::vector<std::string>{});
   EXPECT_EQ(comet.faulted(), 6);
   const auto experiments = comet.experiments();
   ASSERT_EQ(experiments.size(), 1u);

@@ -118,6 +118,7 @@ struct CometMLMonitorOptions {
 class CometMLMonitor : public TrackingMonitor {
  public:
   explicit CometMLMonitor(CometMLMonitorOptions options = {});
+  ~CometMLMonitor() override;
 
   std::string name() const override { return "CometMLMonitor"; }
 
@@ -142,6 +143,9 @@ class CometMLMonitor : public TrackingMonitor {
  protected:
   void _before_train() override;
   void _after_epoch() override;
+
+  // "COMET_API_KEY or CometMLMonitorOptions::api_key", for the refused-key warning.
+  std::string credentials_hint() const override;
 
   bool open() override;
   void deliver(std::vector<TrackingRecord>& batch) override;
