@@ -688,7 +688,7 @@ int main(int argc, char** argv) {
     try {
       auto comet = std::make_shared<trainpack::CometMLMonitor>();
       std::vector<trainpack::MonitorPtr> monitors =
-          config.monitors().value_or(trainpack::DEFAULT_MONITORS());
+          config.monitors() ? *config.monitors() : trainpack::DEFAULT_MONITORS();
       monitors.push_back(comet);
       config.monitors(monitors);
       TP_LOG_INFO(

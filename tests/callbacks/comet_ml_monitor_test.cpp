@@ -290,6 +290,9 @@ TEST_F(CometMLMonitorTest, AResumedRunContinuesTheSameExperiment) {
   std::vector<int64_t> steps;
   for (const auto& m : e.metrics) steps.push_back(m.step.value_or(-1));
   EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 3, 4, 5, 6, 6}));
+  std::vector<int64_t> epochs;  // the resumed run counts the epoch of the first as finished
+  for (const auto& m : e.metrics) epochs.push_back(m.epoch.value_or(-1));
+  EXPECT_EQ(epochs, (std::vector<int64_t>{0, 0, 0, 1, 1, 1, 1, 2}));
   EXPECT_EQ(received(e), stats_scalars());
   EXPECT_EQ(e.tags, (std::vector<std::string>{"lr0.05", "test"}));  // not sent twice
   EXPECT_TRUE(log.contains("CometMLMonitor: continuing experiment " + key));
