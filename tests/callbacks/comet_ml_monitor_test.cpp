@@ -11,10 +11,12 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -133,12 +135,20 @@ class CometMLMonitorTest : public testing::TempDirTest {
   // Trains to `max_epoch` (auto-resuming from dir()) with a checkpoint every epoch, a JSONWriter
   // and `monitor`; a ScheduledHyperParamSetter sets `momentum_factor` (0.5, then 0.9 from epoch
   // 2).
-  void train(std::shared_ptr<CometMLMonitor> monitor, int64_t max_epoch) {
+  //
+  // `before_save`: called at every epoch end before the checkpoint is saved.
+  void train(std::shared_ptr<CometMLMonitor> monitor, int64_t max_epoch,
+             std::function<void()> before_save = nullptr) {
+    auto before = std::make_shared<testing::ActionCallback>();
+    before->trigger_epoch_fn = [before_save](testing::ActionCallback&) {
+      if (before_save) before_save();
+    };
     auto param = std::make_shared<ObjAttrParam>([this] { return momentum_factor_; },
                                                 [this](double v) { momentum_factor_ = v; },
                                                 "momentum_factor");
     std::vector<CallbackPtr> callbacks{
-        std::make_shared<Putter>(), std::make_shared<ModelSaver>(ModelSaverOptions().fsync(false)),
+        std::make_shared<Putter>(), before,
+        std::make_shared<ModelSaver>(ModelSaverOptions().fsync(false)),
         std::make_shared<ScheduledHyperParamSetter>(
             param, ScheduledHyperParamSetter::Schedule{{0, 0.5}, {2, 0.9}})};
     AutoResumeTrainConfig config(
@@ -273,7 +283,14 @@ TEST_F(CometMLMonitorTest, UploadsEachImageAsAPngNamedAsTensorpackDoes) {
 TEST_F(CometMLMonitorTest, AResumedRunContinuesTheSameExperiment) {
   FakeComet comet;
   auto first = std::make_shared<CometMLMonitor>(options(comet));
-  train(first, 1);
+  // The checkpoint holds the key once the experiment exists; these epochs take microseconds, so
+  // the test lets the background thread create it before the checkpoint is saved (a checkpoint
+  // saved earlier holds no key: its resumed run creates a new experiment).
+  train(first, 1, [&] {
+    for (int i = 0; i < 1000 && first->experiment_key().empty(); ++i) {
+      std::this_thread::sleep_for(10ms);
+    }
+  });
   ASSERT_EQ(comet.experiments().size(), 1u);
   const std::string key = comet.experiments()[0].key;
   // The key is in the monitor's state, hence in the checkpoint.
