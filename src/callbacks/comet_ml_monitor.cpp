@@ -179,7 +179,7 @@ void CometMLMonitor::_before_train() {
   stop();
   curr_epoch_ = epoch_num();
   last_beat_ms_ = 0;
-  image_warned_ = false;
+  image_warned_ = create_warned_ = false;
   if (!options_.experiment_key().empty() && !restored_key_.empty() &&
       options_.experiment_key() != restored_key_) {
     TP_LOG_WARN(
@@ -257,11 +257,14 @@ bool CometMLMonitor::open() {
   const json answer = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
   if (answer.is_discarded() || !answer.is_object() || !answer.contains("experimentKey") ||
       !answer["experimentKey"].is_string() || answer["experimentKey"].get<std::string>().empty()) {
-    TP_LOG_WARN("{}",
-                redact(fmt::format("CometMLMonitor: Comet's answer to create has no experimentKey "
-                                   "({}); trying again later",
-                                   r.describe()),
-                       api_key_));
+    if (!create_warned_) {  // once: open() is tried again with back-off
+      create_warned_ = true;
+      TP_LOG_WARN("{}", redact(fmt::format("CometMLMonitor: Comet's answer to create has no "
+                                           "experimentKey ({}); trying again with back-off; "
+                                           "training goes on",
+                                           r.describe()),
+                               api_key_));
+    }
     return false;
   }
   key = answer["experimentKey"].get<std::string>();

@@ -410,6 +410,27 @@ TEST_F(CometMLMonitorTest, ADownServerDoesNotHoldTrainingAndTheUnsentAreCounted)
   EXPECT_TRUE(counted) << ::testing::PrintToString(log.lines());
 }
 
+TEST_F(CometMLMonitorTest, ACreateAnswerWithoutAKeyIsOneWarningAndTrainingCompletes) {
+  testing::FakeHttpServer server(
+      [](const testing::RecordedRequest&) { return testing::FakeResponse(200, "{}"); });
+  LogCapture log;
+  train(std::make_shared<CometMLMonitor>(CometMLMonitorOptions()
+                                             .api_key(FakeComet::kApiKey)
+                                             .url(server.url() + "/api/rest/v2")
+                                             .workspace("team")
+                                             .project_name("linear")
+                                             .tracking(fast().flush_timeout(300ms))),
+        2);
+  EXPECT_TRUE(fs::exists(dir() / "model-6.data"));
+  int warnings = 0;
+  for (const auto& line : log.lines()) {
+    if (line.find("has no experimentKey") != std::string::npos) ++warnings;
+  }
+  EXPECT_EQ(warnings, 1);
+  for (const auto& r : server.requests()) EXPECT_EQ(r.path, "/api/rest/v2/write/experiment/create");
+  EXPECT_GE(server.requests().size(), 2u);  // tried again
+}
+
 TEST_F(CometMLMonitorTest, TheKeyNeverReachesLogLogEvenWhenTheServerEchoesIt) {
   FakeComet comet;
   comet.set_echo_key(true);

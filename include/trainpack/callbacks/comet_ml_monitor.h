@@ -172,6 +172,7 @@ class CometMLMonitor : public TrackingMonitor {
   int64_t beat_ms_ = 10000;  // Comet's isAliveBeatDurationMillis
   int64_t last_beat_ms_ = 0;
   bool image_warned_ = false;
+  bool create_warned_ = false;
 };
 
 }  // namespace trainpack
