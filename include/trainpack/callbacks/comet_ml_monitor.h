@@ -30,9 +30,11 @@
 //                   experiment_key option, continues that experiment: nothing is created, tags
 //                   are not sent again, INFO `CometMLMonitor: continuing experiment <key>`;
 //                 - then GET /write/experiment/set-status?experimentKey=<key> (Comet's
-//                   keep-alive: the experiment shows as running). It is sent again with a later
-//                   delivery once Comet's answer `isAliveBeatDurationMillis` has passed, so
-//                   during long runs at every epoch end and every TrackingOptions::send_interval.
+//                   keep-alive: the experiment shows as running). It is sent again after a
+//                   delivery once Comet's answer `isAliveBeatDurationMillis` has passed: during
+//                   long runs at epoch ends and every TrackingOptions::send_interval in which
+//                   records were put. An answer to create without an experimentKey is one
+//                   warning; create is tried again with back-off.
 //                 The hyper-parameters (TrackingMonitor: every HyperParamSetter's param as
 //                 training starts) go to POST /write/experiment/parameter {parameterName,
 //                 parameterValue (text), step, timestamp}.
