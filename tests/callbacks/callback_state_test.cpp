@@ -21,6 +21,7 @@
 
 #include "support/errors.h"
 #include "support/temp_dir.h"
+#include "trainpack/callbacks/callback_state.h"
 #include "trainpack/callbacks/misc.h"
 #include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/callbacks/param.h"
@@ -726,6 +727,25 @@ TEST(CallbackState, SimpleMovingAverageStateAcrossWindowSizesAndMisfits) {
             }),
             "SimpleMovingAverage: the saved state has an entry 'values/loss' that this callback "
             "does not save (its entries: rows, and values/<name> for cost, acc)");
+}
+
+TEST(CallbackState, TextRoundTripsAsItsBytes) {
+  const std::string text = std::string("run-7f\x00\xff\xc3\xa9", 10);
+  const at::Tensor t = state_text(text);
+  EXPECT_EQ(t.dim(), 1);
+  EXPECT_EQ(t.scalar_type(), at::kLong);
+  EXPECT_EQ(t.numel(), 10);
+  EXPECT_EQ(t[9].item<int64_t>(), 0xa9);
+  EXPECT_EQ(state_text("Cb", {{"id", t}}, "id"), text);
+  EXPECT_EQ(state_text("Cb", {{"id", state_text("")}}, "id"), "");
+}
+
+TEST(CallbackState, TextThatIsNotBytesNamesTheCallbackAndTheEntry) {
+  EXPECT_THAT([] { state_text("Cb", {{"id", state_vector(std::vector<int64_t>{65, 300})}}, "id"); },
+              ::testing::ThrowsMessage<std::invalid_argument>(::testing::HasSubstr(
+                  "Cb: the saved state entry 'id' should hold text (bytes 0..255), but it holds 300")));
+  EXPECT_THROW(state_text("Cb", {{"id", state_scalar(int64_t{1})}}, "id"), std::invalid_argument);
+  EXPECT_THROW(state_text("Cb", {}, "id"), std::invalid_argument);
 }
 
 }  // namespace

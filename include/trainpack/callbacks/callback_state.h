@@ -13,7 +13,8 @@
 //   };
 //
 // Conventions (docs/save-load.md): scalars are 0-d CPU tensors, int64 for steps and counts,
-// float64 for values; sequences are 1-d CPU tensors of the same dtypes.
+// float64 for values; sequences are 1-d CPU tensors of the same dtypes; text (an id a service
+// gave) is a 1-d int64 tensor of its bytes (state_text).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -37,6 +38,17 @@ inline at::Tensor state_vector(const std::vector<int64_t>& v) {
 }
 inline at::Tensor state_vector(const std::vector<double>& v) {
   return at::tensor(v, at::kDouble).reshape({static_cast<int64_t>(v.size())});
+}
+
+// Text, as a 1-d int64 tensor holding its bytes (0..255) in order; "" is an empty tensor.
+//
+//   CallbackState state() const override { return {{"run_id", state_text(run_id_)}}; }
+//   run_id_ = state_text(name(), s, "run_id");
+inline at::Tensor state_text(const std::string& text) {
+  std::vector<int64_t> bytes;
+  bytes.reserve(text.size());
+  for (const char c : text) bytes.push_back(static_cast<unsigned char>(c));
+  return state_vector(bytes);
 }
 
 // The entry `key`, or nullptr when the state has none.
@@ -106,6 +118,22 @@ inline std::vector<double> state_doubles(const std::string& who, const CallbackS
   const at::Tensor c = t.to(at::kCPU, at::kDouble).contiguous();
   const double* p = c.data_ptr<double>();
   return std::vector<double>(p, p + c.numel());
+}
+
+// A text entry (state_text). A missing entry, one that is not a 1-d integer tensor or a value
+// outside 0..255 is std::invalid_argument naming `who` and `key`.
+inline std::string state_text(const std::string& who, const CallbackState& state,
+                              const std::string& key) {
+  std::string text;
+  for (const int64_t b : state_ints(who, state, key)) {
+    if (b < 0 || b > 255) {
+      throw std::invalid_argument(fmt::format(
+          "{}: the saved state entry '{}' should hold text (bytes 0..255), but it holds {}", who,
+          key, b));
+    }
+    text.push_back(static_cast<char>(b));
+  }
+  return text;
 }
 
 // Every entry of `state` must be one of `keys`: anything else is std::invalid_argument naming
