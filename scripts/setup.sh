@@ -27,12 +27,14 @@ cd "$ROOT"
 # the tests check that Python's torch.load reads a checkpoint (skipped without it). The last line
 # is what TensorBoard's own Python loader needs, with which a test reads split event files back
 # (TRAINPACK_TENSORBOARD_READER in tests/CMakeLists.txt; skipped when that script is absent).
+# libcurl4-openssl-dev sends the experiment-tracking monitors' requests (CometMLMonitor,
+# MLflowMonitor; docs/experiment-tracking.md) over http and https.
 PACKAGES=(
   cmake g++ make
   libtorch-dev libopenblas0-pthread libgloo-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libfmt-dev libpng-dev zlib1g-dev libcli11-dev
-  libprotobuf-dev protobuf-compiler
+  libprotobuf-dev protobuf-compiler libcurl4-openssl-dev
   dataset-fashion-mnist python3-numpy python3-pil python3-torch
   python3-protobuf python3-grpcio python3-werkzeug python3-markdown python3-six python3-packaging
   python3-absl python3-setuptools python3-bleach

@@ -44,6 +44,7 @@ int layer_of(const std::string& rel) {
       {"callbacks/tf_event_writer", kMonitors},
       {"callbacks/scalar_printer", kMonitors},
       {"callbacks/send_monitor_data", kMonitors},
+      {"callbacks/tracking_monitor", kMonitors},
       {"train/trainer", kCoreLoop},
       {"session_init", kCoreLoop},
       {"train/state", kCoreLoop},

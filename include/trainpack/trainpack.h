@@ -47,6 +47,7 @@
 #include "trainpack/callbacks/summary.h"
 #include "trainpack/callbacks/tensors.h"
 #include "trainpack/callbacks/tf_event_writer.h"
+#include "trainpack/callbacks/tracking_monitor.h"
 #include "trainpack/callbacks/trigger.h"
 
 // Input: dataflows and input sources
@@ -76,6 +77,7 @@
 #include "trainpack/utils/file_names.h"
 #include "trainpack/utils/float_repr.h"
 #include "trainpack/utils/histogram.h"
+#include "trainpack/utils/http_client.h"
 #include "trainpack/utils/humanize.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/npz.h"

@@ -34,10 +34,15 @@ struct RecordedRequest {
 };
 
 struct FakeResponse {
+  // FakeResponse{429, "", {{"Retry-After", "1"}}}, FakeResponse{200, "", {}, true} (a constructor
+  // rather than an aggregate: -Wextra warns about the omitted members of a braced aggregate).
+  FakeResponse(int status_ = 200, std::string body_ = "",
+               std::vector<std::pair<std::string, std::string>> headers_ = {}, bool hang_ = false)
+      : status(status_), body(std::move(body_)), headers(std::move(headers_)), hang(hang_) {}
   int status = 200;
   std::string body;  // sent with Content-Type: application/json
   std::vector<std::pair<std::string, std::string>> headers;  // extra, e.g. {"Retry-After", "1"}
-  bool hang = false;  // never answer this request
+  bool hang = false;                                         // never answer this request
 };
 
 class FakeHttpServer {

@@ -48,7 +48,8 @@ struct HttpResponse {
   bool ok() const { return status >= 200 && status < 300; }
   // Worth sending again: no answer, 429 or 5xx.
   bool retryable() const { return status == 0 || status == 429 || status >= 500; }
-  // "HTTP 401: <first 200 characters of the body>" or "no answer: <error>".
+  // "HTTP 401: <first 200 characters of the body>" ("HTTP 401" for an empty body) or
+  // "no answer: <error>".
   std::string describe() const;
 };
 
