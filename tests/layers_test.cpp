@@ -45,6 +45,7 @@ int layer_of(const std::string& rel) {
       {"callbacks/scalar_printer", kMonitors},
       {"callbacks/send_monitor_data", kMonitors},
       {"callbacks/tracking_monitor", kMonitors},
+      {"callbacks/mlflow_monitor", kMonitors},
       {"train/trainer", kCoreLoop},
       {"session_init", kCoreLoop},
       {"train/state", kCoreLoop},

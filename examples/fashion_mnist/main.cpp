@@ -17,7 +17,9 @@
 //   - EpochSummary (this file): seconds of training and of validation per epoch, minor page
 //     faults per step, and the table printed at the end;
 // plus the default callbacks (MovingAverageSummary, ProgressBar, MergeAllSummaries,
-// RunUpdateOps) and monitors (TFEventWriter, JSONWriter, ScalarPrinter).
+// RunUpdateOps) and monitors (TFEventWriter, JSONWriter, ScalarPrinter), and, when
+// MLFLOW_TRACKING_URI is set, MLflowMonitor: the run goes to that MLflow tracking server too
+// (docs/experiment-tracking.md).
 //
 // Resuming (--resume, the default): the run found in --logdir continues from its latest valid
 // checkpoint (AutoResumeTrainConfig: weights, optimizer, counters, callback states, data
@@ -678,6 +680,24 @@ int main(int argc, char** argv) {
       trainpack::TrainConfig().model(model).dataflow(train).callbacks(callbacks).max_epoch(
           max_epoch);
   if (steps_per_epoch > 0) config.steps_per_epoch(steps_per_epoch);
+  // Experiment tracking (docs/experiment-tracking.md), on the chief, when its environment says
+  // so: MLFLOW_TRACKING_URI sends the run to that MLflow server (experiment
+  // MLFLOW_EXPERIMENT_NAME, else "Default"; a resumed run continues its MLflow run).
+  if (const char* uri = std::getenv("MLFLOW_TRACKING_URI"); chief && uri != nullptr && *uri) {
+    std::vector<trainpack::MonitorPtr> monitors = trainpack::DEFAULT_MONITORS();
+    try {
+      auto mlflow = std::make_shared<trainpack::MLflowMonitor>();
+      TP_LOG_INFO(
+          "fashion_mnist: MLFLOW_TRACKING_URI is set: sending the run to MLflow at {}, "
+          "experiment {}",
+          mlflow->tracking_uri(), mlflow->experiment_name());
+      monitors.push_back(mlflow);
+    } catch (const std::invalid_argument& e) {
+      TP_LOG_ERROR("fashion_mnist: {}", e.what());
+      return fail_before_training(e.what());
+    }
+    config.monitors(monitors);
+  }
   // The run found in --logdir, if any, continues from its latest valid checkpoint (its counters
   // are the truth: docs/tensorpack-differences.md #7); stats.json is appended to. The chief alone
   // looks: the directory is its own (another machine's rank may not even see it), and

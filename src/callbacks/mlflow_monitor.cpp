@@ -23,7 +23,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr size_t kMaxNameBytes = 250;        // MAX_ENTITY_KEY_LENGTH
+constexpr size_t kMaxNameBytes = 250;         // MAX_ENTITY_KEY_LENGTH
 constexpr size_t kMaxParamValueBytes = 6000;  // MAX_PARAM_VAL_LENGTH
 constexpr size_t kMaxTagValueBytes = 5000;    // MAX_TAG_VAL_LENGTH
 constexpr size_t kMaxExperimentNameBytes = 500;
@@ -150,8 +150,7 @@ std::string metric_json(const TrackingRecord& r) {
 }
 
 std::string key_value_json(const std::string& key, const std::string& value) {
-  return Json{{"key", key}, {"value", value}}.dump(-1, ' ', false,
-                                                   Json::error_handler_t::replace);
+  return Json{{"key", key}, {"value", value}}.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 }  // namespace
@@ -385,9 +384,9 @@ std::string MLflowMonitor::find_or_create_experiment() {
     if (r.status != 404 || error_code(r) != "RESOURCE_DOES_NOT_EXIST") return "";
     // Missing: create it. Another process may create it at the same moment (then the answer is
     // RESOURCE_ALREADY_EXISTS, and the lookup runs again).
-    HttpResponse c = request(
-        make_request("POST", "experiments/create", Json{{"name", experiment_name_}}.dump()),
-        "experiments/create");
+    HttpResponse c =
+        request(make_request("POST", "experiments/create", Json{{"name", experiment_name_}}.dump()),
+                "experiments/create");
     hint_on_refusal(c);
     if (c.ok()) {
       const std::string id = string_at(parse_object(c.body), {"experiment_id"});
@@ -416,10 +415,9 @@ bool MLflowMonitor::create_run() {
   for (const auto& [key, value] : tags_) tag(key, value);
   Json body{{"experiment_id", experiment}, {"start_time", now_ms()}, {"tags", tags}};
   if (!run_name_.empty()) body["run_name"] = run_name_;
-  HttpResponse r =
-      request(make_request("POST", "runs/create",
-                           body.dump(-1, ' ', false, Json::error_handler_t::replace)),
-              "runs/create");
+  HttpResponse r = request(make_request("POST", "runs/create",
+                                        body.dump(-1, ' ', false, Json::error_handler_t::replace)),
+                           "runs/create");
   hint_on_refusal(r);
   if (!r.ok()) return false;
   const Json answer = parse_object(r.body);
@@ -437,10 +435,9 @@ bool MLflowMonitor::create_run() {
 }
 
 bool MLflowMonitor::reopen_run(const std::string& run_id, bool restored) {
-  HttpResponse r =
-      request(make_request("POST", "runs/update", Json{{"run_id", run_id}, {"status", "RUNNING"}}
-                                                      .dump()),
-              "runs/update");
+  HttpResponse r = request(
+      make_request("POST", "runs/update", Json{{"run_id", run_id}, {"status", "RUNNING"}}.dump()),
+      "runs/update");
   hint_on_refusal(r);
   if (!r.ok()) {
     if (restored && r.status == 404 && error_code(r) == "RESOURCE_DOES_NOT_EXIST") {
@@ -559,12 +556,12 @@ void MLflowMonitor::deliver(std::vector<TrackingRecord>& batch) {
 void MLflowMonitor::finish(TrackingStatus status) {
   const std::string id = run_id();
   if (id.empty()) return;
-  HttpResponse r = request(make_request("POST", "runs/update",
-                                        Json{{"run_id", id},
-                                             {"status", tracking_status_name(status)},
-                                             {"end_time", now_ms()}}
-                                            .dump()),
-                           "runs/update");
+  HttpResponse r = request(
+      make_request(
+          "POST", "runs/update",
+          Json{{"run_id", id}, {"status", tracking_status_name(status)}, {"end_time", now_ms()}}
+              .dump()),
+      "runs/update");
   hint_on_refusal(r);
   if (r.ok()) {
     TP_LOG_INFO("MLflowMonitor: run {} ended {}: {}", id, tracking_status_name(status), run_url());

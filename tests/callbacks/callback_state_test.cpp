@@ -741,9 +741,12 @@ TEST(CallbackState, TextRoundTripsAsItsBytes) {
 }
 
 TEST(CallbackState, TextThatIsNotBytesNamesTheCallbackAndTheEntry) {
-  EXPECT_THAT([] { state_text("Cb", {{"id", state_vector(std::vector<int64_t>{65, 300})}}, "id"); },
-              ::testing::ThrowsMessage<std::invalid_argument>(::testing::HasSubstr(
-                  "Cb: the saved state entry 'id' should hold text (bytes 0..255), but it holds 300")));
+  EXPECT_THAT(
+      [] {
+        state_text("Cb", {{"id", state_vector(std::vector<int64_t>{65, 300})}}, "id");
+      },
+      ::testing::ThrowsMessage<std::invalid_argument>(::testing::HasSubstr(
+          "Cb: the saved state entry 'id' should hold text (bytes 0..255), but it holds 300")));
   EXPECT_THROW(state_text("Cb", {{"id", state_scalar(int64_t{1})}}, "id"), std::invalid_argument);
   EXPECT_THROW(state_text("Cb", {}, "id"), std::invalid_argument);
 }

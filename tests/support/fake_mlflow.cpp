@@ -22,15 +22,15 @@ const char* const kPrefix = "/api/2.0/mlflow/";
 
 // Base64 by bits (an implementation independent of the monitor's, to check it).
 std::string encode_base64(const std::string& in) {
-  const std::string alphabet =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const std::string alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string bits;
   for (unsigned char c : in) {
     for (int b = 7; b >= 0; --b) bits += ((c >> b) & 1) ? '1' : '0';
   }
   while (bits.size() % 6 != 0) bits += '0';
   std::string out;
-  for (size_t i = 0; i < bits.size(); i += 6) out += alphabet[std::stoi(bits.substr(i, 6), nullptr, 2)];
+  for (size_t i = 0; i < bits.size(); i += 6)
+    out += alphabet[std::stoi(bits.substr(i, 6), nullptr, 2)];
   while (out.size() % 4 != 0) out += '=';
   return out;
 }
@@ -44,8 +44,8 @@ FakeResponse error(int status, const std::string& code, const std::string& messa
 std::string name_problem(const std::string& kind, const std::string& name) {
   if (name.empty()) return kind + " name is empty";
   for (unsigned char c : name) {
-    const bool ok = std::isalnum(c) || c == '_' || c == '-' || c == '.' || c == ' ' || c == '/' ||
-                    c >= 0x80;
+    const bool ok =
+        std::isalnum(c) || c == '_' || c == '-' || c == '.' || c == ' ' || c == '/' || c >= 0x80;
     if (!ok) {
       return fmt::format(
           "Invalid {} name: '{}'. Names may only contain alphanumerics, underscores (_), dashes "
@@ -87,15 +87,16 @@ std::string unknown_fields(const Json& body, std::initializer_list<const char*> 
 }
 
 Json run_info_json(const FakeMLflow::Run& run) {
-  Json info{{"run_id", run.run_id},
-            {"run_uuid", run.run_id},
-            {"run_name", run.run_name},
-            {"experiment_id", run.experiment_id},
-            {"user_id", ""},
-            {"status", run.status},
-            {"start_time", run.start_time},
-            {"artifact_uri", "mlflow-artifacts:/" + run.experiment_id + "/" + run.run_id + "/artifacts"},
-            {"lifecycle_stage", "active"}};
+  Json info{
+      {"run_id", run.run_id},
+      {"run_uuid", run.run_id},
+      {"run_name", run.run_name},
+      {"experiment_id", run.experiment_id},
+      {"user_id", ""},
+      {"status", run.status},
+      {"start_time", run.start_time},
+      {"artifact_uri", "mlflow-artifacts:/" + run.experiment_id + "/" + run.run_id + "/artifacts"},
+      {"lifecycle_stage", "active"}};
   if (run.end_time) info["end_time"] = *run.end_time;
   return info;
 }
@@ -167,8 +168,8 @@ std::vector<std::string> FakeMLflow::violations() const {
   return violations_;
 }
 
-FakeResponse FakeMLflow::violation(const std::string& endpoint, const std::string& what,
-                                   int status, const std::string& code) {
+FakeResponse FakeMLflow::violation(const std::string& endpoint, const std::string& what, int status,
+                                   const std::string& code) {
   violations_.push_back(endpoint + ": " + what);
   return error(status, code, what);
 }
@@ -211,7 +212,8 @@ FakeResponse FakeMLflow::handle(const RecordedRequest& request) {
 FakeResponse FakeMLflow::route(const RecordedRequest& request, const std::string& endpoint) {
   // ---- GET experiments/get-by-name ----
   if (endpoint == "experiments/get-by-name") {
-    if (request.method != "GET") return violation(endpoint, "method " + request.method, 405, "BAD_REQUEST");
+    if (request.method != "GET")
+      return violation(endpoint, "method " + request.method, 405, "BAD_REQUEST");
     if (!request.body.empty()) return violation(endpoint, "a GET with a body");
     auto it = request.query.find("experiment_name");
     if (it == request.query.end() || it->second.empty() || request.query.size() != 1) {
@@ -245,14 +247,16 @@ FakeResponse FakeMLflow::route(const RecordedRequest& request, const std::string
     return violation(endpoint, "Content-Type is not application/json");
   }
   const Json body = Json::parse(request.body, nullptr, /*allow_exceptions=*/false);
-  if (!body.is_object()) return violation(endpoint, "the body is not a JSON object", 400, "BAD_REQUEST");
+  if (!body.is_object())
+    return violation(endpoint, "the body is not a JSON object", 400, "BAD_REQUEST");
 
   // ---- POST experiments/create ----
   if (endpoint == "experiments/create") {
     if (auto u = unknown_fields(body, {"name", "artifact_location", "tags"}); !u.empty()) {
       return violation(endpoint, "unknown fields: " + u);
     }
-    if (!body.contains("name") || !body["name"].is_string() || body["name"].get<std::string>().empty()) {
+    if (!body.contains("name") || !body["name"].is_string() ||
+        body["name"].get<std::string>().empty()) {
       return violation(endpoint, "name must be a non-empty string");
     }
     const std::string name = body["name"];
@@ -271,14 +275,16 @@ FakeResponse FakeMLflow::route(const RecordedRequest& request, const std::string
 
   // ---- POST runs/create ----
   if (endpoint == "runs/create") {
-    if (auto u = unknown_fields(body, {"experiment_id", "user_id", "start_time", "tags", "run_name"});
+    if (auto u =
+            unknown_fields(body, {"experiment_id", "user_id", "start_time", "tags", "run_name"});
         !u.empty()) {
       return violation(endpoint, "unknown fields: " + u);
     }
     if (!body.contains("experiment_id") || !body["experiment_id"].is_string()) {
       return violation(endpoint, "experiment_id must be a string");
     }
-    if (!body.contains("start_time") || !is_int(body["start_time"]) || body["start_time"].get<int64_t>() < 0) {
+    if (!body.contains("start_time") || !is_int(body["start_time"]) ||
+        body["start_time"].get<int64_t>() < 0) {
       return violation(endpoint, "start_time must be a non-negative integer (ms)");
     }
     if (body.contains("run_name") && !body["run_name"].is_string()) {
@@ -293,7 +299,8 @@ FakeResponse FakeMLflow::route(const RecordedRequest& request, const std::string
           return violation(endpoint, "a tag must be {key: string, value: string}: " + t.dump());
         }
         if (auto p = name_problem("tag", t["key"]); !p.empty()) return violation(endpoint, p);
-        if (t["value"].get<std::string>().size() > 5000) return violation(endpoint, "tag value > 5000");
+        if (t["value"].get<std::string>().size() > 5000)
+          return violation(endpoint, "tag value > 5000");
         run.tags[t["key"]] = t["value"];
       }
     }
@@ -310,7 +317,8 @@ FakeResponse FakeMLflow::route(const RecordedRequest& request, const std::string
       return violation(endpoint, "run_name and the mlflow.runName tag differ");
     }
     if (run.run_name.empty()) {
-      run.run_name = name_tag != run.tags.end() ? name_tag->second : "generated-name-" + std::to_string(next_run_);
+      run.run_name = name_tag != run.tags.end() ? name_tag->second
+                                                : "generated-name-" + std::to_string(next_run_);
     }
     run.tags["mlflow.runName"] = run.run_name;
     run.run_id = fmt::format("{:032x}", 0xabc000 + next_run_++);
@@ -320,9 +328,14 @@ FakeResponse FakeMLflow::route(const RecordedRequest& request, const std::string
     runs_.push_back(run);
     Json tags = Json::array();
     for (const auto& [k, v] : run.tags) tags.push_back({{"key", k}, {"value", v}});
-    return FakeResponse{
-        200, Json{{"run", {{"info", run_info_json(run)}, {"data", {{"tags", tags}}}, {"inputs", Json::object()}}}}.dump(),
-        {}, false};
+    return FakeResponse{200,
+                        Json{{"run",
+                              {{"info", run_info_json(run)},
+                               {"data", {{"tags", tags}}},
+                               {"inputs", Json::object()}}}}
+                            .dump(),
+                        {},
+                        false};
   }
 
   // runs/log-batch and runs/update name a run.
@@ -330,7 +343,8 @@ FakeResponse FakeMLflow::route(const RecordedRequest& request, const std::string
     return violation(endpoint, "an endpoint MLflowMonitor has no business calling", 404,
                      "ENDPOINT_NOT_FOUND");
   }
-  if (!body.contains("run_id") || !body["run_id"].is_string() || body["run_id"].get<std::string>().empty()) {
+  if (!body.contains("run_id") || !body["run_id"].is_string() ||
+      body["run_id"].get<std::string>().empty()) {
     return violation(endpoint, "run_id must be a non-empty string");
   }
   const std::string run_id = body["run_id"];
@@ -342,15 +356,20 @@ FakeResponse FakeMLflow::route(const RecordedRequest& request, const std::string
 
   // ---- POST runs/update ----
   if (endpoint == "runs/update") {
-    if (auto u = unknown_fields(body, {"run_id", "run_uuid", "status", "end_time", "run_name"}); !u.empty()) {
+    if (auto u = unknown_fields(body, {"run_id", "run_uuid", "status", "end_time", "run_name"});
+        !u.empty()) {
       return violation(endpoint, "unknown fields: " + u);
     }
-    static const std::set<std::string> kStatuses{"RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED"};
+    static const std::set<std::string> kStatuses{"RUNNING", "SCHEDULED", "FINISHED", "FAILED",
+                                                 "KILLED"};
     if (body.contains("status") &&
         (!body["status"].is_string() || kStatuses.count(body["status"].get<std::string>()) == 0)) {
-      return violation(endpoint, "status must be one of RUNNING, SCHEDULED, FINISHED, FAILED, KILLED: " + body["status"].dump());
+      return violation(endpoint,
+                       "status must be one of RUNNING, SCHEDULED, FINISHED, FAILED, KILLED: " +
+                           body["status"].dump());
     }
-    if (body.contains("end_time") && (!is_int(body["end_time"]) || body["end_time"].get<int64_t>() < 0)) {
+    if (body.contains("end_time") &&
+        (!is_int(body["end_time"]) || body["end_time"].get<int64_t>() < 0)) {
       return violation(endpoint, "end_time must be a non-negative integer (ms)");
     }
     if (body.contains("status")) {
@@ -389,7 +408,9 @@ FakeResponse FakeMLflow::route(const RecordedRequest& request, const std::string
   if (auto r = limit("metrics", metrics.size(), 1000)) return *r;
   if (auto r = limit("params", params.size(), 100)) return *r;
   if (auto r = limit("tags", tags.size(), 100)) return *r;
-  if (auto r = limit("metrics, params, and tags", metrics.size() + params.size() + tags.size(), 1000)) return *r;
+  if (auto r =
+          limit("metrics, params, and tags", metrics.size() + params.size() + tags.size(), 1000))
+    return *r;
   if (metrics.empty() && params.empty() && tags.empty()) {
     return violation(endpoint, "an empty batch (nothing to log)");
   }
@@ -410,8 +431,10 @@ FakeResponse FakeMLflow::route(const RecordedRequest& request, const std::string
     } else if (m["value"] == "-Infinity") {
       value = -std::numeric_limits<double>::infinity();
     } else {
-      return violation(endpoint, "a metric value must be a number, \"NaN\", \"Infinity\" or "
-                                 "\"-Infinity\": " + m["value"].dump());
+      return violation(endpoint,
+                       "a metric value must be a number, \"NaN\", \"Infinity\" or "
+                       "\"-Infinity\": " +
+                           m["value"].dump());
     }
     if (!is_int(m["timestamp"]) || m["timestamp"].get<int64_t>() < 0) {
       return violation(endpoint, "timestamp must be a non-negative integer: " + m.dump());
@@ -425,14 +448,17 @@ FakeResponse FakeMLflow::route(const RecordedRequest& request, const std::string
         !p.contains("value") || !p["value"].is_string()) {
       return violation(endpoint, "a param must be {key: string, value: string}: " + p.dump());
     }
-    if (auto problem = name_problem("parameter", p["key"]); !problem.empty()) return violation(endpoint, problem);
-    if (p["value"].get<std::string>().size() > 6000) return violation(endpoint, "param value > 6000");
+    if (auto problem = name_problem("parameter", p["key"]); !problem.empty())
+      return violation(endpoint, problem);
+    if (p["value"].get<std::string>().size() > 6000)
+      return violation(endpoint, "param value > 6000");
     const std::string key = p["key"];
     if (new_params.count(key) != 0) {
-      return violation(endpoint, fmt::format("Duplicate parameter keys have been submitted: ['{}']. "
-                                             "Please ensure the request contains only one param "
-                                             "value per param key.",
-                                             key));
+      return violation(endpoint,
+                       fmt::format("Duplicate parameter keys have been submitted: ['{}']. "
+                                   "Please ensure the request contains only one param "
+                                   "value per param key.",
+                                   key));
     }
     new_params[key] = p["value"];
     auto old = run->params.find(key);
@@ -461,11 +487,11 @@ FakeResponse FakeMLflow::route(const RecordedRequest& request, const std::string
 }
 
 std::string describe(const FakeMLflow::Run& run) {
-  return fmt::format("run {} (experiment {}, name '{}'): {} metrics, {} params, {} tags, status {}, "
-                     "end_time {}",
-                     run.run_id, run.experiment_id, run.run_name, run.metrics.size(),
-                     run.params.size(), run.tags.size(), run.status,
-                     run.end_time ? std::to_string(*run.end_time) : "none");
+  return fmt::format(
+      "run {} (experiment {}, name '{}'): {} metrics, {} params, {} tags, status {}, "
+      "end_time {}",
+      run.run_id, run.experiment_id, run.run_name, run.metrics.size(), run.params.size(),
+      run.tags.size(), run.status, run.end_time ? std::to_string(*run.end_time) : "none");
 }
 
 }  // namespace testing

@@ -105,8 +105,8 @@ class FakeMLflow {
 
  private:
   FakeResponse route(const RecordedRequest& request, const std::string& endpoint);
-  FakeResponse violation(const std::string& endpoint, const std::string& what,
-                         int status = 400, const std::string& code = "INVALID_PARAMETER_VALUE");
+  FakeResponse violation(const std::string& endpoint, const std::string& what, int status = 400,
+                         const std::string& code = "INVALID_PARAMETER_VALUE");
 
   mutable std::mutex mutex_;
   std::vector<Experiment> experiments_;
