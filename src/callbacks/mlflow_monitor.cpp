@@ -4,6 +4,7 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -84,6 +85,21 @@ std::string without_userinfo(const std::string& uri) {
   const size_t at = uri.rfind('@', end == std::string::npos ? std::string::npos : end);
   if (at == std::string::npos || at < host) return uri;
   return uri.substr(0, host) + uri.substr(at + 1);
+}
+
+std::string percent_decode(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size() &&
+        std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
+      out += static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
 }
 
 std::string program_path() {
@@ -272,21 +288,41 @@ MLflowMonitor::MLflowMonitor(MLflowMonitorOptions options)
 
   given_run_id_ = !options.run_id().empty() ? options.run_id() : env("MLFLOW_RUN_ID");
 
-  const std::string user = env("MLFLOW_TRACKING_USERNAME");
-  const std::string password = env("MLFLOW_TRACKING_PASSWORD");
+  // "http://user:password@host": the credentials leave the URI (which messages quote) for the
+  // Authorization header, as Python's requests does with them.
+  std::string uri_user, uri_password;
+  if (const std::string bare = without_userinfo(uri_); bare != uri_) {
+    const size_t host = uri_.find("://") + 3;
+    const std::string userinfo = uri_.substr(host, uri_.size() - bare.size() - 1);
+    const size_t colon = userinfo.find(':');
+    uri_user = percent_decode(userinfo.substr(0, colon));
+    if (colon != std::string::npos) uri_password = percent_decode(userinfo.substr(colon + 1));
+    uri_ = bare;
+  }
+  std::string user = env("MLFLOW_TRACKING_USERNAME");
+  std::string password = env("MLFLOW_TRACKING_PASSWORD");
   const std::string token = env("MLFLOW_TRACKING_TOKEN");
+  auth_source_ = "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (HTTP Basic)";
+  if ((user.empty() || password.empty()) && token.empty() && !uri_user.empty()) {
+    user = uri_user;
+    password = uri_password;
+    auth_source_ = "the user and password of the tracking URI (HTTP Basic)";
+  }
   if (!user.empty() && !password.empty()) {
-    const std::string credentials = base64(user + ":" + password);
-    auth_header_ = "Basic " + credentials;
-    auth_source_ = "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (HTTP Basic)";
+    auth_header_ = "Basic " + base64(user + ":" + password);
+    // The password is what a message could quote (a server echoing it); the header itself never
+    // reaches a message.
     set_secret(password);
-    set_secret(credentials);
   } else if (!token.empty()) {
     auth_header_ = "Bearer " + token;
     auth_source_ = "MLFLOW_TRACKING_TOKEN (Bearer)";
     set_secret(token);
+  } else {
+    auth_source_.clear();
   }
 }
+
+MLflowMonitor::~MLflowMonitor() { stop(); }
 
 std::string MLflowMonitor::run_id() const {
   std::lock_guard<std::mutex> lock(run_mutex_);
@@ -341,18 +377,11 @@ HttpRequest MLflowMonitor::make_request(const std::string& method, const std::st
   return r;
 }
 
-void MLflowMonitor::hint_on_refusal(const HttpResponse& response) {
-  if ((response.status != 401 && response.status != 403) || refusal_hinted_) return;
-  refusal_hinted_ = true;
-  TP_LOG_WARN(
-      "MLflowMonitor: the tracking server at {} answered {} ({}): it wants credentials this "
-      "process does not give or that it refuses. MLflow's client reads them from "
+std::string MLflowMonitor::credentials_hint() const {
+  return fmt::format(
       "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (HTTP Basic) or MLFLOW_TRACKING_TOKEN "
-      "(a Bearer token); this process {}. Nothing more is sent to MLflow in this run; training "
-      "goes on.",
-      without_userinfo(uri_), response.status,
-      response.status == 401 ? "unauthorized" : "forbidden",
-      auth_source_.empty() ? "sets none of them" : "used " + auth_source_);
+      "(a Bearer token), as MLflow's own client reads them; this process {}",
+      auth_source_.empty() ? "sends no credentials" : "sent " + auth_source_);
 }
 
 std::string MLflowMonitor::find_or_create_experiment() {
@@ -360,7 +389,6 @@ std::string MLflowMonitor::find_or_create_experiment() {
       "GET", "experiments/get-by-name?experiment_name=" + url_encode(experiment_name_), "");
   for (int attempt = 0; attempt < 2; ++attempt) {
     HttpResponse r = request(lookup, "experiments/get-by-name");
-    hint_on_refusal(r);
     if (r.ok()) {
       const Json body = parse_object(r.body);
       const std::string id = string_at(body, {"experiment", "experiment_id"});
@@ -387,7 +415,6 @@ std::string MLflowMonitor::find_or_create_experiment() {
     HttpResponse c =
         request(make_request("POST", "experiments/create", Json{{"name", experiment_name_}}.dump()),
                 "experiments/create");
-    hint_on_refusal(c);
     if (c.ok()) {
       const std::string id = string_at(parse_object(c.body), {"experiment_id"});
       if (!id.empty()) {
@@ -418,7 +445,6 @@ bool MLflowMonitor::create_run() {
   HttpResponse r = request(make_request("POST", "runs/create",
                                         body.dump(-1, ' ', false, Json::error_handler_t::replace)),
                            "runs/create");
-  hint_on_refusal(r);
   if (!r.ok()) return false;
   const Json answer = parse_object(r.body);
   std::string id = string_at(answer, {"run", "info", "run_id"});
@@ -438,7 +464,6 @@ bool MLflowMonitor::reopen_run(const std::string& run_id, bool restored) {
   HttpResponse r = request(
       make_request("POST", "runs/update", Json{{"run_id", run_id}, {"status", "RUNNING"}}.dump()),
       "runs/update");
-  hint_on_refusal(r);
   if (!r.ok()) {
     if (restored && r.status == 404 && error_code(r) == "RESOURCE_DOES_NOT_EXIST") {
       TP_LOG_WARN(
@@ -491,7 +516,6 @@ void MLflowMonitor::post_batch(const std::vector<std::string>& metrics,
   list("tags", tags);
   body += '}';
   HttpResponse r = request(make_request("POST", "runs/log-batch", std::move(body)), "log-batch");
-  hint_on_refusal(r);
 }
 
 void MLflowMonitor::deliver(std::vector<TrackingRecord>& batch) {
@@ -562,7 +586,6 @@ void MLflowMonitor::finish(TrackingStatus status) {
           Json{{"run_id", id}, {"status", tracking_status_name(status)}, {"end_time", now_ms()}}
               .dump()),
       "runs/update");
-  hint_on_refusal(r);
   if (r.ok()) {
     TP_LOG_INFO("MLflowMonitor: run {} ended {}: {}", id, tracking_status_name(status), run_url());
   }

@@ -54,10 +54,11 @@
 //   run_name         the logger directory's name, else none (the server picks one)
 //   run_id           MLFLOW_RUN_ID, else none (a new run is created)
 //   authentication   MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (both set): HTTP Basic;
-//                    else MLFLOW_TRACKING_TOKEN: `Authorization: Bearer <token>`; else none. The
-//                    password, the token and the Basic credentials never appear in a log line, an
-//                    error or a file (TrackingMonitor::set_secret). An answer of 401/403 logs a
-//                    warning naming these variables, and nothing more is sent in this run.
+//                    else MLFLOW_TRACKING_TOKEN: `Authorization: Bearer <token>`; else the user and
+//                    password of the URI (`http://user:pass@host`, then logged without them);
+//                    else none. The password and the token never appear in a log line, an error
+//                    or a file (TrackingMonitor::set_secret). An answer of 401/403 is one warning
+//                    naming these variables (credentials_hint), and nothing more is sent.
 // When: before_train queues the params and starts the background thread; every process_scalar
 // queues a metric; after_train ends the run and waits at most TrackingOptions::flush_timeout.
 // Puts: nothing. Writes: nothing (a checkpoint holds its state).
@@ -87,7 +88,8 @@ namespace trainpack {
 using MLflowTags = std::map<std::string, std::string>;
 
 struct MLflowMonitorOptions {
-  // "http(s)://host:port[/prefix]". Empty: MLFLOW_TRACKING_URI.
+  // "http(s)://host:port[/prefix]" (a user and password in it are sent as HTTP Basic credentials).
+  // Empty: MLFLOW_TRACKING_URI.
   TORCH_ARG(std::string, tracking_uri);
   // Empty: MLFLOW_EXPERIMENT_NAME, else "Default". Created on the server when missing.
   TORCH_ARG(std::string, experiment_name);
@@ -111,10 +113,11 @@ class MLflowMonitor : public TrackingMonitor {
   static constexpr int kMaxBatchBytes = 1000000;
 
   explicit MLflowMonitor(MLflowMonitorOptions options = {});
+  ~MLflowMonitor() override;
 
   std::string name() const override { return "MLflowMonitor"; }
 
-  // The resolved configuration.
+  // The resolved configuration (the URI without a trailing '/' or credentials).
   const std::string& tracking_uri() const { return uri_; }
   const std::string& experiment_name() const { return experiment_name_; }
   const std::string& run_name() const { return run_name_; }
@@ -132,6 +135,7 @@ class MLflowMonitor : public TrackingMonitor {
   bool open() override;
   void deliver(std::vector<TrackingRecord>& batch) override;
   void finish(TrackingStatus status) override;
+  std::string credentials_hint() const override;
 
  private:
   HttpRequest make_request(const std::string& method, const std::string& endpoint,
@@ -142,7 +146,6 @@ class MLflowMonitor : public TrackingMonitor {
   bool reopen_run(const std::string& run_id, bool restored);
   void post_batch(const std::vector<std::string>& metrics, const std::vector<std::string>& params,
                   const std::vector<std::string>& tags);
-  void hint_on_refusal(const HttpResponse& response);
   void set_run(std::string run_id, std::string experiment_id);
 
   std::string uri_;  // without a trailing '/'
@@ -161,7 +164,6 @@ class MLflowMonitor : public TrackingMonitor {
 
   // Background thread only.
   bool send_params_ = false;
-  bool refusal_hinted_ = false;
   std::map<std::string, std::string> params_sent_;
 };
 

@@ -34,7 +34,8 @@
 // a file.
 //
 // Threads: the training thread only appends to the queue under a mutex (no request, no system
-// call; a record holds its name in a std::string); everything else runs on the background thread.
+// call but the one warning of a full queue; a record holds its name in a std::string); everything
+// else runs on the background thread.
 #pragma once
 
 #include <chrono>
@@ -63,12 +64,12 @@ struct TrackingRecord {
   enum class Kind { kMetric, kParam, kImage, kOther };
   Kind kind = Kind::kMetric;
   std::string key;
-  double value = 0;            // kMetric
-  std::string text;            // kParam, kOther: the value as text
-  int64_t step = 0;            // global_step when it was put
-  int64_t epoch = 0;           // epoch_num when it was put
-  int64_t timestamp_ms = 0;    // wall time, ms since the Unix epoch
-  at::Tensor image;            // kImage: HWC uint8 on the CPU
+  double value = 0;          // kMetric
+  std::string text;          // kParam, kOther: the value as text
+  int64_t step = 0;          // global_step when it was put
+  int64_t epoch = 0;         // epoch_num when it was put
+  int64_t timestamp_ms = 0;  // wall time, ms since the Unix epoch
+  at::Tensor image;          // kImage: HWC uint8 on the CPU
 };
 
 struct TrackingOptions {
@@ -131,12 +132,31 @@ class TrackingMonitor : public MonitorBase {
   // True once a 401/403 was answered: nothing more is sent.
   bool key_refused() const;
 
+  // What to check when the server refuses the key, for the warning "the <service> server refused
+  // the API key (HTTP 401); check <credentials_hint()>", e.g. "COMET_API_KEY or
+  // CometMLMonitorOptions::api_key". The default: "the API key given to the monitor".
+  virtual std::string credentials_hint() const;
+
+  // Stops and joins the background thread without flushing (what the destructor does). A
+  // subclass whose destructor may run while the thread still works (no after_train: training
+  // never started or the trainer was destroyed mid-run) calls it first in its own destructor, so
+  // that the thread never calls open / deliver / finish on a half-destroyed object.
+  void stop();
+
   void _before_train() override;
   void _trigger_epoch() override;
   void _after_train() override;
 
  private:
-  void run();  // the background thread
+  void run();    // the background thread
+  void serve();  // run()'s work: open, deliver, finish
+  // Sleeps `d` unless stop() / a flush timeout asks the thread to end first (then false).
+  bool sleep_unless_stopped(std::chrono::milliseconds d);
+  bool stopping() const;
+  // Logs `message` (redacted) as a warning the first time a failure of `kind` happens.
+  void warn_once(const std::string& kind, const std::string& message);
+  // Drops `n` records that will never be sent (the key was refused): counted, not logged.
+  void drop_for_refused_key(int64_t n);
 
   std::string service_;
   TrackingOptions options_;
@@ -144,14 +164,21 @@ class TrackingMonitor : public MonitorBase {
   HttpClient http_;
 
   mutable std::mutex mutex_;
-  std::condition_variable wake_;
+  std::condition_variable wake_;  // the background thread waits on it
+  std::condition_variable done_;  // after_train waits on it for the thread's end
   std::vector<TrackingRecord> queue_;
   bool deliver_now_ = false;
-  bool ending_ = false;
-  bool stop_ = false;
+  bool ending_ = false;       // after_train asked for the final flush and the end
+  bool stop_ = false;         // end now (destructor, stop(), flush timeout)
+  bool worker_done_ = true;   // the background thread has nothing more to do
+  bool closed_ = false;       // after_train is over: later records are dropped
+  bool warned_full_ = false;  // the full queue was logged
   TrackingStatus status_ = TrackingStatus::kFinished;
+  int64_t put_ = 0;  // records given to enqueue()
   int64_t queued_ = 0, dropped_ = 0, sent_ = 0, failed_ = 0;
+  int64_t in_flight_ = 0;  // records of the batch deliver() is sending
   bool key_refused_ = false;
+  std::vector<std::string> warned_;  // kinds of failure already logged (background thread)
   std::thread worker_;
 };
 
