@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
@@ -161,6 +162,17 @@ TEST_F(MainJobMLflow, AShortRunEndsFinishedWithTheMetricsOfStatsJson) {
   EXPECT_EQ(std::stod(run.params.at("learning_rate")), 0.05);
   EXPECT_NE(out.find("MLflowMonitor: run " + run.run_id), std::string::npos);
   EXPECT_TRUE(mlflow.violations().empty()) << ::testing::PrintToString(mlflow.violations());
+  // Requests: a lookup, a create, the run, at most one log-batch per epoch (two deliveries merge
+  // when the second epoch ends while the first one's is being sent), the end.
+  std::printf(
+      "requests: get-by-name %d, experiments/create %d, runs/create %d, log-batch %d (2 "
+      "epochs, %zu metrics), runs/update %d\n",
+      mlflow.count("experiments/get-by-name"), mlflow.count("experiments/create"),
+      mlflow.count("runs/create"), mlflow.count("runs/log-batch"), run.metrics.size(),
+      mlflow.count("runs/update"));
+  EXPECT_GE(mlflow.count("runs/log-batch"), 1);
+  EXPECT_LE(mlflow.count("runs/log-batch"), 2);
+  EXPECT_EQ(mlflow.count("runs/update"), 1);
 }
 
 TEST_F(MainJobMLflow, SigtermEndsTheRunKilledAndTheResumedJobContinuesTheSameRun) {

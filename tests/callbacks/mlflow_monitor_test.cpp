@@ -377,6 +377,17 @@ TEST_F(MLflowMonitorTest, AGivenRunIdIsLoggedIntoWithoutParams) {
   EXPECT_EQ(run.params.size(), 1u);
 }
 
+TEST_F(MLflowMonitorTest, MlflowRunIdFromTheEnvironmentIsARunToLogInto) {
+  auto creator = std::make_shared<MLflowMonitor>(options());
+  train(creator, 1);
+  logger::set_logger_dir((dir() / "other").string(), 'k');
+  ScopedEnv::set("MLFLOW_RUN_ID", creator->run_id());
+  train(std::make_shared<MLflowMonitor>(options()), 1);
+  EXPECT_EQ(mlflow.runs().size(), 1u);
+  EXPECT_EQ(mlflow.only_run().status_history,
+            (std::vector<std::string>{"FINISHED", "RUNNING", "FINISHED"}));
+}
+
 TEST_F(MLflowMonitorTest, BatchesAreSplitAtMlflowsMetricLimit) {
   // 2500 scalars in the one step of one epoch, delivered together at the epoch end: 1000 + 1000
   // + 500.
