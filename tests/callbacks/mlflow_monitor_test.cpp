@@ -3,7 +3,9 @@
 // the server must have received; the run's status at the end (finished, failed, SIGTERM); a
 // resumed run logging into the same MLflow run without sending its params again; batches split
 // at MLflow's limits; authentication; retries, a server that hangs and one that is down; the
-// configuration from options and environment variables.
+// configuration from options and environment variables. Then the fake itself (FakeMLflowTest): it
+// refuses what MLflow refuses (a rewritten param, the batch limits, wrong types and names), with
+// MLflow's error codes, and its faults answer as scripted.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -682,6 +684,139 @@ TEST_F(MLflowMonitorTest, TheStateIsTheRunsIdAsText) {
   EXPECT_EQ(state_text("t", s, "run_id"), "abc123");
   EXPECT_EQ(state_text("t", s, "experiment_id"), "7");
   EXPECT_THROW(monitor.load_state({{"run", state_text("x")}}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace trainpack
+
+namespace trainpack {
+namespace {
+
+// ---- the fake server itself: it answers as MLflow does, and refuses what MLflow refuses ----
+
+class FakeMLflowTest : public ::testing::Test {
+ protected:
+  HttpResponse post(const std::string& endpoint, const std::string& body) {
+    return http.send({"POST",
+                      mlflow.url() + "/api/2.0/mlflow/" + endpoint,
+                      {{"Content-Type", "application/json"}},
+                      body});
+  }
+  HttpResponse get(const std::string& endpoint) {
+    return http.send({"GET", mlflow.url() + "/api/2.0/mlflow/" + endpoint, {}, ""});
+  }
+  std::string new_run() {
+    const HttpResponse r =
+        post("runs/create", R"({"experiment_id": "0", "start_time": 1700000000000})");
+    EXPECT_EQ(r.status, 200) << r.body;
+    return Json::parse(r.body)["run"]["info"]["run_id"];
+  }
+  static std::string code(const HttpResponse& r) {
+    return Json::parse(r.body).value("error_code", std::string());
+  }
+
+  FakeMLflow mlflow;
+  HttpClient http;
+};
+
+TEST_F(FakeMLflowTest, ARewrittenParamIsInvalidParameterValueAndNothingOfTheBatchIsKept) {
+  const std::string run = new_run();
+  ASSERT_EQ(post("runs/log-batch",
+                 R"({"run_id": ")" + run + R"(", "params": [{"key": "lr", "value": "0.1"}]})")
+                .status,
+            200);
+  // The same value again is fine, as in MLflow.
+  EXPECT_EQ(post("runs/log-batch",
+                 R"({"run_id": ")" + run + R"(", "params": [{"key": "lr", "value": "0.1"}]})")
+                .status,
+            200);
+  const HttpResponse r = post(
+      "runs/log-batch",
+      R"({"run_id": ")" + run +
+          R"(", "metrics": [{"key": "m", "value": 1, "timestamp": 5, "step": 1}], "params": [{"key": "lr", "value": "0.2"}]})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(code(r), "INVALID_PARAMETER_VALUE");
+  EXPECT_THAT(r.body, HasSubstr("Changing param values is not allowed. Param with key='lr' was "
+                                "already logged with value='0.1'"));
+  EXPECT_TRUE(mlflow.only_run().metrics.empty());
+  EXPECT_EQ(mlflow.only_run().params.at("lr"), "0.1");
+  EXPECT_EQ(mlflow.violations().size(), 1u);
+}
+
+TEST_F(FakeMLflowTest, TheBatchLimitsAreMlflows) {
+  const std::string run = new_run();
+  Json metrics = Json::array();
+  for (int i = 0; i < 1001; ++i) {
+    metrics.push_back({{"key", "m"}, {"value", i}, {"timestamp", 1}, {"step", i}});
+  }
+  HttpResponse r = post("runs/log-batch", Json{{"run_id", run}, {"metrics", metrics}}.dump());
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("A batch logging request can contain at most 1000 metrics. Got "
+                                "1001 metrics."));
+  Json params = Json::array();
+  for (int i = 0; i < 101; ++i) params.push_back({{"key", fmt::format("p{}", i)}, {"value", "1"}});
+  r = post("runs/log-batch", Json{{"run_id", run}, {"params", params}}.dump());
+  EXPECT_THAT(r.body, HasSubstr("at most 100 params"));
+  params = Json::array();
+  for (int i = 0; i < 100; ++i) {
+    params.push_back({{"key", fmt::format("p{}", i)}, {"value", std::string(5000, 'v')}});
+  }
+  Json tags = Json::array();
+  for (int i = 0; i < 100; ++i) {
+    tags.push_back({{"key", fmt::format("t{}", i)}, {"value", std::string(5000, 'v')}});
+  }
+  r = post("runs/log-batch", Json{{"run_id", run}, {"params", params}, {"tags", tags}}.dump());
+  EXPECT_THAT(r.body, HasSubstr("must be at most 1000000 bytes"));
+  EXPECT_EQ(mlflow.violations().size(), 3u);
+}
+
+TEST_F(FakeMLflowTest, TypesNamesAndUnknownThingsAreChecked) {
+  const std::string run = new_run();
+  auto batch = [&](const std::string& metric) {
+    return post("runs/log-batch", R"({"run_id": ")" + run + R"(", "metrics": [)" + metric + "]}");
+  };
+  EXPECT_EQ(batch(R"({"key": "m", "value": "NaN", "timestamp": 1, "step": 2})").status, 200);
+  EXPECT_TRUE(std::isnan(mlflow.only_run().metrics.at(0).value));
+  EXPECT_EQ(batch(R"({"key": "m", "value": 1, "timestamp": 1, "step": 2.5})").status, 400);
+  EXPECT_EQ(batch(R"({"key": "m", "value": "1", "timestamp": 1, "step": 2})").status, 400);
+  EXPECT_EQ(batch(R"({"key": "m", "value": 1, "timestamp": 1})").status, 400);
+  EXPECT_EQ(batch(R"j({"key": "a(b)", "value": 1, "timestamp": 1, "step": 2})j").status, 400);
+  EXPECT_EQ(batch(R"({"key": "a//b", "value": 1, "timestamp": 1, "step": 2})").status, 400);
+  EXPECT_EQ(mlflow.violations().size(), 5u);
+  // Unknown run: MLflow's 404.
+  const HttpResponse r = post("runs/update", R"({"run_id": "nope", "status": "FINISHED"})");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(code(r), "RESOURCE_DOES_NOT_EXIST");
+  EXPECT_EQ(post("runs/update", R"({"run_id": ")" + run + R"(", "status": "DONE"})").status, 400);
+  EXPECT_EQ(get("runs/log-batch").status, 405);
+  EXPECT_EQ(http.send({"POST", mlflow.url() + "/api/2.0/mlflow/runs/update", {}, "{}"}).status,
+            400);  // no Content-Type
+  EXPECT_EQ(mlflow.violations().size(), 8u);
+  // An experiment that is missing, then one that exists.
+  HttpResponse g = get("experiments/get-by-name?experiment_name=x");
+  EXPECT_EQ(g.status, 404);
+  EXPECT_EQ(code(g), "RESOURCE_DOES_NOT_EXIST");
+  ASSERT_EQ(post("experiments/create", R"({"name": "x"})").status, 200);
+  EXPECT_EQ(code(post("experiments/create", R"({"name": "x"})")), "RESOURCE_ALREADY_EXISTS");
+  g = get("experiments/get-by-name?experiment_name=x");
+  EXPECT_EQ(Json::parse(g.body)["experiment"]["name"], "x");
+  EXPECT_EQ(mlflow.violations().size(), 8u);  // state errors are not violations
+}
+
+TEST_F(FakeMLflowTest, FaultsAnswerTheNextRequestsOrThoseOfAnEndpoint) {
+  mlflow.fail_next(1, 429, "3");
+  mlflow.add_fault(FakeMLflow::Fault{"runs/update", 500, std::nullopt, false, -1});
+  HttpResponse r = post("runs/create", R"({"experiment_id": "0", "start_time": 1})");
+  EXPECT_EQ(r.status, 429);
+  EXPECT_EQ(r.retry_after_seconds, 3.0);
+  const std::string run = new_run();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(post("runs/update", R"({"run_id": ")" + run + R"(", "status": "FINISHED"})").status,
+              500);
+  }
+  EXPECT_EQ(mlflow.only_run().status, "RUNNING");
+  mlflow.require_token("t");
+  EXPECT_EQ(post("runs/create", R"({"experiment_id": "0", "start_time": 1})").status, 401);
 }
 
 }  // namespace
