@@ -124,7 +124,7 @@ HttpResponse HttpClient::send(const HttpRequest& request) {
     return response;
   }
   CURL* curl = impl_->curl;
-  // The handle keeps its connection cache (keep-alive) across the reset; only the options go.
+  // Only the options go; the open connection stays in the multi handle's cache (keep-alive).
   curl_easy_reset(curl);
   impl_->error[0] = '\0';
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, impl_->error);

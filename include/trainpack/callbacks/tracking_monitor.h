@@ -10,7 +10,9 @@
 //                            callbacks, param().readable_name() -> its value as training starts
 //                            (subclasses may add their own records in _before_train)
 //   after_train              the end, with the run's status (TrackingStatus)
-// Subclasses add images (process_image) and anything else with enqueue().
+// Subclasses add images (process_image) and anything else with enqueue(). A subclass that
+// overrides _before_train, _trigger_epoch or _after_train calls TrackingMonitor's too (they start
+// the thread, wake it, and flush and join it).
 //
 // The background thread (started in before_train, joined in after_train or the destructor):
 //   1. open(): creates the experiment / run on the service (resumed runs continue theirs).
