@@ -9,6 +9,7 @@
 //   and the MLflow run is KILLED with what stats.json holds; the same command again resumes from
 //   the checkpoint of the stop step and logs into the SAME MLflow run (RUNNING, then FINISHED),
 //   sending no param again; at the end the run's metrics are stats.json's, each step once.
+// - MLFLOW_TRACKING_URI=file:... stops the job before training with the monitor's message.
 // Every run uses a few hundred images and 1 thread, and takes seconds. Nothing here measures time.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -210,6 +211,22 @@ TEST_F(MainJobMLflow, SigtermEndsTheRunKilledAndTheResumedJobContinuesTheSameRun
   EXPECT_NE(testing::read_text(output()).find("MLflowMonitor: continuing run " + run.run_id),
             std::string::npos);
   EXPECT_TRUE(mlflow.violations().empty()) << ::testing::PrintToString(mlflow.violations());
+}
+
+}  // namespace
+}  // namespace trainpack
+
+namespace trainpack {
+namespace {
+
+TEST_F(MainJobMLflow, AUriThatIsNotAServerStopsTheJobBeforeTraining) {
+  Job job(args(2), "file:///tmp/mlruns", output());
+  EXPECT_EQ(job.wait(), 1);
+  const std::string out = testing::read_text(output());
+  EXPECT_NE(out.find("MLflowMonitor needs a tracking server"), std::string::npos) << out;
+  EXPECT_NE(out.find("mlflow server"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(logdir() / "stats.json"));
+  EXPECT_EQ(mlflow.server().requests().size(), 0u);
 }
 
 }  // namespace

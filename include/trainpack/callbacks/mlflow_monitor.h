@@ -36,8 +36,8 @@
 // the run that created the MLflow run: a resumed run (or a given run_id) sends none; a key given
 // twice with another value keeps its first (one INFO line says so).
 // Names: MLflow accepts letters, digits, `_ - . /` and spaces in a metric/param/tag name; every
-// other character (and each multi-byte UTF-8 character) becomes `_`, `//`, `./` and `../` parts
-// are removed, and names are cut at 250 bytes (mlflow_name() below):
+// other character (and each multi-byte UTF-8 character) becomes `_`, empty and `.` path parts are
+// removed, a `..` part becomes `__`, and names are cut at 250 bytes (mlflow_name() below):
 // `Throughput (samples/sec)` -> `Throughput _samples/sec_`.
 // Images are not sent: MLflow's REST API 2.0 has no image endpoint (its clients upload image files
 // as artifacts to the artifact store, which this monitor does not reach).
@@ -46,7 +46,8 @@
 // state_text), so that ModelSaver's checkpoint carries them and a run resumed from it
 // (AutoResumeTrainConfig, SaverRestore) logs into the same MLflow run, its steps continuing. A
 // checkpoint saved before the run was created on the server (the server was unreachable until
-// then) holds no id: the resumed run then creates a new MLflow run.
+// then) holds no id: the resumed run then creates a new MLflow run; so does a run whose MLflow run
+// was deleted on the server (with a warning).
 //
 // Configuration (each option, else its environment variable, as MLflow's own client reads them):
 //   tracking_uri     MLFLOW_TRACKING_URI; http:// or https:// only
@@ -66,8 +67,11 @@
 // Errors (std::invalid_argument at construction, naming MLflowMonitor and the option): no
 // tracking URI (neither the option nor MLFLOW_TRACKING_URI); a URI that is not http(s) (a file:
 // URI or a path: MLflow's local file store is not a server; start one with `mlflow server`); an
-// empty or too long experiment name; a tag name MLflow refuses; a TrackingOptions value out of
-// range. Nothing the server does is an exception: failures are warnings (TrackingMonitor).
+// experiment name longer than MLflow's 500 bytes; a tag name MLflow refuses or one of MLflow's own
+// (`mlflow.*`); a TrackingOptions value out of range. Nothing the server does is an exception:
+// failures are warnings (TrackingMonitor); a deleted experiment is one too (restore it or use
+// another name), and nothing is sent. The first lookup of an experiment that does not exist yet
+// is logged (and counted) as a failed request by TrackingMonitor, before it is created.
 //
 // Differences from tensorpack: an addition (tensorpack has no MLflow monitor);
 // docs/experiment-tracking.md has the set-up.
