@@ -46,6 +46,7 @@ int layer_of(const std::string& rel) {
       {"callbacks/send_monitor_data", kMonitors},
       {"callbacks/tracking_monitor", kMonitors},
       {"callbacks/comet_ml_monitor", kMonitors},
+      {"callbacks/mlflow_monitor", kMonitors},
       {"train/trainer", kCoreLoop},
       {"session_init", kCoreLoop},
       {"train/state", kCoreLoop},

@@ -18,7 +18,8 @@
 //     faults per step, and the table printed at the end;
 // plus the default callbacks (MovingAverageSummary, ProgressBar, MergeAllSummaries,
 // RunUpdateOps) and monitors (TFEventWriter, JSONWriter, ScalarPrinter); with COMET_API_KEY set,
-// CometMLMonitor too (the run goes to Comet: docs/experiment-tracking.md).
+// CometMLMonitor too, and with MLFLOW_TRACKING_URI set, MLflowMonitor (the run also goes to Comet
+// or to that MLflow tracking server: docs/experiment-tracking.md).
 //
 // Resuming (--resume, the default): the run found in --logdir continues from its latest valid
 // checkpoint (AutoResumeTrainConfig: weights, optimizer, counters, callback states, data
@@ -679,26 +680,40 @@ int main(int argc, char** argv) {
       trainpack::TrainConfig().model(model).dataflow(train).callbacks(callbacks).max_epoch(
           max_epoch);
   if (steps_per_epoch > 0) config.steps_per_epoch(steps_per_epoch);
-  // Experiment tracking, as other frameworks pick up an installed integration: with COMET_API_KEY
-  // set, the chief sends the run to Comet (workspace, project and server from COMET_WORKSPACE,
-  // COMET_PROJECT_NAME, COMET_URL_OVERRIDE). A resumed run continues its experiment (its key is in
-  // the checkpoint). A setting that is missing is logged and training goes on without Comet.
-  if (const char* comet_key = std::getenv("COMET_API_KEY");
-      chief && comet_key != nullptr && *comet_key != '\0') {
-    try {
+  // Experiment tracking (docs/experiment-tracking.md), as other frameworks pick up an installed
+  // integration: on the chief, COMET_API_KEY sends the run to Comet (workspace, project and server
+  // from COMET_WORKSPACE, COMET_PROJECT_NAME, COMET_URL_OVERRIDE) and MLFLOW_TRACKING_URI sends it
+  // to that MLflow tracking server (experiment MLFLOW_EXPERIMENT_NAME, else "Default"). A resumed
+  // run continues its experiment and its MLflow run (their ids are in the checkpoint). A variable
+  // that is set but cannot be used (no workspace, a file: URI) ends the job before training with
+  // the reason: a run its user asked to track is not run untracked.
+  std::vector<trainpack::MonitorPtr> tracking;
+  try {
+    if (const char* key = std::getenv("COMET_API_KEY"); chief && key != nullptr && *key != '\0') {
       auto comet = std::make_shared<trainpack::CometMLMonitor>();
-      std::vector<trainpack::MonitorPtr> monitors =
-          config.monitors() ? *config.monitors() : trainpack::DEFAULT_MONITORS();
-      monitors.push_back(comet);
-      config.monitors(monitors);
       TP_LOG_INFO(
           "fashion_mnist: COMET_API_KEY is set: sending the run to Comet (workspace {}, project "
           "{}, at {})",
           comet->workspace(), comet->project_name(), comet->rest_url());
-    } catch (const std::invalid_argument& e) {
-      TP_LOG_WARN("fashion_mnist: COMET_API_KEY is set, but {}; training goes on without Comet.",
-                  e.what());
+      tracking.push_back(comet);
     }
+    if (const char* uri = std::getenv("MLFLOW_TRACKING_URI"); chief && uri != nullptr && *uri) {
+      auto mlflow = std::make_shared<trainpack::MLflowMonitor>();
+      TP_LOG_INFO(
+          "fashion_mnist: MLFLOW_TRACKING_URI is set: sending the run to MLflow at {}, "
+          "experiment {}",
+          mlflow->tracking_uri(), mlflow->experiment_name());
+      tracking.push_back(mlflow);
+    }
+  } catch (const std::invalid_argument& e) {
+    TP_LOG_ERROR("fashion_mnist: {}", e.what());
+    return fail_before_training(e.what());
+  }
+  if (!tracking.empty()) {
+    std::vector<trainpack::MonitorPtr> monitors =
+        config.monitors() ? *config.monitors() : trainpack::DEFAULT_MONITORS();
+    monitors.insert(monitors.end(), tracking.begin(), tracking.end());
+    config.monitors(monitors);
   }
   // The run found in --logdir, if any, continues from its latest valid checkpoint (its counters
   // are the truth: docs/tensorpack-differences.md #7); stats.json is appended to. The chief alone

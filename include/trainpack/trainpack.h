@@ -35,6 +35,7 @@
 #include "trainpack/callbacks/inject_shell.h"
 #include "trainpack/callbacks/json_writer.h"
 #include "trainpack/callbacks/misc.h"
+#include "trainpack/callbacks/mlflow_monitor.h"
 #include "trainpack/callbacks/monitor.h"
 #include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/callbacks/param.h"

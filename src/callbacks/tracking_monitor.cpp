@@ -92,7 +92,14 @@ void TrackingMonitor::stop() {
   if (worker_.joinable()) worker_.join();
 }
 
-void TrackingMonitor::set_secret(std::string secret) { secret_ = std::move(secret); }
+void TrackingMonitor::set_secret(std::string secret) {
+  if (!secret.empty()) secrets_.push_back(std::move(secret));
+}
+
+std::string TrackingMonitor::redact_secrets(std::string text) const {
+  for (const std::string& secret : secrets_) text = redact(std::move(text), secret);
+  return text;
+}
 
 std::string TrackingMonitor::credentials_hint() const { return "the API key given to the monitor"; }
 
@@ -155,8 +162,11 @@ void TrackingMonitor::_before_train() {
   // The hyper-parameters as training starts (the setters' before_train ran: they are registered
   // before the monitors). One record per param, the last setter's value when several set it.
   std::vector<std::pair<std::string, double>> params;
-  for (const CallbackPtr& cb : trainer().registered_callbacks()) {
-    const auto* setter = dynamic_cast<const HyperParamSetter*>(cb.get());
+  for (const CallbackPtr& registered : trainer().registered_callbacks()) {
+    // A setter inside wrappers (PeriodicTrigger(ScheduledHyperParamSetter(...)), ...) counts too.
+    const Callback* cb = registered.get();
+    while (const auto* proxy = dynamic_cast<const ProxyCallback*>(cb)) cb = proxy->inner().get();
+    const auto* setter = dynamic_cast<const HyperParamSetter*>(cb);
     if (setter == nullptr) continue;
     const std::string key = setter->param().readable_name();
     const double value = setter->get_current_value();
@@ -245,7 +255,7 @@ void TrackingMonitor::_after_train() {
     line += fmt::format(", {} records were not sent", unsent);
   }
   line += "; training was not affected";
-  TP_LOG_WARN("{}", redact(line, secret_));
+  TP_LOG_WARN("{}", redact_secrets(line));
 }
 
 // ---- counters ----
@@ -290,7 +300,7 @@ bool TrackingMonitor::sleep_unless_stopped(std::chrono::milliseconds d) {
 void TrackingMonitor::warn_once(const std::string& kind, const std::string& message) {
   if (std::find(warned_.begin(), warned_.end(), kind) != warned_.end()) return;
   warned_.push_back(kind);
-  TP_LOG_WARN("{}", redact(message, secret_));
+  TP_LOG_WARN("{}", redact_secrets(message));
 }
 
 void TrackingMonitor::drop_for_refused_key(int64_t n) {
@@ -303,10 +313,9 @@ void TrackingMonitor::run() {
   try {
     serve();
   } catch (const std::exception& e) {
-    TP_LOG_WARN("{}", redact(fmt::format("{}: the monitor's thread stopped: {}; nothing more is "
-                                         "sent; training goes on",
-                                         service_, e.what()),
-                             secret_));
+    TP_LOG_WARN("{}", redact_secrets(fmt::format("{}: the monitor's thread stopped: {}; nothing "
+                                                 "more is sent; training goes on",
+                                                 service_, e.what())));
   } catch (...) {
     TP_LOG_WARN(
         "{}: the monitor's thread stopped on an unknown exception; nothing more is sent; "
@@ -376,7 +385,8 @@ void TrackingMonitor::serve() {
   }
 }
 
-HttpResponse TrackingMonitor::request(const HttpRequest& req, const std::string& what) {
+HttpResponse TrackingMonitor::request(const HttpRequest& req, const std::string& what,
+                                      const std::function<bool(const HttpResponse&)>& expected) {
   std::chrono::milliseconds backoff = options_.initial_backoff();
   HttpResponse r;
   for (int attempt = 1;; ++attempt) {
@@ -393,6 +403,7 @@ HttpResponse TrackingMonitor::request(const HttpRequest& req, const std::string&
       ++sent_;
     }
     if (r.ok()) return r;
+    if (expected && expected(r)) return r;
     const std::string where =
         fmt::format("{} ({} {})", what, req.method, url_without_query(req.url));
     if (r.status == 401 || r.status == 403) {

@@ -17,6 +17,7 @@
 
 #include "support/fake_http_server.h"
 #include "trainpack/callbacks/param.h"
+#include "trainpack/callbacks/trigger.h"
 #include "trainpack/testing.h"
 #include "trainpack/train/trainer.h"
 
@@ -32,6 +33,8 @@ using testing::LogCapture;
 using testing::RecordedRequest;
 
 const char kKey[] = "SECRET-KEY-123";
+// A second secret (as a Basic credential has: the password and the header's base64).
+const char kSecondSecret[] = "U0VDUkVU";
 
 // A monitor for a made-up service: POST /open, POST /batch (one line per record), POST /finish
 // (the status), each with the key in its Authorization header.
@@ -40,6 +43,7 @@ class TestMonitor : public TrackingMonitor {
   TestMonitor(std::string url, TrackingOptions options)
       : TrackingMonitor("Test", std::move(options)), url_(std::move(url)) {
     set_secret(kKey);
+    set_secret(kSecondSecret);
   }
   ~TestMonitor() override { stop(); }
 
@@ -189,6 +193,22 @@ TEST(TrackingMonitor, SendsTheHyperParametersAtBeforeTrain) {
             "param learning_rate=0.1 step=0 epoch=0\nparam weight_decay=1e-05 step=0 epoch=0\n");
 }
 
+TEST(TrackingMonitor, FindsAHyperParamSetterInsideWrappers) {
+  FakeHttpServer server([](const RecordedRequest&) { return ok(); });
+  auto monitor = std::make_shared<TestMonitor>(server.url(), fast());
+  double lr = 0.5;
+  auto lr_param = std::make_shared<ObjAttrParam>([&] { return lr; }, [&](double v) { lr = v; },
+                                                 "learning_rate");
+  auto setter = std::make_shared<ScheduledHyperParamSetter>(
+      lr_param, ScheduledHyperParamSetter::Schedule{{0, 0.25}});
+  auto wrapped = std::make_shared<PeriodicTrigger>(
+      std::make_shared<PeriodicTrigger>(setter, PeriodicTriggerOptions().every_k_epochs(1)),
+      PeriodicTriggerOptions().every_k_epochs(1));
+  train({wrapped}, monitor, 2, 1);
+  ASSERT_THAT(paths(server), ElementsAre("/open", "/batch", "/finish"));
+  EXPECT_EQ(server.requests()[1].body, "param learning_rate=0.25 step=0 epoch=0\n");
+}
+
 TEST(TrackingMonitor, RetriesA500UntilItWorks) {
   int batch_answers = 0;
   FakeHttpServer server([&](const RecordedRequest& r) {
@@ -207,7 +227,8 @@ TEST(TrackingMonitor, RetriesA500UntilItWorks) {
 TEST(TrackingMonitor, GivesUpAfterMaxAttemptsWithOneWarningAndTheSecretRedacted) {
   FakeHttpServer server([](const RecordedRequest& r) {
     if (r.path == "/batch") {
-      return FakeResponse{503, std::string(R"({"error": "busy; your key )") + kKey + "\"}"};
+      return FakeResponse{
+          503, std::string(R"({"error": "busy; your key )") + kKey + " " + kSecondSecret + "\"}"};
     }
     return ok();
   });
@@ -224,15 +245,17 @@ TEST(TrackingMonitor, GivesUpAfterMaxAttemptsWithOneWarningAndTheSecretRedacted)
   EXPECT_EQ(monitor->requests_failed(), 2);
   const auto w = warnings(log);
   ASSERT_EQ(w.size(), 2u);  // the first failure, then the summary with the count
-  EXPECT_EQ(w[0],
-            "WRN Test: batch (POST http://127.0.0.1:" + std::to_string(server.port()) +
-                "/batch) failed after 3 attempts: HTTP 503: {\"error\": \"busy; your key "
-                "<redacted>\"}; training goes on (later failures are counted and the count is "
-                "logged when training ends)");
+  EXPECT_EQ(
+      w[0],
+      "WRN Test: batch (POST http://127.0.0.1:" + std::to_string(server.port()) +
+          "/batch) failed after 3 attempts: HTTP 503: {\"error\": \"busy; your key "
+          "<redacted> <redacted>\"}; training goes on (later failures are counted and the count is "
+          "logged when training ends)");
   EXPECT_EQ(w[1],
             "WRN Test: 2 of 8 requests failed, 0 of 4 records were dropped; training was "
             "not affected");
   EXPECT_FALSE(log.contains(kKey));
+  EXPECT_FALSE(log.contains(kSecondSecret));
 }
 
 TEST(TrackingMonitor, Honours429RetryAfter) {

@@ -43,6 +43,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -111,9 +112,11 @@ class TrackingMonitor : public MonitorBase {
   // naming name() and the option for an option out of its range.
   TrackingMonitor(std::string service, TrackingOptions options);
 
-  // The secret to keep out of every message (API key, token, password). Call in the constructor.
+  // Adds a secret to keep out of every message (API key, token, password, the base64 of a Basic
+  // credential): each call adds one, "" is ignored. Call in the constructor.
   void set_secret(std::string secret);
-  const std::string& secret() const { return secret_; }
+  // `text` with every secret replaced by "<redacted>": for a subclass's own messages.
+  std::string redact_secrets(std::string text) const;
 
   // Appends `record` to the queue (training thread; never blocks on the network).
   void enqueue(TrackingRecord record);
@@ -129,8 +132,12 @@ class TrackingMonitor : public MonitorBase {
   virtual void finish(TrackingStatus status) = 0;
 
   // Sends with retries and back-off (see the top of this file), logging failures as described
-  // there (with `what`, e.g. "log-batch", naming the request). Returns the last response.
-  HttpResponse request(const HttpRequest& request, const std::string& what);
+  // there (with `what`, e.g. "log-batch", naming the request). Returns the last response. An
+  // answer for which `expected` is true (e.g. MLflow's 404 RESOURCE_DOES_NOT_EXIST for a lookup
+  // of an experiment that may not exist yet) is returned as it is: neither retried, nor warned
+  // about, nor counted as failed.
+  HttpResponse request(const HttpRequest& request, const std::string& what,
+                       const std::function<bool(const HttpResponse&)>& expected = {});
   // True once a 401/403 was answered: nothing more is sent.
   bool key_refused() const;
 
@@ -162,7 +169,7 @@ class TrackingMonitor : public MonitorBase {
 
   std::string service_;
   TrackingOptions options_;
-  std::string secret_;
+  std::vector<std::string> secrets_;
   HttpClient http_;
 
   mutable std::mutex mutex_;
