@@ -41,6 +41,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::FakeMLflow;
+using testing::stats_json_points;
 using Json = nlohmann::json;
 
 // A child process running the main job with `args`, MLFLOW_TRACKING_URI=`uri` and
@@ -86,32 +87,6 @@ class Job {
   pid_t pid_ = -1;
 };
 
-using Point = std::tuple<std::string, std::string, int64_t>;
-std::string text(double v) { return std::isnan(v) ? "nan" : fmt::format("{}", v); }
-
-std::multiset<Point> stats_points(const fs::path& dir) {
-  std::multiset<Point> out;
-  const auto stats = JSONWriter::load_existing_json(dir.string());
-  if (!stats) return out;
-  for (const auto& entry : *stats) {
-    const int64_t step = std::get<int64_t>(*entry.find("global_step"));
-    for (const auto& [name, value] : entry.items) {
-      if (name == "global_step" || name == "epoch_num") continue;
-      const double v = std::holds_alternative<double>(value)
-                           ? std::get<double>(value)
-                           : static_cast<double>(std::get<int64_t>(value));
-      out.emplace(detail::mlflow_name(name), text(v), step);
-    }
-  }
-  return out;
-}
-
-std::multiset<Point> run_points(const FakeMLflow::Run& run) {
-  std::multiset<Point> out;
-  for (const auto& m : run.metrics) out.emplace(m.key, text(m.value), m.step);
-  return out;
-}
-
 class MainJobMLflow : public testing::TempDirTest {
  protected:
   std::vector<std::string> args(int max_epoch) const {
@@ -156,7 +131,7 @@ TEST_F(MainJobMLflow, AShortRunEndsFinishedWithTheMetricsOfStatsJson) {
   EXPECT_TRUE(run.end_time.has_value());
   EXPECT_EQ(run.run_name, "log");
   EXPECT_EQ(mlflow.experiments().back().name, "fmnist");
-  const auto expected = stats_points(logdir());
+  const auto expected = stats_json_points(logdir());
   EXPECT_FALSE(expected.empty());
   EXPECT_EQ(run_points(run), expected);
   ASSERT_EQ(run.params.count("learning_rate"), 1u);
@@ -189,7 +164,7 @@ TEST_F(MainJobMLflow, SigtermEndsTheRunKilledAndTheResumedJobContinuesTheSameRun
   FakeMLflow::Run run = mlflow.only_run();
   EXPECT_EQ(run.status, "KILLED");
   EXPECT_TRUE(run.end_time.has_value());
-  EXPECT_EQ(run_points(run), stats_points(logdir()));
+  EXPECT_EQ(run_points(run), stats_json_points(logdir()));
   const size_t requests_before = mlflow.server().requests().size();
 
   // The same command again: resumes from the checkpoint of the stop step, into the same run.
@@ -199,7 +174,7 @@ TEST_F(MainJobMLflow, SigtermEndsTheRunKilledAndTheResumedJobContinuesTheSameRun
   run = mlflow.only_run();
   EXPECT_EQ(run.status_history, (std::vector<std::string>{"KILLED", "RUNNING", "FINISHED"}));
   EXPECT_TRUE(run.end_time.has_value());
-  EXPECT_EQ(run_points(run), stats_points(logdir()));
+  EXPECT_EQ(run_points(run), stats_json_points(logdir()));
   std::set<int64_t> steps;
   for (const auto& m : run.metrics) steps.insert(m.step);
   EXPECT_EQ(*steps.rbegin(), 80);  // 20 epochs of 4 steps

@@ -25,17 +25,6 @@ using json = nlohmann::json;
 constexpr const char* kDefaultRestUrl = "https://www.comet.com/api/rest/v2";
 constexpr const char* kStateKey = "experiment_key";
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? std::string() : std::string(v);
-}
-
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 int64_t steady_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -80,8 +69,8 @@ json metric_value(double v) {
 std::string make_boundary() {
   static std::atomic<uint64_t> counter{0};
   const uint64_t n = counter.fetch_add(1);
-  return fmt::format("----trainpack-comet-{:016x}{:08x}", static_cast<uint64_t>(now_ms()) ^ 0x5a17,
-                     n);
+  return fmt::format("----trainpack-comet-{:016x}{:08x}",
+                     static_cast<uint64_t>(detail::unix_time_ms()) ^ 0x5a17, n);
 }
 
 }  // namespace
@@ -97,15 +86,18 @@ std::string CometMLMonitor::rest_url_from_override(const std::string& value) {
 CometMLMonitor::CometMLMonitor(CometMLMonitorOptions options)
     : TrackingMonitor("Comet", options.tracking()), options_(std::move(options)) {
   set_chief_only(true);
-  api_key_ = options_.api_key().empty() ? env("COMET_API_KEY") : options_.api_key();
+  api_key_ = options_.api_key().empty() ? detail::environment_variable("COMET_API_KEY")
+                                        : options_.api_key();
   if (api_key_.empty()) {
     throw std::invalid_argument(
         "CometMLMonitor: no API key: set CometMLMonitorOptions::api_key or the environment "
         "variable COMET_API_KEY (Comet's account settings show the key)");
   }
   set_secret(api_key_);
-  workspace_ = options_.workspace().empty() ? env("COMET_WORKSPACE") : options_.workspace();
-  project_ = options_.project_name().empty() ? env("COMET_PROJECT_NAME") : options_.project_name();
+  workspace_ = options_.workspace().empty() ? detail::environment_variable("COMET_WORKSPACE")
+                                            : options_.workspace();
+  project_ = options_.project_name().empty() ? detail::environment_variable("COMET_PROJECT_NAME")
+                                             : options_.project_name();
   if (options_.experiment_key().empty()) {
     if (workspace_.empty()) {
       throw std::invalid_argument(
@@ -126,7 +118,8 @@ CometMLMonitor::CometMLMonitor(CometMLMonitorOptions options)
           "base, e.g. https://www.comet.com/api/rest/v2",
           redact(options_.url(), api_key_)));
     }
-  } else if (const std::string override_url = env("COMET_URL_OVERRIDE"); !override_url.empty()) {
+  } else if (const std::string override_url = detail::environment_variable("COMET_URL_OVERRIDE");
+             !override_url.empty()) {
     url_ = rest_url_from_override(override_url);
     if (!is_http_url(url_)) {
       throw std::invalid_argument(fmt::format(
@@ -199,7 +192,7 @@ void CometMLMonitor::_after_epoch() {
   r.text = std::to_string(epoch_num());
   r.step = global_step();
   r.epoch = epoch_num();
-  r.timestamp_ms = now_ms();
+  r.timestamp_ms = detail::unix_time_ms();
   enqueue(std::move(r));
 }
 
@@ -207,7 +200,7 @@ void CometMLMonitor::process_image(const std::string& name, const at::Tensor& nh
   if (!is_set_up() || !nhwc_uint8.defined() || nhwc_uint8.dim() != 4) return;
   const int64_t n = nhwc_uint8.size(0);
   const int64_t gs = global_step();
-  const int64_t ts = now_ms();
+  const int64_t ts = detail::unix_time_ms();
   for (int64_t i = 0; i < n; ++i) {
     TrackingRecord r;
     r.kind = TrackingRecord::Kind::kImage;
@@ -282,7 +275,7 @@ bool CometMLMonitor::open() {
     json tags = {{"experimentKey", key}, {"addedTags", options_.tags()}};
     request(post_json("/write/experiment/tags", tags.dump()), "tags");
   }
-  if (!key_refused()) send_other("Created from", "trainpack", now_ms());
+  if (!key_refused()) send_other("Created from", "trainpack", detail::unix_time_ms());
   if (!key_refused()) keep_alive(/*force=*/true);
   return true;
 }
@@ -398,7 +391,7 @@ void CometMLMonitor::deliver(std::vector<TrackingRecord>& batch) {
 
 void CometMLMonitor::finish(TrackingStatus status) {
   if (key_refused() || experiment_key().empty()) return;
-  const int64_t end = now_ms();
+  const int64_t end = detail::unix_time_ms();
   send_other("status", tracking_status_name(status), end);
   if (key_refused()) return;
   const json body = {{"experimentKey", experiment_key()}, {"endTimeMillis", end}};

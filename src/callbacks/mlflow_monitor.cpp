@@ -29,17 +29,6 @@ constexpr size_t kMaxParamValueBytes = 6000;  // MAX_PARAM_VAL_LENGTH
 constexpr size_t kMaxTagValueBytes = 5000;    // MAX_TAG_VAL_LENGTH
 constexpr size_t kMaxExperimentNameBytes = 500;
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? std::string() : std::string(v);
-}
-
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 bool name_char_ok(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
          c == '-' || c == '.' || c == '/' || c == ' ';
@@ -109,7 +98,7 @@ std::string program_path() {
 }
 
 std::string user_name() {
-  std::string user = env("USER");
+  std::string user = detail::environment_variable("USER");
   if (!user.empty()) return user;
   if (const passwd* pw = ::getpwuid(::getuid()); pw != nullptr && pw->pw_name != nullptr) {
     return pw->pw_name;
@@ -228,7 +217,8 @@ std::string mlflow_name_problem(const std::string& name) {
 MLflowMonitor::MLflowMonitor(MLflowMonitorOptions options)
     : TrackingMonitor("MLflow", options.tracking()) {
   set_chief_only(true);
-  uri_ = options.tracking_uri().empty() ? env("MLFLOW_TRACKING_URI") : options.tracking_uri();
+  uri_ = options.tracking_uri().empty() ? detail::environment_variable("MLFLOW_TRACKING_URI")
+                                        : options.tracking_uri();
   if (uri_.empty()) {
     throw std::invalid_argument(
         "MLflowMonitor: no tracking URI: pass MLflowMonitorOptions().tracking_uri(\"http://host:"
@@ -244,8 +234,9 @@ MLflowMonitor::MLflowMonitor(MLflowMonitorOptions options)
   }
   while (!uri_.empty() && uri_.back() == '/') uri_.pop_back();
 
-  experiment_name_ = !options.experiment_name().empty() ? options.experiment_name()
-                                                        : env("MLFLOW_EXPERIMENT_NAME");
+  experiment_name_ = !options.experiment_name().empty()
+                         ? options.experiment_name()
+                         : detail::environment_variable("MLFLOW_EXPERIMENT_NAME");
   if (experiment_name_.empty()) experiment_name_ = "Default";
   if (experiment_name_.size() > kMaxExperimentNameBytes) {
     throw std::invalid_argument(fmt::format(
@@ -286,7 +277,8 @@ MLflowMonitor::MLflowMonitor(MLflowMonitorOptions options)
   }
   tags_ = options.tags();
 
-  given_run_id_ = !options.run_id().empty() ? options.run_id() : env("MLFLOW_RUN_ID");
+  given_run_id_ =
+      !options.run_id().empty() ? options.run_id() : detail::environment_variable("MLFLOW_RUN_ID");
 
   // "http://user:password@host": the credentials leave the URI (which messages quote) for the
   // Authorization header, as Python's requests does with them.
@@ -299,9 +291,9 @@ MLflowMonitor::MLflowMonitor(MLflowMonitorOptions options)
     if (colon != std::string::npos) uri_password = percent_decode(userinfo.substr(colon + 1));
     uri_ = bare;
   }
-  std::string user = env("MLFLOW_TRACKING_USERNAME");
-  std::string password = env("MLFLOW_TRACKING_PASSWORD");
-  const std::string token = env("MLFLOW_TRACKING_TOKEN");
+  std::string user = detail::environment_variable("MLFLOW_TRACKING_USERNAME");
+  std::string password = detail::environment_variable("MLFLOW_TRACKING_PASSWORD");
+  const std::string token = detail::environment_variable("MLFLOW_TRACKING_TOKEN");
   auth_source_ = "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (HTTP Basic)";
   if ((user.empty() || password.empty()) && token.empty() && !uri_user.empty()) {
     user = uri_user;
@@ -445,7 +437,7 @@ bool MLflowMonitor::create_run() {
   const std::string user = user_name();
   if (!user.empty()) tag("mlflow.user", user);
   for (const auto& [key, value] : tags_) tag(key, value);
-  Json body{{"experiment_id", experiment}, {"start_time", now_ms()}, {"tags", tags}};
+  Json body{{"experiment_id", experiment}, {"start_time", detail::unix_time_ms()}, {"tags", tags}};
   if (!run_name_.empty()) body["run_name"] = run_name_;
   HttpResponse r = request(make_request("POST", "runs/create",
                                         body.dump(-1, ' ', false, Json::error_handler_t::replace)),
@@ -585,12 +577,12 @@ void MLflowMonitor::deliver(std::vector<TrackingRecord>& batch) {
 void MLflowMonitor::finish(TrackingStatus status) {
   const std::string id = run_id();
   if (id.empty()) return;
-  HttpResponse r = request(
-      make_request(
-          "POST", "runs/update",
-          Json{{"run_id", id}, {"status", tracking_status_name(status)}, {"end_time", now_ms()}}
-              .dump()),
-      "runs/update");
+  HttpResponse r = request(make_request("POST", "runs/update",
+                                        Json{{"run_id", id},
+                                             {"status", tracking_status_name(status)},
+                                             {"end_time", detail::unix_time_ms()}}
+                                            .dump()),
+                           "runs/update");
   if (r.ok()) {
     TP_LOG_INFO("MLflowMonitor: run {} ended {}: {}", id, tracking_status_name(status), run_url());
   }

@@ -1,6 +1,8 @@
 #include "trainpack/callbacks/tracking_monitor.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <exception>
 #include <stdexcept>
 #include <utility>
@@ -18,12 +20,6 @@ namespace trainpack {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // The URL as messages show it: no query (where a service may put a key or a run's id).
 std::string url_without_query(const std::string& url) { return url.substr(0, url.find('?')); }
@@ -145,7 +141,7 @@ void TrackingMonitor::process_scalar(const std::string& name, double value) {
     r.step = global_step();
     r.epoch = epoch_num();
   }
-  r.timestamp_ms = now_ms();
+  r.timestamp_ms = detail::unix_time_ms();
   enqueue(std::move(r));
 }
 
@@ -186,7 +182,7 @@ void TrackingMonitor::_before_train() {
     r.text = python_float_repr(value);
     r.step = global_step();
     r.epoch = epoch_num();
-    r.timestamp_ms = now_ms();
+    r.timestamp_ms = detail::unix_time_ms();
     enqueue(std::move(r));
   }
   worker_ = std::thread([this] { run(); });
@@ -445,5 +441,20 @@ HttpResponse TrackingMonitor::request(const HttpRequest& req, const std::string&
     backoff = std::min(backoff * 2, options_.max_backoff());
   }
 }
+
+namespace detail {
+
+std::string environment_variable(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+int64_t unix_time_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace detail
 
 }  // namespace trainpack

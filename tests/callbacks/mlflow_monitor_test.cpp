@@ -31,6 +31,7 @@
 
 #include "support/fake_mlflow.h"
 #include "support/files.h"
+#include "support/linear_regression.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/callback_state.h"
 #include "trainpack/callbacks/json_writer.h"
@@ -51,37 +52,12 @@ using testing::ActionCallback;
 using testing::FakeMLflow;
 using ::testing::HasSubstr;
 using testing::LogCapture;
+using testing::stats_json_points;
 using Json = nlohmann::json;
 
-// y = 2 x0 - x1 on 24 fixed points, batches of 8: 3 steps per epoch.
-DataFlowPtr batches() {
-  std::vector<Datapoint> points;
-  for (int i = 0; i < 24; ++i) {
-    const float a = static_cast<float>(i % 5) - 2.0f;
-    const float b = static_cast<float>(i % 3) - 1.0f;
-    points.push_back({torch::tensor({a, b}), torch::tensor({2 * a - b})});
-  }
-  return std::make_shared<BatchData>(std::make_shared<DataFromList>(points), 8);
-}
-
-class LinearModel : public ModelDesc {
- public:
-  LinearModel() {
-    torch::manual_seed(3);
-    net = torch::nn::Linear(2, 1);
-  }
-  InputSignature inputs() const override {
-    return {InputDesc("x", {-1, 2}), InputDesc("y", {-1, 1})};
-  }
-  std::shared_ptr<torch::nn::Module> module() override { return net.ptr(); }
-  at::Tensor build_graph(TowerContext&, const std::vector<at::Tensor>& in) override {
-    return torch::mse_loss(net->forward(in[0]), in[1]);
-  }
-  std::unique_ptr<torch::optim::Optimizer> optimizer() override {
-    return std::make_unique<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.05));
-  }
-  torch::nn::Linear net{nullptr};
-};
+// The tests' small regression (3 steps per epoch).
+using LinearModel = testing::LinearRegressionModel;
+DataFlowPtr batches() { return testing::linear_regression_batches(); }
 
 // The MLFLOW_* variables are cleared for each test and put back after it.
 class ScopedEnv {
@@ -112,34 +88,6 @@ TrackingOptions fast() {
       .initial_backoff(std::chrono::milliseconds(5))
       .max_backoff(std::chrono::milliseconds(20))
       .flush_timeout(std::chrono::seconds(20));
-}
-
-// (key, value, step) of a metric; NaN compares equal to NaN through its text.
-using Point = std::tuple<std::string, std::string, int64_t>;
-std::string value_text(double v) { return std::isnan(v) ? "nan" : fmt::format("{}", v); }
-
-// What stats.json holds, as MLflow metric points.
-std::multiset<Point> stats_points(const fs::path& dir) {
-  std::multiset<Point> out;
-  const auto stats = JSONWriter::load_existing_json(dir.string());
-  if (!stats) return out;
-  for (const auto& entry : *stats) {
-    const int64_t step = std::get<int64_t>(*entry.find("global_step"));
-    for (const auto& [name, value] : entry.items) {
-      if (name == "global_step" || name == "epoch_num") continue;
-      const double v = std::holds_alternative<double>(value)
-                           ? std::get<double>(value)
-                           : static_cast<double>(std::get<int64_t>(value));
-      out.emplace(detail::mlflow_name(name), value_text(v), step);
-    }
-  }
-  return out;
-}
-
-std::multiset<Point> run_points(const FakeMLflow::Run& run) {
-  std::multiset<Point> out;
-  for (const auto& m : run.metrics) out.emplace(m.key, value_text(m.value), m.step);
-  return out;
 }
 
 // The JSON bodies of the requests to `endpoint`.
@@ -238,7 +186,7 @@ TEST_F(MLflowMonitorTest, SendsWhatStatsJsonHoldsTheParamsAndEndsFinished) {
   EXPECT_EQ(mlflow.experiments()[1].name, "fashion");
   EXPECT_EQ(run.experiment_id, mlflow.experiments()[1].experiment_id);
   // Every scalar of stats.json, at its global step; NaN and +inf included; the names MLflow takes.
-  const auto expected = stats_points(dir());
+  const auto expected = stats_json_points(dir());
   EXPECT_EQ(expected.size(), 12u);  // 6 steps x 2 names
   EXPECT_EQ(run_points(run), expected);
   EXPECT_EQ(expected.count({"loss", "nan", 2}), 1u);
@@ -333,7 +281,7 @@ TEST_F(MLflowMonitorTest, SigtermDuringTrainingEndsTheRunKilled) {
   const FakeMLflow::Run run = mlflow.only_run();
   EXPECT_EQ(run.status, "KILLED");
   EXPECT_TRUE(run.end_time.has_value());
-  EXPECT_EQ(run_points(run), stats_points(dir()));
+  EXPECT_EQ(run_points(run), stats_json_points(dir()));
   EXPECT_EQ(monitor->status(), TrackingStatus::kKilled);
 }
 
@@ -356,7 +304,7 @@ TEST_F(MLflowMonitorTest, AResumedRunLogsIntoTheSameRunWithoutSendingItsParamsAg
   EXPECT_EQ(run.status_history, (std::vector<std::string>{"FINISHED", "RUNNING", "FINISHED"}));
   EXPECT_TRUE(run.end_time.has_value());
   // Steps 1..9 once each, as stats.json (appended to by the resumed run) holds them.
-  EXPECT_EQ(run_points(run), stats_points(dir()));
+  EXPECT_EQ(run_points(run), stats_json_points(dir()));
   EXPECT_EQ(run_points(run).size(), 18u);
   // No param in any request of the resumed run; the first value stays.
   const auto requests = mlflow.server().requests();
@@ -526,7 +474,7 @@ TEST_F(MLflowMonitorTest, ARefusedTokenIsAWarningNamingTheVariablesAndTrainingCo
       "sent MLFLOW_TRACKING_TOKEN (Bearer)"));
   // One refused request, then nothing more.
   EXPECT_EQ(mlflow.server().requests().size(), 1u);
-  EXPECT_EQ(stats_points(dir()).size(), 12u);  // training went on to the end
+  EXPECT_EQ(stats_json_points(dir()).size(), 12u);  // training went on to the end
   const std::string text = testing::read_text(dir() / "log.log");
   EXPECT_EQ(text.find("wrong-Tok3n-value"), std::string::npos);
 }
@@ -539,7 +487,7 @@ TEST_F(MLflowMonitorTest, Answers429And500AreRetriedAndNothingIsLost) {
   auto monitor = std::make_shared<MLflowMonitor>(options());
   train(monitor, 2);
   const FakeMLflow::Run run = mlflow.only_run();
-  EXPECT_EQ(run_points(run), stats_points(dir()));
+  EXPECT_EQ(run_points(run), stats_json_points(dir()));
   EXPECT_EQ(run.status, "FINISHED");
   EXPECT_EQ(mlflow.count("experiments/get-by-name"), 3);  // two 429s, then the answer
   // Two 500s, then one delivery per epoch (or one for both, when the second epoch ended while
@@ -570,7 +518,7 @@ TEST_F(MLflowMonitorTest, AServerThatNeverAnswersCostsAtMostTheFlushTimeout) {
   trainer.set_handle_signals(false);
   launch_train_with_config(config, trainer);
   EXPECT_TRUE(mlflow.runs().empty());
-  EXPECT_EQ(stats_points(dir()).size(), 12u);
+  EXPECT_EQ(stats_json_points(dir()).size(), 12u);
   EXPECT_GE(monitor->records_queued(), 12);
   EXPECT_TRUE(monitor->run_id().empty());
 }
@@ -591,7 +539,7 @@ TEST_F(MLflowMonitorTest, AServerThatIsDownIsAWarningAndTrainingGoesOn) {
   SimpleTrainer trainer;
   trainer.set_handle_signals(false);
   launch_train_with_config(config, trainer);
-  EXPECT_EQ(stats_points(dir()).size(), 12u);
+  EXPECT_EQ(stats_json_points(dir()).size(), 12u);
   EXPECT_TRUE(monitor->run_id().empty());
   bool warned = false;
   for (const auto& line : log.lines()) warned = warned || line.rfind("WRN ", 0) == 0;

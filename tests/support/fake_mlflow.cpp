@@ -8,8 +8,12 @@
 #include <limits>
 #include <set>
 #include <utility>
+#include <variant>
 
 #include <nlohmann/json.hpp>
+
+#include "trainpack/callbacks/json_writer.h"
+#include "trainpack/callbacks/mlflow_monitor.h"
 
 namespace trainpack {
 namespace testing {
@@ -492,6 +496,33 @@ std::string describe(const FakeMLflow::Run& run) {
       "end_time {}",
       run.run_id, run.experiment_id, run.run_name, run.metrics.size(), run.params.size(),
       run.tags.size(), run.status, run.end_time ? std::to_string(*run.end_time) : "none");
+}
+
+namespace {
+std::string point_text(double v) { return std::isnan(v) ? "nan" : fmt::format("{}", v); }
+}  // namespace
+
+std::multiset<MetricPoint> stats_json_points(const std::filesystem::path& dir) {
+  std::multiset<MetricPoint> out;
+  const auto stats = JSONWriter::load_existing_json(dir.string());
+  if (!stats) return out;
+  for (const auto& entry : *stats) {
+    const int64_t step = std::get<int64_t>(*entry.find("global_step"));
+    for (const auto& [name, value] : entry.items) {
+      if (name == "global_step" || name == "epoch_num") continue;
+      const double v = std::holds_alternative<double>(value)
+                           ? std::get<double>(value)
+                           : static_cast<double>(std::get<int64_t>(value));
+      out.emplace(detail::mlflow_name(name), point_text(v), step);
+    }
+  }
+  return out;
+}
+
+std::multiset<MetricPoint> run_points(const FakeMLflow::Run& run) {
+  std::multiset<MetricPoint> out;
+  for (const auto& m : run.metrics) out.emplace(m.key, point_text(m.value), m.step);
+  return out;
 }
 
 }  // namespace testing

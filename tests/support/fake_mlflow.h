@@ -22,11 +22,14 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "support/fake_http_server.h"
@@ -122,6 +125,14 @@ class FakeMLflow {
 
 // A FakeMLflow::Run as one line, for failure messages.
 std::string describe(const FakeMLflow::Run& run);
+
+// (key, value, step) of a metric point; NaN compares equal to NaN through its text.
+using MetricPoint = std::tuple<std::string, std::string, int64_t>;
+
+// The metric points MLflow should hold for the stats.json in `dir` (names as MLflowMonitor
+// cleans them), and the ones `run` holds: a test compares the two.
+std::multiset<MetricPoint> stats_json_points(const std::filesystem::path& dir);
+std::multiset<MetricPoint> run_points(const FakeMLflow::Run& run);
 
 }  // namespace testing
 }  // namespace trainpack

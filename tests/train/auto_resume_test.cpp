@@ -14,6 +14,7 @@
 
 #include <gmock/gmock.h>
 
+#include "support/linear_regression.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/json_writer.h"
 #include "trainpack/callbacks/saver.h"
@@ -32,36 +33,12 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using testing::LogCapture;
 
-// y = 2 x0 - x1 on 24 fixed points, batches of 8: 3 steps per epoch.
-DataFlowPtr batches() {
-  std::vector<Datapoint> points;
-  for (int i = 0; i < 24; ++i) {
-    const float a = static_cast<float>(i % 5) - 2.0f;
-    const float b = static_cast<float>(i % 3) - 1.0f;
-    points.push_back({torch::tensor({a, b}), torch::tensor({2 * a - b})});
-  }
-  return std::make_shared<BatchData>(std::make_shared<DataFromList>(points), 8);
-}
-
-class LinearModel : public ModelDesc {
+// The tests' small regression (3 steps per epoch), with momentum: the optimizer has a state.
+class LinearModel : public testing::LinearRegressionModel {
  public:
-  LinearModel() {
-    torch::manual_seed(3);
-    net = torch::nn::Linear(2, 1);
-  }
-  InputSignature inputs() const override {
-    return {InputDesc("x", {-1, 2}), InputDesc("y", {-1, 1})};
-  }
-  std::shared_ptr<torch::nn::Module> module() override { return net.ptr(); }
-  at::Tensor build_graph(TowerContext&, const std::vector<at::Tensor>& in) override {
-    return torch::mse_loss(net->forward(in[0]), in[1]);
-  }
-  std::unique_ptr<torch::optim::Optimizer> optimizer() override {
-    return std::make_unique<torch::optim::SGD>(net->parameters(),
-                                               torch::optim::SGDOptions(0.05).momentum(0.9));
-  }
-  torch::nn::Linear net{nullptr};
+  LinearModel() : LinearRegressionModel(/*momentum=*/0.9) {}
 };
+DataFlowPtr batches() { return testing::linear_regression_batches(); }
 
 // Puts `steps` = global_step to the monitors after every step (so that stats.json has an entry
 // per step) and records the global steps and epochs it ran.

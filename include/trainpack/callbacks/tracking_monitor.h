@@ -191,4 +191,11 @@ class TrackingMonitor : public MonitorBase {
   std::thread worker_;
 };
 
+namespace detail {
+// What the tracking monitors share: the value of the environment variable `name` ("" when unset),
+// and the wall time in milliseconds since the Unix epoch (the records' timestamps).
+std::string environment_variable(const char* name);
+int64_t unix_time_ms();
+}  // namespace detail
+
 }  // namespace trainpack
