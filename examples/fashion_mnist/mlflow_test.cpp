@@ -26,10 +26,13 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <variant>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "support/fake_comet.h"
 #include "support/fake_mlflow.h"
 #include "support/files.h"
 #include "support/temp_dir.h"
@@ -45,17 +48,23 @@ using testing::stats_json_points;
 using Json = nlohmann::json;
 
 // A child process running the main job with `args`, MLFLOW_TRACKING_URI=`uri` and
-// MLFLOW_EXPERIMENT_NAME=fmnist, its output in `output`.
+// MLFLOW_EXPERIMENT_NAME=fmnist (plus `extra_env`), its output in `output`. The parent's MLFLOW_*
+// and COMET_* variables are not passed on.
 class Job {
  public:
-  Job(const std::vector<std::string>& args, const std::string& uri, const fs::path& output) {
+  Job(const std::vector<std::string>& args, const std::string& uri, const fs::path& output,
+      const std::vector<std::string>& extra_env = {}) {
     // Everything is built before fork: the child of a process with threads (the fake server's)
     // only calls what is async-signal-safe.
     std::vector<std::string> env{"MLFLOW_TRACKING_URI=" + uri, "MLFLOW_EXPERIMENT_NAME=fmnist",
                                  "OMP_WAIT_POLICY=PASSIVE"};  // no re-execution at start
+    env.insert(env.end(), extra_env.begin(), extra_env.end());
     for (char** e = environ; *e != nullptr; ++e) {
       const std::string var(*e);
-      if (var.rfind("MLFLOW_", 0) != 0 && var.rfind("OMP_WAIT_POLICY=", 0) != 0) env.push_back(var);
+      if (var.rfind("MLFLOW_", 0) != 0 && var.rfind("COMET_", 0) != 0 &&
+          var.rfind("OMP_WAIT_POLICY=", 0) != 0) {
+        env.push_back(var);
+      }
     }
     std::vector<char*> envp;
     for (auto& v : env) envp.push_back(v.data());
@@ -202,6 +211,77 @@ TEST_F(MainJobMLflow, AUriThatIsNotAServerStopsTheJobBeforeTraining) {
   EXPECT_NE(out.find("mlflow server"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(logdir() / "stats.json"));
   EXPECT_EQ(mlflow.server().requests().size(), 0u);
+}
+
+}  // namespace
+}  // namespace trainpack
+
+namespace trainpack {
+namespace {
+
+using testing::FakeComet;
+
+// stats.json's scalars as (name, value text, global_step): what Comet should hold.
+std::multiset<std::tuple<std::string, std::string, int64_t>> stats_json_comet_points(
+    const fs::path& dir) {
+  std::multiset<std::tuple<std::string, std::string, int64_t>> out;
+  const auto stats = JSONWriter::load_existing_json(dir.string());
+  if (!stats) return out;
+  for (const auto& entry : *stats) {
+    const int64_t step = std::get<int64_t>(*entry.find("global_step"));
+    for (const auto& [name, value] : entry.items) {
+      if (name == "global_step" || name == "epoch_num") continue;
+      const double v = std::holds_alternative<double>(value)
+                           ? std::get<double>(value)
+                           : static_cast<double>(std::get<int64_t>(value));
+      out.emplace(name, fmt::format("{}", v), step);
+    }
+  }
+  return out;
+}
+
+TEST_F(MainJobMLflow, WithCometsVariablesTooTheRunGoesToCometAndToMLflow) {
+  FakeComet comet;
+  Job job(args(2), mlflow.url(), output(),
+          {std::string("COMET_API_KEY=") + FakeComet::kApiKey, "COMET_WORKSPACE=ws",
+           "COMET_PROJECT_NAME=fm", "COMET_URL_OVERRIDE=" + comet.server_url() + "/clientlib/"});
+  ASSERT_EQ(job.wait(), 0) << testing::read_text(output());
+  const std::string out = testing::read_text(output());
+  EXPECT_NE(out.find("fashion_mnist: COMET_API_KEY is set: sending the run to Comet (workspace ws, "
+                     "project fm, at " +
+                     comet.url()),
+            std::string::npos)
+      << out;
+  ASSERT_EQ(comet.experiments().size(), 1u) << out;
+  const testing::CometExperiment experiment = comet.experiments()[0];
+  std::multiset<std::tuple<std::string, std::string, int64_t>> received;
+  for (const auto& m : experiment.metrics) {
+    received.emplace(m.name, fmt::format("{}", m.value), m.step.value_or(-1));
+  }
+  EXPECT_EQ(received, stats_json_comet_points(logdir()));
+  EXPECT_FALSE(received.empty());
+  bool finished = false;
+  for (const auto& [key, value] : experiment.others)
+    finished |= key == "status" && value == "FINISHED";
+  EXPECT_TRUE(finished);
+  EXPECT_EQ(mlflow.only_run().status, "FINISHED");  // both at once
+  EXPECT_TRUE(comet.violations().empty()) << ::testing::PrintToString(comet.violations());
+  // The key is in neither the output nor log.log.
+  EXPECT_EQ(out.find(FakeComet::kApiKey), std::string::npos);
+  EXPECT_EQ(testing::read_text(logdir() / "log.log").find(FakeComet::kApiKey), std::string::npos);
+}
+
+TEST_F(MainJobMLflow, CometsKeyWithoutAWorkspaceStopsTheJobBeforeTraining) {
+  FakeComet comet;
+  Job job(args(2), mlflow.url(), output(),
+          {std::string("COMET_API_KEY=") + FakeComet::kApiKey, "COMET_PROJECT_NAME=fm",
+           "COMET_URL_OVERRIDE=" + comet.server_url() + "/clientlib/"});
+  EXPECT_EQ(job.wait(), 1);
+  const std::string out = testing::read_text(output());
+  EXPECT_NE(out.find("COMET_WORKSPACE"), std::string::npos) << out;
+  EXPECT_EQ(out.find(FakeComet::kApiKey), std::string::npos);
+  EXPECT_EQ(comet.requests(), 0);
+  EXPECT_TRUE(mlflow.runs().empty());  // nothing trained, nothing sent
 }
 
 }  // namespace
