@@ -225,17 +225,8 @@ using testing::FakeComet;
 std::multiset<std::tuple<std::string, std::string, int64_t>> stats_json_comet_points(
     const fs::path& dir) {
   std::multiset<std::tuple<std::string, std::string, int64_t>> out;
-  const auto stats = JSONWriter::load_existing_json(dir.string());
-  if (!stats) return out;
-  for (const auto& entry : *stats) {
-    const int64_t step = std::get<int64_t>(*entry.find("global_step"));
-    for (const auto& [name, value] : entry.items) {
-      if (name == "global_step" || name == "epoch_num") continue;
-      const double v = std::holds_alternative<double>(value)
-                           ? std::get<double>(value)
-                           : static_cast<double>(std::get<int64_t>(value));
-      out.emplace(name, fmt::format("{}", v), step);
-    }
+  for (const auto& [name, value, step] : testing::stats_json_scalars(dir)) {
+    out.emplace(name, fmt::format("{}", value), step);
   }
   return out;
 }

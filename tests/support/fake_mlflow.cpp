@@ -502,8 +502,9 @@ namespace {
 std::string point_text(double v) { return std::isnan(v) ? "nan" : fmt::format("{}", v); }
 }  // namespace
 
-std::multiset<MetricPoint> stats_json_points(const std::filesystem::path& dir) {
-  std::multiset<MetricPoint> out;
+std::vector<std::tuple<std::string, double, int64_t>> stats_json_scalars(
+    const std::filesystem::path& dir) {
+  std::vector<std::tuple<std::string, double, int64_t>> out;
   const auto stats = JSONWriter::load_existing_json(dir.string());
   if (!stats) return out;
   for (const auto& entry : *stats) {
@@ -513,8 +514,16 @@ std::multiset<MetricPoint> stats_json_points(const std::filesystem::path& dir) {
       const double v = std::holds_alternative<double>(value)
                            ? std::get<double>(value)
                            : static_cast<double>(std::get<int64_t>(value));
-      out.emplace(detail::mlflow_name(name), point_text(v), step);
+      out.emplace_back(name, v, step);
     }
+  }
+  return out;
+}
+
+std::multiset<MetricPoint> stats_json_points(const std::filesystem::path& dir) {
+  std::multiset<MetricPoint> out;
+  for (const auto& [name, value, step] : stats_json_scalars(dir)) {
+    out.emplace(detail::mlflow_name(name), point_text(value), step);
   }
   return out;
 }

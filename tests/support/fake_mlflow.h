@@ -129,6 +129,11 @@ std::string describe(const FakeMLflow::Run& run);
 // (key, value, step) of a metric point; NaN compares equal to NaN through its text.
 using MetricPoint = std::tuple<std::string, std::string, int64_t>;
 
+// Every scalar of the stats.json in `dir` as (name, value, global_step), in file order
+// (epoch_num and global_step themselves left out); empty when there is no file.
+std::vector<std::tuple<std::string, double, int64_t>> stats_json_scalars(
+    const std::filesystem::path& dir);
+
 // The metric points MLflow should hold for the stats.json in `dir` (names as MLflowMonitor
 // cleans them), and the ones `run` holds: a test compares the two.
 std::multiset<MetricPoint> stats_json_points(const std::filesystem::path& dir);
