@@ -421,6 +421,34 @@ TEST(SummaryGradient, PutsRmsAndHistogramAtExactlyTheSummarySteps) {
   EXPECT_EQ(hist->histogram.sum_squares, 25);
 }
 
+// The gradient summaries are computed only in the due hooked runs: at any other step the tower's
+// summaries hold no value under their tags.
+class RecordedAt : public Callback {
+ public:
+  explicit RecordedAt(std::string tag) : tag_(std::move(tag)) {}
+  std::vector<int64_t> steps;  // global_step in after_run (incremented)
+
+ protected:
+  void _after_run(const StepContext&, const RunValues&) override {
+    for (const auto& e : trainer().tower_registry().summaries()) {
+      if (e.tag == tag_ && e.value.defined()) steps.push_back(trainer().global_step());
+    }
+  }
+
+ private:
+  std::string tag_;
+};
+
+TEST(SummaryGradient, ComputesNothingAtTheOtherSteps) {
+  auto summary = std::make_shared<SummaryGradient>();
+  Rig s(fixed({3, 4}, 12, 1), {summary});
+  auto rms = std::make_shared<RecordedAt>("SummaryGradient/scale/rms-summary");
+  auto hist = std::make_shared<RecordedAt>("SummaryGradient/scale-grad");
+  s.train(3, 2, {MergeAllSummaries(), rms, hist});
+  EXPECT_EQ(rms->steps, (std::vector<int64_t>{3, 6}));
+  EXPECT_EQ(hist->steps, (std::vector<int64_t>{3, 6}));
+}
+
 TEST(SummaryGradient, WithTheDefaultMergeAllSummariesPutsAtEpochEndsOnly) {
   auto summary = std::make_shared<SummaryGradient>();
   Rig s(fixed({3, 4}, 12, 1), {summary});
