@@ -11,6 +11,7 @@
 #include "trainpack/train/data_parallel.h"
 #include "trainpack/train/defaults.h"
 #include "trainpack/train/distributed.h"
+#include "trainpack/train/gradproc.h"
 #include "trainpack/train/optimizer_state.h"
 #include "trainpack/train/resume_point.h"
 #include "trainpack/train/single_cost.h"

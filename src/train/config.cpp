@@ -78,6 +78,9 @@ void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trai
         input->name()));
   }
 
+  if (!config.gradient_processors().empty()) {
+    trainer.set_gradient_processors(config.gradient_processors());
+  }
   std::shared_ptr<ModelDesc> model = config.model();
   trainer.setup_graph(
       model->inputs(), input, model->module(),

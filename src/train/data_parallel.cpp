@@ -329,6 +329,7 @@ void DataParallelTrainer::run_step() {
       if (!is_communication_error(e.what())) throw;
       throw process_group()->explain_failure("the all-reduce of the gradients", e.what());
     }
+    process_gradients(ctx);  // on the averaged gradients, the same on every rank
     opt.step();
   });
 }

@@ -227,6 +227,26 @@ torch::optim::Optimizer& SingleCostTrainer::optimizer() const {
   return *optimizer_;
 }
 
+void SingleCostTrainer::set_gradient_processors(std::vector<GradientProcessorPtr> processors) {
+  for (size_t i = 0; i < processors.size(); ++i) {
+    if (!processors[i]) {
+      throw std::invalid_argument(
+          fmt::format("SingleCostTrainer::set_gradient_processors: processor #{} is null", i));
+    }
+  }
+  gradient_processors_ = std::move(processors);
+  named_gradients_.clear();
+}
+
+void SingleCostTrainer::run_gradient_processors(StepContext& ctx) {
+  if (named_gradients_.empty()) {
+    for (const auto& p : module()->named_parameters(/*recurse=*/true)) {
+      if (p.value().requires_grad()) named_gradients_.push_back({p.key(), p.value()});
+    }
+  }
+  apply_gradient_processors(gradient_processors_, named_gradients_, ctx);
+}
+
 at::Tensor SingleCostTrainer::run_tower(StepContext& ctx, const std::vector<at::Tensor>& batch) {
   TowerContext tower("tower0", /*is_training=*/true, &ctx, &tower_registry());
   tower.set_module(module().get());
@@ -260,6 +280,7 @@ void SimpleTrainer::run_step() {
     auto& opt = optimizer();
     opt.zero_grad();
     cost.backward();
+    process_gradients(ctx);
     opt.step();
   });
 }

@@ -170,6 +170,9 @@ class MergeAllSummaries_RunWithOp : public Callback {  // NOLINT(readability-ide
  public:
   explicit MergeAllSummaries_RunWithOp(MergeAllSummariesOptions options = {});
   const MergeAllSummariesOptions& options() const { return options_; }
+  // Whether the hooked run in progress is one it materialises (decided in before_run; read by
+  // SummaryGradient during the step).
+  bool due() const { return due_; }
 
  protected:
   RunArgs _before_run(const StepContext& ctx) override;
@@ -200,6 +203,8 @@ class MergeAllSummaries_RunAlone : public Callback {  // NOLINT(readability-iden
  public:
   explicit MergeAllSummaries_RunAlone(MergeAllSummariesOptions options = {});
   const MergeAllSummariesOptions& options() const { return options_; }
+  // As MergeAllSummaries_RunWithOp::due().
+  bool due() const { return due_; }
 
  protected:
   RunArgs _before_run(const StepContext& ctx) override;

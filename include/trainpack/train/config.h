@@ -54,6 +54,7 @@
 #include "trainpack/input/dataflow.h"
 #include "trainpack/input/input_source.h"
 #include "trainpack/session_init.h"
+#include "trainpack/train/gradproc.h"
 #include "trainpack/train/tower.h"
 #include "trainpack/train/trainer.h"
 
@@ -92,6 +93,9 @@ struct TrainConfig {
   // Unset: the input's size (one pass per epoch).
   TORCH_ARG(std::optional<int64_t>, steps_per_epoch);
   TORCH_ARG(int64_t, max_epoch) = 99999;
+  // Run in order between backward and the optimizer step (train/gradproc.h); given to the
+  // trainer with SingleCostTrainer::set_gradient_processors unless empty.
+  TORCH_ARG(std::vector<GradientProcessorPtr>, gradient_processors);
 };
 
 void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trainer);

@@ -25,8 +25,9 @@
 //
 // SimpleTrainer's step: next batch from the input source -> tower function in a training
 // TowerContext (outputs published to the step, summaries recorded) -> zero_grad, backward,
-// optimizer step. The returned cost is also published as "cost" unless the tower outputs a
-// tensor of that name itself. The cost must be a scalar (std::invalid_argument otherwise).
+// the gradient processors (set_gradient_processors; train/gradproc.h), optimizer step. The returned
+// cost is also published as "cost" unless the tower outputs a tensor of that name itself. The cost
+// must be a scalar (std::invalid_argument otherwise).
 //
 // get_predictor(input_names, output_names, device): a callable that runs the tower function in
 // inference mode (the module in eval mode, then back to its previous mode; NoGradGuard) on
@@ -34,8 +35,9 @@
 // per (device, input names, output names) and per trainer; on another device than the trainer's,
 // the module is replicated (it must be a torch::nn::Cloneable) and its parameters and buffers are
 // copied from the training module before each call; the tower function must then take its
-// module from `ctx.module_as<NetImpl>()` (a tower that does not is refused there). Inputs not given to the predictor reach the
-// tower as undefined tensors: a tower meant for prediction checks `in[i].defined()` for labels.
+// module from `ctx.module_as<NetImpl>()` (a tower that does not is refused there). Inputs not given
+// to the predictor reach the tower as undefined tensors: a tower meant for prediction checks
+// `in[i].defined()` for labels.
 //
 // Differences from tensorpack: the module and the optimizer are LibTorch objects passed in
 // (tensorpack builds them inside the tower function); predictors are per trainer
@@ -55,6 +57,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "trainpack/input/input_source.h"
+#include "trainpack/train/gradproc.h"
 #include "trainpack/train/tower.h"
 #include "trainpack/train/trainer.h"
 
@@ -142,6 +145,15 @@ class SingleCostTrainer : public TowerTrainer {
   torch::optim::Optimizer& optimizer() const;
   const InputSourcePtr& input() const { return input_; }
 
+  // The gradient processors run, in this order, between backward and the optimizer step
+  // (tensorpack's optimizer.apply_grad_processors; train/gradproc.h). Call before train(); an
+  // empty list (the default) means none. A null processor is std::invalid_argument.
+  //   trainer.set_gradient_processors({std::make_shared<GlobalNormClip>(5.0)});
+  void set_gradient_processors(std::vector<GradientProcessorPtr> processors);
+  const std::vector<GradientProcessorPtr>& gradient_processors() const {
+    return gradient_processors_;
+  }
+
  protected:
   // The subclass's own callbacks (registered after the input source's).
   virtual std::vector<CallbackPtr> _setup_graph() { return {}; }
@@ -149,7 +161,19 @@ class SingleCostTrainer : public TowerTrainer {
   // Runs the tower on one batch in a training context attached to `ctx`; returns the cost.
   at::Tensor run_tower(StepContext& ctx, const std::vector<at::Tensor>& batch);
 
+  // Runs the gradient processors on the module's trainable parameters (the list of them is built
+  // at the first call). A step calls it once per optimizer step, after the last backward (and
+  // the gradients' all-reduce) and right before optimizer().step(). Without processors it
+  // returns at once.
+  void process_gradients(StepContext& ctx) {
+    if (!gradient_processors_.empty()) run_gradient_processors(ctx);
+  }
+
  private:
+  void run_gradient_processors(StepContext& ctx);
+
+  std::vector<GradientProcessorPtr> gradient_processors_;
+  NamedGradients named_gradients_;  // built at the first processed step
   InputSourcePtr input_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   bool setup_graph_done_ = false;
