@@ -98,8 +98,8 @@ void EarlyStopping::_trigger() {
                     options_.min_delta(), wait_, best_text(after)));
   }
   if (wait_ > 0) {
-    TP_LOG_INFO("[EarlyStopping] '{}' did not improve for {} checks ({}/{}); {}.", stat_, wait_,
-                wait_, options_.patience(), best_text(after));
+    TP_LOG_INFO("[EarlyStopping] '{}' did not improve ({}/{}); {}.", stat_, wait_,
+                options_.patience(), best_text(after));
   }
 }
 

@@ -83,8 +83,8 @@ TEST(EarlyStopping, MinModeStopsWhenPatienceChecksInARowDidNotImprove) {
                    "improve by more than 0 for 3 checks; best 0.5 at epoch 2 "
                    "(global_step 4)."));
   EXPECT_TRUE(
-      log.contains("[EarlyStopping] 'val-error' did not improve for 2 checks (2/3); best "
-                   "0.5 at epoch 2 (global_step 4)."));
+      log.contains("[EarlyStopping] 'val-error' did not improve (2/3); best 0.5 at epoch 2 "
+                   "(global_step 4)."));
 }
 
 TEST(EarlyStopping, AnImprovementResetsTheCount) {

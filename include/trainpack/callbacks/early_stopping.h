@@ -48,8 +48,8 @@ struct EarlyStoppingOptions {
 //     min_delta does not count; a NaN never improves). An improvement makes the value the best,
 //     remembers its epoch and global_step and sets the wait count to 0; any other value adds 1
 //     to it, and when the count reaches `patience` training stops.
-// Logs: INFO `[EarlyStopping] '<stat>' did not improve for <n> checks (<n>/<patience>); best
-// <value> at epoch <e>.` at each check without an improvement that does not stop.
+// Logs: INFO `[EarlyStopping] '<stat>' did not improve (<wait count>/<patience>); best <value> at
+// epoch <e> (global_step <gs>).` at each check without an improvement that does not stop.
 // Stops with StopTraining(`EarlyStopping: '<stat>' did not improve by more than <min_delta> for
 // <patience> checks; best <value> at epoch <e> (global_step <gs>)`), or for a non-finite value
 // `EarlyStopping: '<stat>' is nan at epoch <e>; best <value> at epoch <e> (global_step <gs>)`; the
