@@ -73,6 +73,8 @@ void WeightEMA::_trigger_step() {
     d = std::min(d, (1 + n) / (10 + n));
   }
   at::NoGradGuard no_grad;
+  // mul_ + add_ rather than lerp_ (one call): LibTorch 1.13's CPU lerp_ measured 2.6x slower
+  // (bench/weight_ema.cpp, BENCHMARKS.md).
   for (size_t i = 0; i < tracked_.size(); ++i) {
     shadows_[i].second.mul_(d).add_(tracked_[i], 1 - d);
   }
