@@ -54,13 +54,15 @@ struct EarlyStoppingOptions {
 // <patience> checks; best <value> at epoch <e> (global_step <gs>)`), or for a non-finite value
 // `EarlyStopping: '<stat>' is nan at epoch <e>; best <value> at epoch <e> (global_step <gs>)`; the
 // loop logs it as `Training was stopped by exception <message>.`. Values print as %.6g.
-// State (checkpoints): `best_value` (float64; +inf/-inf before the first value), `best_epoch`,
+// State (checkpoints): `best_value` (float64; +inf/-inf before the first value), `best_epoch` and
 // `best_step` (int64, -1 before the first value), `wait_count` (int64) and `last_step` (int64,
 // the global_step of the last value taken; -1 none). ModelSaver may run before this trigger at
 // the same epoch end: state() then already includes the value this trigger is about to take (the
 // stat's last value, when put at the current global_step and not taken yet), so a run resumed
 // from that checkpoint counts it once, as an uninterrupted run does. A resumed run therefore
-// stops at the same epoch as an uninterrupted one.
+// stops at the same epoch as an uninterrupted one. (A run resumed from the checkpoint of the
+// epoch where training stopped, its count already at patience, trains on to the next check,
+// which stops it unless the value improves.)
 // chief_only: true (the chief's monitors hold the stat; under data-parallel training a
 // StopTraining thrown at an epoch end on the chief stops every rank at the same boundary).
 // Errors: std::invalid_argument at construction for an empty monitor_stat, patience < 1, a
