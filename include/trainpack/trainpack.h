@@ -27,6 +27,7 @@
 #include "trainpack/callbacks/comet_ml_monitor.h"
 #include "trainpack/callbacks/concurrency.h"
 #include "trainpack/callbacks/console.h"
+#include "trainpack/callbacks/early_stopping.h"
 #include "trainpack/callbacks/graph.h"
 #include "trainpack/callbacks/graph_profiler.h"
 #include "trainpack/callbacks/group.h"
@@ -52,6 +53,7 @@
 #include "trainpack/callbacks/tf_event_writer.h"
 #include "trainpack/callbacks/tracking_monitor.h"
 #include "trainpack/callbacks/trigger.h"
+#include "trainpack/callbacks/weight_ema.h"
 
 // Input: dataflows and input sources
 #include "trainpack/input/dataflow.h"
