@@ -169,6 +169,21 @@ class MLflowMonitorTest : public testing::TempDirTest {
     return trainer.received_signal();
   }
 
+  // Trains the linear model for `max_epoch` epochs with only the putter, JSONWriter and `monitor`,
+  // without waiting for the monitor's run (for servers that never give one).
+  void train_plain(std::shared_ptr<MLflowMonitor> monitor, int64_t max_epoch) {
+    TrainConfig config = TrainConfig()
+                             .model(std::make_shared<LinearModel>())
+                             .dataflow(batches())
+                             .callbacks(std::vector<CallbackPtr>{putter()})
+                             .extra_callbacks(std::vector<CallbackPtr>{})
+                             .monitors(std::vector<MonitorPtr>{JSONWriter::create(), monitor})
+                             .max_epoch(max_epoch);
+    SimpleTrainer trainer;
+    trainer.set_handle_signals(false);
+    launch_train_with_config(config, trainer);
+  }
+
   ScopedEnv env;
   FakeMLflow mlflow;
 };
@@ -507,16 +522,7 @@ TEST_F(MLflowMonitorTest, AServerThatNeverAnswersCostsAtMostTheFlushTimeout) {
       options().tracking(fast().flush_timeout(std::chrono::milliseconds(300))));
   LogCapture log;
   // No wait for the run (it never comes).
-  TrainConfig config = TrainConfig()
-                           .model(std::make_shared<LinearModel>())
-                           .dataflow(batches())
-                           .callbacks(std::vector<CallbackPtr>{putter()})
-                           .extra_callbacks(std::vector<CallbackPtr>{})
-                           .monitors(std::vector<MonitorPtr>{JSONWriter::create(), monitor})
-                           .max_epoch(2);
-  SimpleTrainer trainer;
-  trainer.set_handle_signals(false);
-  launch_train_with_config(config, trainer);
+  train_plain(monitor, 2);
   EXPECT_TRUE(mlflow.runs().empty());
   EXPECT_EQ(stats_json_points(dir()).size(), 12u);
   EXPECT_GE(monitor->records_queued(), 12);
@@ -529,16 +535,7 @@ TEST_F(MLflowMonitorTest, AServerThatIsDownIsAWarningAndTrainingGoesOn) {
           .tracking_uri(testing::FakeHttpServer::unused_url())
           .tracking(fast().flush_timeout(std::chrono::milliseconds(300))));
   LogCapture log;
-  TrainConfig config = TrainConfig()
-                           .model(std::make_shared<LinearModel>())
-                           .dataflow(batches())
-                           .callbacks(std::vector<CallbackPtr>{putter()})
-                           .extra_callbacks(std::vector<CallbackPtr>{})
-                           .monitors(std::vector<MonitorPtr>{JSONWriter::create(), monitor})
-                           .max_epoch(2);
-  SimpleTrainer trainer;
-  trainer.set_handle_signals(false);
-  launch_train_with_config(config, trainer);
+  train_plain(monitor, 2);
   EXPECT_EQ(stats_json_points(dir()).size(), 12u);
   EXPECT_TRUE(monitor->run_id().empty());
   bool warned = false;
