@@ -59,6 +59,11 @@ void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trai
     }
   }
 
+  if (config.accumulate_steps() < 1) {
+    throw std::invalid_argument(
+        fmt::format("TrainConfig: accumulate_steps must be >= 1 (1: no accumulation), got {}",
+                    config.accumulate_steps()));
+  }
   int64_t steps_per_epoch = 0;
   if (config.steps_per_epoch()) {
     steps_per_epoch = *config.steps_per_epoch();
@@ -67,7 +72,15 @@ void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trai
           fmt::format("TrainConfig: steps_per_epoch must be >= 0, got {}", steps_per_epoch));
     }
   } else if (auto size = input->size()) {
-    steps_per_epoch = *size;
+    // A step reads accumulate_steps batches; the batches left over at the end of a pass start
+    // the next epoch.
+    steps_per_epoch = *size / config.accumulate_steps();
+    if (steps_per_epoch == 0 && *size > 0) {
+      throw std::invalid_argument(fmt::format(
+          "TrainConfig: the input has {} batches per pass, fewer than accumulate_steps ({}), so "
+          "an epoch would have no step; lower accumulate_steps or set steps_per_epoch",
+          *size, config.accumulate_steps()));
+    }
   } else {
     TP_LOG_ERROR(
         "You must set `TrainConfig(steps_per_epoch)` if the size of your input is not "
@@ -78,6 +91,7 @@ void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trai
         input->name()));
   }
 
+  trainer.set_accumulate_steps(config.accumulate_steps());
   if (!config.gradient_processors().empty()) {
     trainer.set_gradient_processors(config.gradient_processors());
   }

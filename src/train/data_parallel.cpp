@@ -301,34 +301,48 @@ void DataParallelTrainer::run_step() {
     return;
   }
   hooked_run([this, reducer](StepContext& ctx) {
-    const std::vector<at::Tensor> batch = input()->next_batch();
-    if (options_.broadcast_buffers() && !state_->buffers.empty()) {
-      torch::NoGradGuard no_grad;
-      process_group()->broadcast(state_->buffers);
-    }
-    try {
-      reducer->prepare_for_forward();
-      reducer->rebuild_buckets();  // once, after the first step (a collective: every rank)
-    } catch (const std::exception& e) {
-      throw process_group()->explain_failure("rebuilding the gradient buckets", e.what());
-    }
-    at::Tensor cost = run_tower(ctx, batch);
     auto& opt = optimizer();
-    opt.zero_grad();
-    reducer->prepare_for_backward({});
-    try {
-      cost.backward();  // the Reducer all-reduces each bucket as its gradients are ready
-    } catch (const DistributedError&) {
-      throw;
-    } catch (const c10::Error& e) {
-      if (!is_communication_error(e.what_without_backtrace())) throw;  // the model's own error
-      throw process_group()->explain_failure("the all-reduce of the gradients",
-                                             e.what_without_backtrace());
-    } catch (const std::exception& e) {
-      // Gloo's transport errors (gloo::IoException) come out of backward as they were thrown.
-      if (!is_communication_error(e.what())) throw;
-      throw process_group()->explain_failure("the all-reduce of the gradients", e.what());
+    const int64_t micro_batches = accumulate_steps();
+    // With gradient accumulation, the micro-batches before the last run as DDP's no_sync():
+    // without prepare_for_backward the Reducer's autograd hooks do nothing, so each backward only
+    // adds to the local gradients; the last micro-batch's backward all-reduces the sums.
+    for (int64_t i = 0; i < micro_batches; ++i) {
+      const bool sync = i == micro_batches - 1;
+      const std::vector<at::Tensor> batch = input()->next_batch();
+      if (sync) {
+        if (options_.broadcast_buffers() && !state_->buffers.empty()) {
+          torch::NoGradGuard no_grad;
+          process_group()->broadcast(state_->buffers);
+        }
+        try {
+          reducer->prepare_for_forward();
+          reducer->rebuild_buckets();  // once, after the first step (a collective: every rank)
+        } catch (const std::exception& e) {
+          throw process_group()->explain_failure("rebuilding the gradient buckets", e.what());
+        }
+      }
+      at::Tensor cost = micro_batches == 1 ? run_tower(ctx, batch) : run_micro_batch(ctx, batch, i);
+      if (i == 0) opt.zero_grad();
+      if (!sync) {
+        cost.backward();
+        continue;
+      }
+      reducer->prepare_for_backward({});
+      try {
+        cost.backward();  // the Reducer all-reduces each bucket as its gradients are ready
+      } catch (const DistributedError&) {
+        throw;
+      } catch (const c10::Error& e) {
+        if (!is_communication_error(e.what_without_backtrace())) throw;  // the model's own error
+        throw process_group()->explain_failure("the all-reduce of the gradients",
+                                               e.what_without_backtrace());
+      } catch (const std::exception& e) {
+        // Gloo's transport errors (gloo::IoException) come out of backward as they were thrown.
+        if (!is_communication_error(e.what())) throw;
+        throw process_group()->explain_failure("the all-reduce of the gradients", e.what());
+      }
     }
+    if (micro_batches > 1) publish_micro_batch_cost(ctx);
     process_gradients(ctx);  // on the averaged gradients, the same on every rank
     opt.step();
   });

@@ -247,6 +247,38 @@ void SingleCostTrainer::run_gradient_processors(StepContext& ctx) {
   apply_gradient_processors(gradient_processors_, named_gradients_, ctx);
 }
 
+void SingleCostTrainer::set_accumulate_steps(int64_t n) {
+  if (n < 1) {
+    throw std::invalid_argument(fmt::format(
+        "SingleCostTrainer::set_accumulate_steps: n must be >= 1 (1: no accumulation), got {}", n));
+  }
+  accumulate_steps_ = n;
+}
+
+at::Tensor SingleCostTrainer::run_micro_batch(StepContext& ctx,
+                                              const std::vector<at::Tensor>& batch, int64_t index) {
+  if (index > 0) tower_registry().begin_micro_batch();
+  at::Tensor cost = run_tower(ctx, batch);
+  if (index == 0) {
+    // run_tower published the cost unless the tower did; from the second micro-batch on,
+    // has_value("cost") is true either way, so it is decided here, once per step.
+    tower_publishes_cost_ = ctx.has_value("cost") && !ctx.fetched("cost").is_same(cost);
+    micro_batch_cost_sum_ = at::Tensor();
+  }
+  if (!tower_publishes_cost_ && ctx.is_requested("cost")) {
+    at::NoGradGuard no_grad;
+    micro_batch_cost_sum_ = micro_batch_cost_sum_.defined() ? micro_batch_cost_sum_ + cost.detach()
+                                                            : cost.detach().clone();
+  }
+  return cost / static_cast<double>(accumulate_steps_);
+}
+
+void SingleCostTrainer::publish_micro_batch_cost(StepContext& ctx) {
+  if (tower_publishes_cost_ || !micro_batch_cost_sum_.defined()) return;
+  ctx.publish("cost", micro_batch_cost_sum_ / static_cast<double>(accumulate_steps_));
+  micro_batch_cost_sum_ = at::Tensor();
+}
+
 at::Tensor SingleCostTrainer::run_tower(StepContext& ctx, const std::vector<at::Tensor>& batch) {
   TowerContext tower("tower0", /*is_training=*/true, &ctx, &tower_registry());
   tower.set_module(module().get());
@@ -274,6 +306,21 @@ std::vector<CallbackPtr> SimpleTrainer::_setup_graph() {
 }
 
 void SimpleTrainer::run_step() {
+  if (accumulate_steps() > 1) {
+    hooked_run([this](StepContext& ctx) {
+      auto& opt = optimizer();
+      for (int64_t i = 0; i < accumulate_steps(); ++i) {
+        const std::vector<at::Tensor> batch = input()->next_batch();
+        at::Tensor cost = run_micro_batch(ctx, batch, i);
+        if (i == 0) opt.zero_grad();
+        cost.backward();  // adds to the earlier micro-batches' gradients
+      }
+      publish_micro_batch_cost(ctx);
+      process_gradients(ctx);
+      opt.step();
+    });
+    return;
+  }
   hooked_run([this](StepContext& ctx) {
     const std::vector<at::Tensor> batch = input()->next_batch();
     at::Tensor cost = run_tower(ctx, batch);

@@ -59,15 +59,27 @@ void TowerRegistry::record_moving(std::string_view name, const at::Tensor& value
         "TowerContext::add_moving_summary('{}'): decay must be in [0, 1), got {}", name, decay));
   }
   for (auto& m : moving_) {
-    if (m.name == name) {
-      m.latest = value;
-      return;
+    if (m.name != name) continue;
+    if (!m.latest.defined()) {
+      m.recorded = 1;
+    } else if (m.micro_batch != micro_batch_) {
+      // A later micro-batch of the same step: the earlier values are summed, and
+      // update_moving_averages takes the mean.
+      at::NoGradGuard no_grad;
+      const at::Tensor previous = m.latest.detach();
+      m.earlier = m.earlier.defined() ? m.earlier + previous.to(m.earlier.device()) : previous;
+      ++m.recorded;
     }
+    m.latest = value;
+    m.micro_batch = micro_batch_;
+    return;
   }
   MovingAverage m;
   m.name = std::string(name);
   m.decay = decay;
   m.latest = value;
+  m.recorded = 1;
+  m.micro_batch = micro_batch_;
   for (auto it = restored_moving_.begin(); it != restored_moving_.end(); ++it) {
     if (it->name != name) continue;
     if (it->decay == decay) {  // continue from the checkpoint, on the value's device
@@ -108,6 +120,10 @@ size_t TowerRegistry::update_moving_averages() {
     at::Tensor x = m.latest;
     if (x.dim() != 0) x = x.reshape({});
     if (x.scalar_type() != at::kFloat) x = x.to(at::kFloat);
+    if (m.recorded > 1) {  // the mean over the step's micro-batches
+      x = (x + m.earlier.to(x.device()).reshape({}).to(at::kFloat)) /
+          static_cast<double>(m.recorded);
+    }
     if (!m.biased.defined() || m.biased.device() != x.device()) {
       m.biased = at::zeros({}, x.options().requires_grad(false));
       m.updates = 0;
@@ -169,8 +185,13 @@ void TowerRegistry::restore_moving_averages(std::vector<MovingAverageState> stat
 
 void TowerRegistry::end_step() {
   for (auto& e : summaries_) e.value.reset();
-  for (auto& m : moving_) m.latest.reset();
+  for (auto& m : moving_) {
+    m.latest.reset();
+    m.earlier.reset();
+    m.recorded = 0;
+  }
   for (auto& u : update_ops_) u.op = nullptr;
+  micro_batch_ = 0;
 }
 
 }  // namespace trainpack

@@ -120,6 +120,33 @@ TEST_F(TwoProcessTest, ParametersEqualAcrossRanksAndToOneProcess) {
   EXPECT_LT(worst, 1e-5);
 }
 
+// Gradient accumulation under data-parallel training: 2 ranks accumulating 2 micro-batches of a
+// global 16 per step train, up to float rounding, as one process on global batches of 32 (the
+// same 32 points per step), and both ranks end with bitwise the same parameters (the last
+// micro-batch's backward all-reduced the sums). Between the micro-batches the gradients are still
+// each rank's own: the first micro-batch's backward did not all-reduce (DDP's no_sync()).
+TEST_F(TwoProcessTest, AccumulationAllReducesOnlyOnTheLastMicroBatch) {
+  const std::string two = run_pair("acc", {"16", "2", "3", "--accumulate", "2"});
+  WorkerProcess one(TRAINPACK_DP_WORKER, {path("one"), "32", "2", "3"}, {}, dir() / "one.err");
+  ASSERT_EQ(one.wait_exit(kRunSeconds), 0) << one.describe();
+  const std::vector<float> a = floats(two), b = floats(read_text(path("one")));
+  ASSERT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(double(a[i]) - b[i]));
+  EXPECT_LT(worst, 1e-5);
+  // 6 steps, one look each (before the second micro-batch) at fc1's 16 x 3 gradient.
+  const std::vector<float> g0 = floats(read_text(path("acc.0.micro_grads")));
+  const std::vector<float> g1 = floats(read_text(path("acc.1.micro_grads")));
+  ASSERT_EQ(g0.size(), 6u * 48);
+  ASSERT_EQ(g1.size(), g0.size());
+  for (size_t step = 0; step < 6; ++step) {
+    const std::vector<float> r0(g0.begin() + step * 48, g0.begin() + (step + 1) * 48);
+    const std::vector<float> r1(g1.begin() + step * 48, g1.begin() + (step + 1) * 48);
+    EXPECT_NE(r0, r1) << "after the first micro-batch of step " << step
+                      << " the ranks' gradients were already all-reduced";
+  }
+}
+
 // A batch norm's buffers (running mean and variance, the batch count) are the chief's at every
 // forward on every rank: DataParallelTrainer broadcasts them before each forward, as
 // DistributedDataParallel does by default. The worker records them as each forward sees them.

@@ -90,12 +90,15 @@ struct TrainConfig {
   TORCH_ARG(int64_t, starting_epoch) = 1;
   // Unset: 0 (or the restored checkpoint's). See TrainOptions::starting_global_step.
   TORCH_ARG(std::optional<int64_t>, starting_global_step);
-  // Unset: the input's size (one pass per epoch).
+  // Unset: the input's size (one pass per epoch), divided by accumulate_steps (rounded down).
   TORCH_ARG(std::optional<int64_t>, steps_per_epoch);
   TORCH_ARG(int64_t, max_epoch) = 99999;
   // Run in order between backward and the optimizer step (train/gradproc.h); given to the
   // trainer with SingleCostTrainer::set_gradient_processors unless empty.
   TORCH_ARG(std::vector<GradientProcessorPtr>, gradient_processors);
+  // Batches per optimizer step (SingleCostTrainer::set_accumulate_steps): each step accumulates
+  // the gradients of this many batches; 1 is the plain step.
+  TORCH_ARG(int64_t, accumulate_steps) = 1;
 };
 
 void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trainer);

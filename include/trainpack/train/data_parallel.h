@@ -25,6 +25,10 @@
 // before every forward (broadcast_buffers); each rank's batch norm normalises with its own
 // batch's statistics (there is no synchronised batch norm).
 //
+// With gradient accumulation (set_accumulate_steps), the micro-batches before a step's last
+// add to each rank's own gradients, as DistributedDataParallel's no_sync(); the last
+// micro-batch's backward all-reduces the sums: one all-reduce per optimizer step.
+//
 // Under NCCL (a CUDA LibTorch), each rank trains on cuda:<local rank> unless given a device.
 //
 // Differences from tensorpack: gradients are averaged by c10d (tensorpack: Horovod's allreduce or

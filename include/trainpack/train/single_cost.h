@@ -27,7 +27,8 @@
 // TowerContext (outputs published to the step, summaries recorded) -> zero_grad, backward,
 // the gradient processors (set_gradient_processors; train/gradproc.h), optimizer step. The returned
 // cost is also published as "cost" unless the tower outputs a tensor of that name itself. The cost
-// must be a scalar (std::invalid_argument otherwise).
+// must be a scalar (std::invalid_argument otherwise). With set_accumulate_steps(n), the batch,
+// tower and backward part runs n times per step (gradients zeroed before the first backward).
 //
 // get_predictor(input_names, output_names, device): a callable that runs the tower function in
 // inference mode (the module in eval mode, then back to its previous mode; NoGradGuard) on
@@ -154,12 +155,33 @@ class SingleCostTrainer : public TowerTrainer {
     return gradient_processors_;
   }
 
+  // Gradient accumulation (Lightning's accumulate_grad_batches): every step runs the tower on
+  // `n` batches (micro-batches) one after the other, each backward on cost / n so that the
+  // gradients add up to those of the mean over the n batches, then the gradient processors and
+  // one optimizer step. A step is an optimizer step: global_step, steps_per_epoch and every
+  // trigger count optimizer steps, and a step reads n batches from the input. Under data-parallel
+  // training the gradients are all-reduced once per step, with the last micro-batch's backward.
+  // The cost the step publishes, and each moving summary, is the mean over the micro-batches;
+  // other outputs and summaries are the last micro-batch's. Call before train(); n < 1 is
+  // std::invalid_argument. The default 1 is the plain step.
+  //   trainer.set_accumulate_steps(4);   // batches of 32, gradients of 128 samples per update
+  void set_accumulate_steps(int64_t n);
+  int64_t accumulate_steps() const { return accumulate_steps_; }
+
  protected:
   // The subclass's own callbacks (registered after the input source's).
   virtual std::vector<CallbackPtr> _setup_graph() { return {}; }
 
   // Runs the tower on one batch in a training context attached to `ctx`; returns the cost.
   at::Tensor run_tower(StepContext& ctx, const std::vector<at::Tensor>& batch);
+
+  // With gradient accumulation: runs micro-batch `index` (0-based, of accumulate_steps()) of
+  // the step: the tower on `batch` (the registry told that a new micro-batch begins), the cost
+  // summed for the step's mean. Returns the micro-batch's cost divided by accumulate_steps(), the
+  // tensor to call backward on. After the last one, publish_micro_batch_cost publishes the mean
+  // cost (unless the tower publishes "cost" itself).
+  at::Tensor run_micro_batch(StepContext& ctx, const std::vector<at::Tensor>& batch, int64_t index);
+  void publish_micro_batch_cost(StepContext& ctx);
 
   // Runs the gradient processors on the module's trainable parameters (the list of them is built
   // at the first call). A step calls it once per optimizer step, after the last backward (and
@@ -173,7 +195,10 @@ class SingleCostTrainer : public TowerTrainer {
   void run_gradient_processors(StepContext& ctx);
 
   std::vector<GradientProcessorPtr> gradient_processors_;
-  NamedGradients named_gradients_;  // built at the first processed step
+  int64_t accumulate_steps_ = 1;
+  bool tower_publishes_cost_ = false;  // in this step's first micro-batch
+  at::Tensor micro_batch_cost_sum_;    // this step's micro-batch costs, summed (when requested)
+  NamedGradients named_gradients_;     // built at the first processed step
   InputSourcePtr input_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   bool setup_graph_done_ = false;

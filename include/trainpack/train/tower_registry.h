@@ -33,7 +33,11 @@ class TowerRegistry {
   struct MovingAverage {
     std::string name;  // "cost"; its summary tag is "cost-summary"
     double decay = 0.95;
-    at::Tensor latest;  // this step's value (undefined when not recorded this step)
+    at::Tensor latest;   // this step's value (undefined when not recorded this step); with
+                         // gradient accumulation, the latest micro-batch's value
+    at::Tensor earlier;  // with gradient accumulation: the sum of the earlier micro-batches' values
+    int64_t recorded = 0;     // how many micro-batches of this step recorded it
+    int64_t micro_batch = 0;  // the micro-batch that recorded `latest`
     at::Tensor biased;  // the biased EMA, float32 on the value's device (undefined before the first
                         // update)
     int64_t updates = 0;  // t in the zero-debias formula
@@ -51,7 +55,9 @@ class TowerRegistry {
   void record_summary(std::string_view name, std::string_view suffix, SummaryKind kind,
                       const at::Tensor& value, int64_t max_outputs = 3);
   // Records this step's value of a moving summary. `value` must have one element (else
-  // std::invalid_argument naming it); decay must be in [0, 1).
+  // std::invalid_argument naming it); decay must be in [0, 1). Recorded again in a later
+  // micro-batch of the same step (begin_micro_batch), the step's value is the mean of the
+  // micro-batches' values; recorded twice in one micro-batch, the later value replaces the earlier.
   void record_moving(std::string_view name, const at::Tensor& value, double decay);
   // Records this step's update op.
   void record_update_op(std::string_view name, std::function<void()> op);
@@ -69,6 +75,11 @@ class TowerRegistry {
 
   // Clears the per-step values (called by the trainer after every hooked run).
   void end_step();
+  // Marks the start of the step's next micro-batch, when the trainer accumulates gradients over
+  // several runs of the tower in one step (SingleCostTrainer::set_accumulate_steps): a moving
+  // summary's value for the step is then the mean over the micro-batches that recorded it. The
+  // other summaries and the update ops keep the last micro-batch's.
+  void begin_micro_batch() { ++micro_batch_; }
 
   // ---- resumable state (MovingAverageSummary::state / load_state) ----
   // A moving average as a checkpoint holds it.
@@ -96,6 +107,7 @@ class TowerRegistry {
   std::vector<MovingAverage> moving_;
   std::vector<MovingAverageState> restored_moving_;  // not yet recorded again
   std::vector<UpdateOp> update_ops_;
+  int64_t micro_batch_ = 0;  // the micro-batch of the step in progress (0 without accumulation)
 };
 
 }  // namespace trainpack

@@ -20,6 +20,9 @@
 //   --wait-signal-at G at step G, wait (at most 30 s) until a stop signal arrives
 //   --stop-at G        at step G, a callback throws StopTraining
 //   --throw-at G       at step G, a callback throws std::runtime_error("injected failure ...")
+//   --accumulate N     accumulate the gradients of N batches (each of the global batch) per
+//                      step; <out file>.micro_grads receives fc1's gradient as the tower sees it
+//                      at the start of every micro-batch but the first of a step (float32 bytes)
 //
 // Reports, one line each on stdout, written unbuffered (the log goes to stderr):
 //   start <global_step> <epoch> <step_in_epoch>     before_train
@@ -66,6 +69,7 @@ struct Args {
   std::string logdir;
   bool bn = false;
   int64_t timeout_ms = 20000;
+  int64_t accumulate = 1;
   // What happens at which step, on which rank (-1: every rank).
   int64_t wait_signal_at = -1, wait_rank = -1;
   int64_t stop_at = -1, stop_rank = -1;
@@ -90,7 +94,7 @@ TORCH_MODULE(Net);
 
 class Model : public ModelDesc {
  public:
-  explicit Model(bool bn) {
+  Model(bool bn, int64_t accumulate) : accumulate_(accumulate) {
     torch::manual_seed(7);
     net_ = Net(bn);
   }
@@ -104,6 +108,12 @@ class Model : public ModelDesc {
       at::Tensor c = b.detach().contiguous();
       seen_buffers_.append(static_cast<const char*>(c.data_ptr()), c.nbytes());
     }
+    // With accumulation: the gradient the earlier micro-batches of this step left (not yet
+    // all-reduced, if the trainer is right).
+    if (accumulate_ > 1 && tower_calls_++ % accumulate_ != 0) {
+      at::Tensor g = net_->fc1->weight.grad().detach().contiguous();
+      micro_grads_.append(static_cast<const char*>(g.data_ptr()), g.nbytes());
+    }
     auto cost = torch::mse_loss(net_->forward(in[0]), in[1]);
     ctx.add_moving_summary("cost", cost);
     return cost;
@@ -114,10 +124,14 @@ class Model : public ModelDesc {
   }
   Net& net() { return net_; }
   const std::string& seen_buffers() const { return seen_buffers_; }
+  const std::string& micro_grads() const { return micro_grads_; }
 
  private:
   Net net_{nullptr};
+  int64_t accumulate_;
+  int64_t tower_calls_ = 0;
   std::string seen_buffers_;
+  std::string micro_grads_;
 };
 
 // Reports progress and injects the stops and failures the options ask for.
@@ -168,6 +182,8 @@ Args parse(int argc, char** argv) {
       a.logdir = value();
     } else if (arg == "--bn") {
       a.bn = true;
+    } else if (arg == "--accumulate") {
+      a.accumulate = std::stoll(value());
     } else if (arg == "--timeout-ms") {
       a.timeout_ms = std::stoll(value());
     } else if (arg == "--only-rank") {
@@ -224,9 +240,13 @@ int run(const Args& args) {
   flow = std::make_shared<ShardData>(flow, group->rank(), group->world_size());
   flow = std::make_shared<BatchData>(flow, args.global_batch / group->world_size());
 
-  auto model = std::make_shared<Model>(args.bn);
-  TrainConfig config =
-      TrainConfig().model(model).dataflow(flow).steps_per_epoch(args.steps).max_epoch(args.epochs);
+  auto model = std::make_shared<Model>(args.bn, args.accumulate);
+  TrainConfig config = TrainConfig()
+                           .model(model)
+                           .dataflow(flow)
+                           .steps_per_epoch(args.steps)
+                           .max_epoch(args.epochs)
+                           .accumulate_steps(args.accumulate);
   std::vector<CallbackPtr> callbacks;
   if (!args.logdir.empty()) {
     logger::set_logger_dir(args.logdir, 'k');
@@ -247,6 +267,11 @@ int run(const Args& args) {
   say(fmt::format("end {} {}", trainer.global_step(), trainer.received_signal()));
 
   write_tensors(args.out, model->net()->parameters());
+  if (args.accumulate > 1) {
+    std::ofstream out(args.out + ".micro_grads", std::ios::binary);
+    out << model->micro_grads();
+    if (!out) throw std::runtime_error("cannot write " + args.out + ".micro_grads");
+  }
   if (args.bn) {
     std::ofstream out(args.out + ".buffers", std::ios::binary);
     out << model->seen_buffers();
