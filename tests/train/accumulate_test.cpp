@@ -2,7 +2,8 @@
 // N micro-batches per optimizer step equal one batch N times as large, global_step and triggers
 // count optimizer steps, the gradient processors see the accumulated gradient once per step, the
 // published cost and the moving summaries are the micro-batches' mean, bad values are refused, and
-// a run that crashes in the middle of a step resumes exactly.
+// a run that crashes in the middle of a step resumes exactly (with gradient processors on, and
+// with the processors alone).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -261,6 +262,21 @@ class ResumableModel : public ModelDesc {
 
 class AccumulationResume : public testing::TempDirFixture<> {
  protected:
+  // Every entry of the training state bitwise equal (parameters, buffers, optimizer state, RNG,
+  // counters, input position, the callbacks' states).
+  static void expect_same_state(const TensorMap& got, const TensorMap& want) {
+    std::vector<std::string> differ;
+    for (const auto& [key, value] : want) {
+      auto found = got.find(key);
+      if (found == got.end() || found->second.scalar_type() != value.scalar_type() ||
+          !torch::equal(found->second, value)) {
+        differ.push_back(key);
+      }
+    }
+    EXPECT_EQ(differ, std::vector<std::string>{});
+    EXPECT_EQ(got.size(), want.size());
+  }
+
   struct Outcome {
     std::vector<int64_t> steps;
     std::vector<float> costs;
@@ -268,9 +284,10 @@ class AccumulationResume : public testing::TempDirFixture<> {
     bool crashed = false;
   };
 
-  // 36 shuffled points in batches of 4 (9 per pass), 3 micro-batches per step: 3 steps per epoch,
-  // 4 epochs. A checkpoint after every step; auto-resume from `logdir`.
-  Outcome run(const fs::path& logdir, int64_t crash_at) {
+  // 36 shuffled points in batches of 4 (9 per pass), `accumulate` micro-batches per step (3: 3
+  // steps per epoch), 4 epochs, the gradients clipped and checked. A checkpoint after every step;
+  // auto-resume from `logdir`.
+  Outcome run(const fs::path& logdir, int64_t crash_at, int64_t accumulate = 3) {
     at::set_num_threads(1);
     logger::set_logger_dir(logdir.string(), 'k');
     auto model = std::make_shared<ResumableModel>(crash_at);
@@ -282,7 +299,9 @@ class AccumulationResume : public testing::TempDirFixture<> {
             .model(model)
             .dataflow(flow)
             .max_epoch(4)
-            .accumulate_steps(3)
+            .accumulate_steps(accumulate)
+            .gradient_processors(
+                {std::make_shared<GlobalNormClip>(0.2), std::make_shared<CheckGradient>()})
             .callbacks(std::vector<CallbackPtr>{
                 std::make_shared<PeriodicTrigger>(
                     std::make_shared<ModelSaver>(ModelSaverOptions().fsync(false)),
@@ -311,7 +330,7 @@ class AccumulationResume : public testing::TempDirFixture<> {
 // A crash in the second micro-batch of step 7 (tower run 3 * 7 + 1) loses that step only: the
 // resumed run starts at global_step 7 from the checkpoint of step 7 and ends with bitwise the
 // state (parameters, buffers, Adam's moments, RNG, input position, moving average) and the costs
-// of the run never stopped.
+// of the run never stopped. The gradient processors are on too.
 TEST_F(AccumulationResume, ACrashInTheMiddleOfAStepResumesExactly) {
   const Outcome straight = run(dir() / "straight", -1);
   ASSERT_FALSE(straight.crashed);
@@ -332,16 +351,26 @@ TEST_F(AccumulationResume, ACrashInTheMiddleOfAStepResumesExactly) {
   costs.insert(costs.end(), resumed.costs.begin(), resumed.costs.end());
   EXPECT_EQ(costs, straight.costs);
 
-  std::vector<std::string> differ;
-  for (const auto& [key, value] : straight.state) {
-    auto found = resumed.state.find(key);
-    if (found == resumed.state.end() || found->second.scalar_type() != value.scalar_type() ||
-        !torch::equal(found->second, value)) {
-      differ.push_back(key);
-    }
-  }
-  EXPECT_EQ(differ, std::vector<std::string>{});
-  EXPECT_EQ(resumed.state.size(), straight.state.size());
+  expect_same_state(resumed.state, straight.state);
+}
+
+// The same with the gradient processors alone (no accumulation): a crash at step 20 resumes from
+// the checkpoint of step 20 and ends as the run never stopped.
+TEST_F(AccumulationResume, WithGradientProcessorsAloneACrashResumesExactly) {
+  const Outcome straight = run(dir() / "straight", -1, 1);
+  ASSERT_EQ(straight.steps.size(), 36u);
+  const fs::path logdir = dir() / "stopped";
+  const Outcome crashed = run(logdir, 20, 1);
+  ASSERT_TRUE(crashed.crashed);
+  EXPECT_EQ(crashed.costs.size(), 20u);
+  const Outcome resumed = run(logdir, -1, 1);
+  ASSERT_FALSE(resumed.crashed);
+  ASSERT_FALSE(resumed.steps.empty());
+  EXPECT_EQ(resumed.steps.front(), 20);
+  std::vector<float> costs(crashed.costs.begin(), crashed.costs.end());
+  costs.insert(costs.end(), resumed.costs.begin(), resumed.costs.end());
+  EXPECT_EQ(costs, straight.costs);
+  expect_same_state(resumed.state, straight.state);
 }
 
 }  // namespace
