@@ -6,6 +6,7 @@
 #   the learning rate of the schedule, log.log with the final verdict, one event file, the
 #   checkpoints of both epochs with the `checkpoint` index naming the last, MinSaver's copy.
 #   (resume_test.sh tests resuming.)
+# smoke_bf16: the same with --precision bf16, and log.log saying that the tower ran in bfloat16.
 # missing_data: --data /nonexistent fails (non-zero status) with the message that names the
 #   Debian package, before touching the log directory.
 # help: --help lists the flags the README documents.
@@ -16,7 +17,7 @@
 #   directory; with --oversubscribe, --threads above the hardware threads is accepted.
 if(NOT FASHION_MNIST OR NOT LOGDIR OR NOT MODE)
   message(FATAL_ERROR
-    "smoke_test.cmake: pass -DFASHION_MNIST=<program> -DLOGDIR=<dir> -DMODE=<smoke|missing_data|help>")
+    "smoke_test.cmake: pass -DFASHION_MNIST=<program> -DLOGDIR=<dir> -DMODE=<smoke|smoke_bf16|missing_data|help|bad_flags>")
 endif()
 
 function(expect_in haystack needle what)
@@ -49,7 +50,7 @@ if(MODE STREQUAL "help")
   endif()
   foreach(flag --logdir --max-epoch --steps-per-epoch --batch-size --lr --seed --data --threads
                --train-limit --val-limit --max-val-error --malloc --blas-threads --resume
-               --no-resume --dist-timeout --oversubscribe --profile-steps)
+               --no-resume --dist-timeout --oversubscribe --profile-steps --precision)
     expect_in("${out}" "${flag}" "the output of --help")
   endforeach()
   return()
@@ -68,6 +69,8 @@ if(MODE STREQUAL "bad_flags")
     "--seed|-1|--seed: must be a whole number from 0 to 18446744073709551615, got '-1'"
     "--batch-size|1e3|--batch-size: must be a whole number from 1 to 1000000000, got '1e3'"
     "--max-epoch|0|--max-epoch: must be a whole number from 1 to 1000000000, got 0"
+    "--precision|half|--precision: unknown precision 'half'"
+    "--precision|fp16|float16 mixed precision needs a CUDA device (LibTorch's CPU autocast has no float16 kernels)"
     "--threads|${too_many}|--threads: ${too_many} is more than the ${cores} hardware threads")
   foreach(case IN LISTS cases)
     string(REPLACE "|" ";" parts "${case}")
@@ -144,7 +147,10 @@ if(MODE STREQUAL "missing_data")
   return()
 endif()
 
-if(NOT MODE STREQUAL "smoke")
+set(precision_flags)
+if(MODE STREQUAL "smoke_bf16")
+  set(precision_flags --precision bf16)
+elseif(NOT MODE STREQUAL "smoke")
   message(FATAL_ERROR "smoke_test.cmake: unknown MODE '${MODE}'")
 endif()
 
@@ -154,7 +160,7 @@ endif()
 execute_process(
   COMMAND ${FASHION_MNIST} --train-limit 300 --val-limit 200 --batch-size 64 --val-batch-size 64
           --max-epoch 2 --steps-per-epoch 4 --lr 0.05 --threads 1 --max-val-error 1
-          --logdir ${LOGDIR}
+          --logdir ${LOGDIR} ${precision_flags}
   RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
 message("${out}${err}")
 if(NOT status EQUAL 0)
@@ -203,6 +209,11 @@ if(NOT log MATCHES "Malloc: glibc malloc, (mallopt M_MMAP_THRESHOLD|default thre
   message(FATAL_ERROR "log.log lacks the 'Malloc: glibc malloc, ...' settings line:\n${log}")
 endif()
 expect_in("${log}" "OMP_WAIT_POLICY: " "log.log")
+if(MODE STREQUAL "smoke_bf16")
+  expect_in("${log}" "Precision: bfloat16 (autocast on cpu; " "log.log")
+else()
+  expect_in("${log}" "Precision: float32 (no autocast)" "log.log")
+endif()
 expect_in("${log}" "[InferenceRunner] Will eval 4 iterations" "log.log")
 expect_in("${log}" "final val-error-top1" "log.log")
 expect_in("${log}" "on 200 test images" "log.log")

@@ -324,12 +324,13 @@ void DataParallelTrainer::run_step() {
       at::Tensor cost = micro_batches == 1 ? run_tower(ctx, batch) : run_micro_batch(ctx, batch, i);
       if (i == 0) opt.zero_grad();
       if (!sync) {
-        cost.backward();
+        loss_for_backward(cost).backward();
         continue;
       }
       reducer->prepare_for_backward({});
       try {
-        cost.backward();  // the Reducer all-reduces each bucket as its gradients are ready
+        loss_for_backward(cost)
+            .backward();  // the Reducer all-reduces each bucket as its gradients are ready
       } catch (const DistributedError&) {
         throw;
       } catch (const c10::Error& e) {
@@ -343,8 +344,9 @@ void DataParallelTrainer::run_step() {
       }
     }
     if (micro_batches > 1) publish_micro_batch_cost(ctx);
-    process_gradients(ctx);  // on the averaged gradients, the same on every rank
-    opt.step();
+    // On the averaged gradients, the same on every rank: with float16, every rank finds the same
+    // inf/NaN and skips the same steps.
+    apply_gradients(ctx);
   });
 }
 

@@ -46,7 +46,8 @@ void copy_state(torch::nn::Module& from, torch::nn::Module& to) {
 Predictor::Predictor(std::string tower_name, TowerFunc tower, InputSignature signature,
                      std::vector<std::string> input_names, std::vector<std::string> output_names,
                      std::shared_ptr<torch::nn::Module> module,
-                     std::shared_ptr<torch::nn::Module> source, c10::Device device)
+                     std::shared_ptr<torch::nn::Module> source, c10::Device device,
+                     Precision precision)
     : tower_name_(std::move(tower_name)),
       tower_(std::move(tower)),
       signature_(std::move(signature)),
@@ -54,7 +55,8 @@ Predictor::Predictor(std::string tower_name, TowerFunc tower, InputSignature sig
       output_names_(std::move(output_names)),
       module_(std::move(module)),
       source_(std::move(source)),
-      device_(device) {
+      device_(device),
+      precision_(precision) {
   for (const auto& name : input_names_) {
     int pos = -1;
     for (size_t i = 0; i < signature_.size(); ++i) {
@@ -95,6 +97,7 @@ std::vector<at::Tensor> Predictor::operator()(const std::vector<at::Tensor>& inp
   module_->eval();
   try {
     torch::NoGradGuard no_grad;
+    AutocastGuard autocast(device_.type(), autocast_dtype(precision_));
     tower_(ctx, full);
   } catch (...) {
     module_->train(was_training);
@@ -121,9 +124,19 @@ void TowerTrainer::set_tower_func(TowerFunc tower, InputSignature signature,
         "an InputDesc");
   }
   call_once(tower_set_, "set_tower_func");
+  check_precision_supported(precision_, device_, "TowerTrainer");
   tower_ = std::move(tower);
   signature_ = std::move(signature);
   module_ = std::move(module);
+}
+
+void TowerTrainer::set_precision(Precision precision) {
+  if (tower_set_) {
+    throw std::logic_error(
+        "TowerTrainer::set_precision: the tower function is set already; call set_precision "
+        "before setup_graph (or give TrainConfig::precision to launch_train_with_config)");
+  }
+  precision_ = precision;
 }
 
 const TowerFunc& TowerTrainer::tower_func() const {
@@ -168,8 +181,11 @@ std::shared_ptr<Predictor> TowerTrainer::get_predictor(const std::vector<std::st
     TP_LOG_INFO("Building graph for predict tower '{}' on device {} ...", tower_name_for(device),
                 device.str());
   }
-  auto predictor = std::make_shared<Predictor>(tower_name_for(device), tower_, signature_,
-                                               input_names, output_names, module, source, device);
+  if (precision_ != Precision::kFloat32)
+    check_precision_supported(precision_, device, "get_predictor");
+  auto predictor =
+      std::make_shared<Predictor>(tower_name_for(device), tower_, signature_, input_names,
+                                  output_names, module, source, device, precision_);
   predictors_.emplace(std::move(key), predictor);
   return predictor;
 }
@@ -187,6 +203,7 @@ void SingleCostTrainer::setup_graph(InputSignature signature, InputSourcePtr inp
   call_once(setup_graph_done_, "setup_graph");
   check_device_available(device_, "SingleCostTrainer::setup_graph");
   set_tower_func(std::move(cost_fn), signature, module);
+  TP_LOG_INFO("Precision: {}", describe_precision(precision(), device_));
 
   module->to(device_);
   module->train();
@@ -214,6 +231,20 @@ void SingleCostTrainer::setup_graph(InputSignature signature, InputSourcePtr inp
   // names, the optimizer as "optimizer".
   graph().add_module("", module);
   graph().add_optimizer("", opt);
+  if (precision() == Precision::kFloat16 || loss_scaler_options_) {
+    loss_scaler_ = std::make_unique<LossScaler>(loss_scaler_options_.value_or(LossScalerOptions()));
+    // Graph variables, so that checkpoints hold the scaler's state and a resume continues it.
+    LossScaler* scaler = loss_scaler_.get();
+    graph().add_variable(
+        "loss_scale", [scaler] { return scaler->scale_value(); },
+        [scaler](double v) { scaler->set_scale(v); }, /*is_floating=*/true,
+        ValueRange().min_exclusive(0));
+    graph().add_variable(
+        "loss_scale_growth_tracker",
+        [scaler] { return static_cast<double>(scaler->growth_tracker()); },
+        [scaler](double v) { scaler->set_growth_tracker(static_cast<int64_t>(v)); },
+        /*is_floating=*/false, ValueRange().min(0));
+  }
 
   input_ = std::move(input);
   for (auto& cb : input_->setup(signature, device_)) register_callback(std::move(cb));
@@ -238,13 +269,37 @@ void SingleCostTrainer::set_gradient_processors(std::vector<GradientProcessorPtr
   named_gradients_.clear();
 }
 
-void SingleCostTrainer::run_gradient_processors(StepContext& ctx) {
+const NamedGradients& SingleCostTrainer::named_gradients() {
   if (named_gradients_.empty()) {
     for (const auto& p : module()->named_parameters(/*recurse=*/true)) {
       if (p.value().requires_grad()) named_gradients_.push_back({p.key(), p.value()});
     }
   }
-  apply_gradient_processors(gradient_processors_, named_gradients_, ctx);
+  return named_gradients_;
+}
+
+void SingleCostTrainer::run_gradient_processors(StepContext& ctx) {
+  apply_gradient_processors(gradient_processors_, named_gradients(), ctx);
+}
+
+void SingleCostTrainer::set_loss_scaler_options(LossScalerOptions options) {
+  if (setup_graph_done_) {
+    throw std::logic_error(
+        "SingleCostTrainer::set_loss_scaler_options: call it before setup_graph");
+  }
+  LossScaler check(options);  // the options' errors now, not at setup
+  loss_scaler_options_ = options;
+}
+
+bool SingleCostTrainer::apply_gradients(StepContext& ctx) {
+  if (loss_scaler_) {
+    const bool finite = loss_scaler_->unscale(named_gradients());
+    loss_scaler_->update();
+    if (!finite) return false;  // GradScaler's rule: no processors, no optimizer step
+  }
+  process_gradients(ctx);
+  optimizer().step();
+  return true;
 }
 
 void SingleCostTrainer::set_accumulate_steps(int64_t n) {
@@ -282,7 +337,11 @@ void SingleCostTrainer::publish_micro_batch_cost(StepContext& ctx) {
 at::Tensor SingleCostTrainer::run_tower(StepContext& ctx, const std::vector<at::Tensor>& batch) {
   TowerContext tower("tower0", /*is_training=*/true, &ctx, &tower_registry());
   tower.set_module(module().get());
-  at::Tensor cost = tower_func()(tower, batch);
+  at::Tensor cost;
+  {
+    AutocastGuard autocast(device_.type(), autocast_dtype(precision()));
+    cost = tower_func()(tower, batch);
+  }
   if (!cost.defined()) {
     throw std::invalid_argument(
         "SingleCostTrainer: the tower function returned an undefined cost; return the scalar "
@@ -313,11 +372,10 @@ void SimpleTrainer::run_step() {
         const std::vector<at::Tensor> batch = input()->next_batch();
         at::Tensor cost = run_micro_batch(ctx, batch, i);
         if (i == 0) opt.zero_grad();
-        cost.backward();  // adds to the earlier micro-batches' gradients
+        loss_for_backward(cost).backward();  // adds to the earlier micro-batches' gradients
       }
       publish_micro_batch_cost(ctx);
-      process_gradients(ctx);
-      opt.step();
+      apply_gradients(ctx);
     });
     return;
   }
@@ -326,9 +384,8 @@ void SimpleTrainer::run_step() {
     at::Tensor cost = run_tower(ctx, batch);
     auto& opt = optimizer();
     opt.zero_grad();
-    cost.backward();
-    process_gradients(ctx);
-    opt.step();
+    loss_for_backward(cost).backward();
+    apply_gradients(ctx);
   });
 }
 

@@ -55,6 +55,7 @@
 #include "trainpack/input/input_source.h"
 #include "trainpack/session_init.h"
 #include "trainpack/train/gradproc.h"
+#include "trainpack/train/precision.h"
 #include "trainpack/train/tower.h"
 #include "trainpack/train/trainer.h"
 
@@ -99,6 +100,9 @@ struct TrainConfig {
   // Batches per optimizer step (SingleCostTrainer::set_accumulate_steps): each step accumulates
   // the gradients of this many batches; 1 is the plain step.
   TORCH_ARG(int64_t, accumulate_steps) = 1;
+  // Mixed precision of the tower (TowerTrainer::set_precision; docs/mixed-precision.md). Unset:
+  // the trainer's own (float32 unless set on it).
+  TORCH_ARG(std::optional<Precision>, precision);
 };
 
 void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trainer);

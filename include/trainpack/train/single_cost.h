@@ -24,8 +24,10 @@
 // and savers).
 //
 // SimpleTrainer's step: next batch from the input source -> tower function in a training
-// TowerContext (outputs published to the step, summaries recorded) -> zero_grad, backward,
-// the gradient processors (set_gradient_processors; train/gradproc.h), optimizer step. The returned
+// TowerContext (outputs published to the step, summaries recorded; under autocast with
+// set_precision) -> zero_grad, backward (of the cost times the loss scale in float16), in float16
+// the unscaling of the gradients (a step with an inf or NaN gradient ends here), the gradient
+// processors (set_gradient_processors; train/gradproc.h), optimizer step. The returned
 // cost is also published as "cost" unless the tower outputs a tensor of that name itself. The cost
 // must be a scalar (std::invalid_argument otherwise). With set_accumulate_steps(n), the batch,
 // tower and backward part runs n times per step (gradients zeroed before the first backward).
@@ -59,6 +61,8 @@
 
 #include "trainpack/input/input_source.h"
 #include "trainpack/train/gradproc.h"
+#include "trainpack/train/loss_scaler.h"
+#include "trainpack/train/precision.h"
 #include "trainpack/train/tower.h"
 #include "trainpack/train/trainer.h"
 
@@ -72,7 +76,7 @@ class Predictor {
   Predictor(std::string tower_name, TowerFunc tower, InputSignature signature,
             std::vector<std::string> input_names, std::vector<std::string> output_names,
             std::shared_ptr<torch::nn::Module> module, std::shared_ptr<torch::nn::Module> source,
-            c10::Device device);
+            c10::Device device, Precision precision = Precision::kFloat32);
 
   // Runs the tower on `inputs` (one per input name, in that order; moved to the device) and
   // returns the outputs in the order of the output names. An output the tower never produced is
@@ -83,6 +87,8 @@ class Predictor {
   const std::vector<std::string>& input_names() const { return input_names_; }
   const std::vector<std::string>& output_names() const { return output_names_; }
   c10::Device device() const { return device_; }
+  // The precision the tower runs in (the trainer's; autocast as in training).
+  Precision precision() const { return precision_; }
 
  private:
   std::string tower_name_;
@@ -94,6 +100,7 @@ class Predictor {
   std::shared_ptr<torch::nn::Module> module_;  // what runs
   std::shared_ptr<torch::nn::Module> source_;  // the training module, when module_ is a replica
   c10::Device device_;
+  Precision precision_;
 };
 
 // A trainer with a tower function, an input signature and a module (tensorpack's TowerTrainer).
@@ -110,6 +117,16 @@ class TowerTrainer : public Trainer {
   // The training device.
   c10::Device device() const { return device_; }
 
+  // Mixed precision (train/precision.h, docs/mixed-precision.md): the tower runs under autocast to
+  // bfloat16 or float16, in training and in the predictors (InferenceRunner's too); the
+  // parameters and the optimizer stay float32. SingleCostTrainer adds the loss scaling that
+  // float16 needs. Call before the tower function is set (SingleCostTrainer::setup_graph):
+  // later is std::logic_error. The device's support is checked when the tower is set
+  // (check_precision_supported: float16 needs CUDA).
+  //   trainer.set_precision(trainpack::Precision::kBFloat16);
+  void set_precision(Precision precision);
+  Precision precision() const { return precision_; }
+
   // See the top of this file. Unknown input names are std::invalid_argument listing the
   // signature; a CUDA device without a GPU is std::runtime_error saying so.
   std::shared_ptr<Predictor> get_predictor(const std::vector<std::string>& input_names,
@@ -124,6 +141,7 @@ class TowerTrainer : public Trainer {
   InputSignature signature_;
   std::shared_ptr<torch::nn::Module> module_;
   bool tower_set_ = false;
+  Precision precision_ = Precision::kFloat32;
   // Replicas per device (the training device maps to module_ itself).
   std::map<std::string, std::shared_ptr<torch::nn::Module>> replicas_;
   std::map<std::tuple<std::string, std::vector<std::string>, std::vector<std::string>>,
@@ -168,6 +186,16 @@ class SingleCostTrainer : public TowerTrainer {
   void set_accumulate_steps(int64_t n);
   int64_t accumulate_steps() const { return accumulate_steps_; }
 
+  // Dynamic loss scaling (train/loss_scaler.h): a float16 run always has it, with GradScaler's
+  // defaults unless this sets other options; in float32 or bfloat16, which need none, calling
+  // this turns it on (harmless there: the scale is a power of two, so the gradients are exact).
+  // Call before setup_graph (std::logic_error after); bad options are std::invalid_argument.
+  void set_loss_scaler_options(LossScalerOptions options);
+  // The loss scaler, set up by setup_graph; null when the run has none. Its scale and growth
+  // count are the graph variables `loss_scale` and `loss_scale_growth_tracker`, saved in
+  // checkpoints.
+  LossScaler* loss_scaler() const { return loss_scaler_.get(); }
+
  protected:
   // The subclass's own callbacks (registered after the input source's).
   virtual std::vector<CallbackPtr> _setup_graph() { return {}; }
@@ -191,8 +219,21 @@ class SingleCostTrainer : public TowerTrainer {
     if (!gradient_processors_.empty()) run_gradient_processors(ctx);
   }
 
+  // The tensor to call backward on for `cost`: `cost` itself, or cost * the loss scale in a
+  // float16 run.
+  at::Tensor loss_for_backward(const at::Tensor& cost) const {
+    return loss_scaler_ ? loss_scaler_->scale(cost) : cost;
+  }
+
+  // What a step does after its last backward (and the gradients' all-reduce): in a float16 run,
+  // unscales the gradients and skips the rest of the step when one is inf or NaN (the scaler
+  // backs off); then the gradient processors and optimizer().step(). Returns false when the step
+  // was skipped.
+  bool apply_gradients(StepContext& ctx);
+
  private:
   void run_gradient_processors(StepContext& ctx);
+  const NamedGradients& named_gradients();
 
   std::vector<GradientProcessorPtr> gradient_processors_;
   int64_t accumulate_steps_ = 1;
@@ -201,6 +242,8 @@ class SingleCostTrainer : public TowerTrainer {
   NamedGradients named_gradients_;     // built at the first processed step
   InputSourcePtr input_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::optional<LossScalerOptions> loss_scaler_options_;
+  std::unique_ptr<LossScaler> loss_scaler_;
   bool setup_graph_done_ = false;
 };
 
