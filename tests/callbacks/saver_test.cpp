@@ -734,8 +734,11 @@ TEST_F(SaverTest, AsyncANewSaveWaitsUntilThePreviousOneIsDurable) {
     if (gs == 1) return;
     const std::string previous = fmt::format("model-{}", gs - 1);
     if (verify_checkpoint(prefix(previous)) != "") problems.push_back(previous + " not written");
+    // The index names the previous checkpoint, or this step's if the writer was quick.
     const std::string latest = read_checkpoint_index(dir().string())->model_checkpoint_path;
-    if (latest != previous) problems.push_back(fmt::format("step {}: index {}", gs, latest));
+    if (latest != previous && latest != fmt::format("model-{}", gs)) {
+      problems.push_back(fmt::format("step {}: index {}", gs, latest));
+    }
   };
   m.train({saver, check}, 1, 6);
   EXPECT_EQ(problems, std::vector<std::string>{});
