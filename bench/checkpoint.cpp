@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
   // per save. (Rewriting one file in place instead makes ext4 start writeback at close:
   // auto_da_alloc.)
   const fs::path bare_dir = root / "bare";
-  int64_t step = 0, k = 0;
+  int64_t step = 0, k = 0, nofsync_step = 0;  // nofsync_step: modelsaver_nofsync's last save
   std::map<std::string, std::vector<std::string>> kept;  // bare variant -> its latest files
   const auto bare_path = [&](const char* name) {
     return (bare_dir / fmt::format("{}-{}.pt", name, ++k)).string();
@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
   struct Variant {
     std::string name;
     std::function<void()> run;
-    std::function<void()> after;  // untimed, right after run
+    std::function<void()> after = nullptr;  // untimed, right after run
   };
   Clock::time_point async_started;
   std::vector<double> async_until_durable;
@@ -168,7 +168,7 @@ int main(int argc, char** argv) {
   const std::vector<Variant> variants = {
       {"modelsaver_nofsync",
        [&] {
-         trainer.set_global_step(++step);
+         trainer.set_global_step(nofsync_step = ++step);
          if (!saver_nofsync->save()) std::exit(1);
        }},
       {"modelsaver_fsync",
@@ -287,7 +287,7 @@ int main(int argc, char** argv) {
   std::printf(
       "sizes: checkpoint data %llu bytes, bare tensors %llu bytes, bare model+opt %llu bytes\n",
       static_cast<unsigned long long>(
-          bytes_of(root / "saver_nofsync" / ("model-" + std::to_string(step - 1) + ".data"))),
+          bytes_of(root / "saver_nofsync" / ("model-" + std::to_string(nofsync_step) + ".data"))),
       static_cast<unsigned long long>(bytes_of(kept["bare_tensors_nofsync"].at(0))),
       static_cast<unsigned long long>(bytes_of(kept["bare_module_nofsync"].at(0)) +
                                       bytes_of(kept["bare_module_nofsync"].at(1))));
