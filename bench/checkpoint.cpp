@@ -3,12 +3,20 @@
 // The state is the main job's (examples/fashion_mnist/model.h: NetImpl, ~105k parameters) with
 // an SGD optimizer (Nesterov momentum 0.9, weight decay) that has taken one step, so that its
 // momentum buffers exist. Each rep runs, interleaved, into fresh directories on the same disk:
-//   modelsaver_nofsync   ModelSaver::save() with fsync(false): collect_training_state (weights,
-//                        buffers, the optimizer's state tensors and options, counters, RNG
-//                        state), write model-<k>.data (streamed, with its CRC-32C trailer;
-//                        temporary file, rename), the `checkpoint` index (through its swap
-//                        file), and the deletion of the checkpoint that max_to_keep=10 drops;
+//   modelsaver_nofsync   ModelSaver::save() with async(false) and fsync(false):
+//                        collect_training_state (weights, buffers, the optimizer's state tensors
+//                        and options, counters, RNG state), write model-<k>.data (streamed, with
+//                        its CRC-32C trailer; temporary file, rename), the `checkpoint` index
+//                        (through its swap file), and the deletion of the checkpoint that
+//                        max_to_keep=10 drops;
 //   modelsaver_fsync     the same with fsync (the default): every file and the directory;
+//   modelsaver_async_fsync  the training thread's part of a save with the defaults (async, fsync):
+//                        ModelSaver::save() takes the snapshot (the state, every tensor cloned)
+//                        and hands it to the writer thread, which does the rest; timed until
+//                        save() returns. The writer is then waited for (flush(), untimed), so
+//                        that its disk writes do not overlap the next form's time, and the
+//                        writer's whole save, snapshot to durable index, is reported as
+//                        modelsaver_async_until_durable (from save() to the end of flush());
 //   bare_tensors_nofsync torch::save(std::vector<Tensor>) of the module's parameters and buffers
 //                        and the optimizer's momentum buffers, into one new file;
 //   bare_tensors_fsync   the same, then fsync of the file;
@@ -18,8 +26,10 @@
 // Before each timed call the benchmark calls sync() (untimed), so that every variant starts
 // from a quiet disk, as a save at the end of an epoch does; without it, the writeback of one
 // variant's files lands in the next one's time. Medians (and minima) in milliseconds after a
-// warm-up of 3 reps; the last line is `modelsaver_over_bare_nofsync=<median modelsaver_nofsync
-// / the smaller of the two bare nofsync medians>`.
+// warm-up of 3 reps. `modelsaver_over_bare_nofsync=<median modelsaver_nofsync / the smaller of
+// the two bare nofsync medians>` compares the synchronous save; the last line,
+// `modelsaver_thread_over_bare=<median modelsaver_async_fsync / median bare_tensors_fsync>`, what a
+// save costs the training thread against a bare torch::save with fsync.
 //
 //   trainpack_bench_checkpoint [--reps R] [--dir DIR]
 #include <fcntl.h>
@@ -93,7 +103,9 @@ int main(int argc, char** argv) {
   trainpack::logger::set_level(trainpack::logger::Level::kWarning);  // no "Model saved to" lines
 
   const fs::path root = trainpack::bench::make_scratch_dir(base, "bench-checkpoint");
-  for (const char* d : {"saver_nofsync", "saver_fsync", "bare"}) fs::create_directories(root / d);
+  for (const char* d : {"saver_nofsync", "saver_fsync", "saver_async", "bare"}) {
+    fs::create_directories(root / d);
+  }
 
   // The main job's model and optimizer, after one step.
   torch::manual_seed(0);
@@ -123,17 +135,20 @@ int main(int argc, char** argv) {
   auto saver_nofsync =
       std::make_shared<trainpack::ModelSaver>(trainpack::ModelSaverOptions()
                                                   .checkpoint_dir((root / "saver_nofsync").string())
-                                                  .fsync(false));
+                                                  .fsync(false)
+                                                  .async(false));
   auto saver_fsync = std::make_shared<trainpack::ModelSaver>(
-      trainpack::ModelSaverOptions().checkpoint_dir((root / "saver_fsync").string()));
-  trainer.setup_callbacks({saver_nofsync, saver_fsync}, {});
+      trainpack::ModelSaverOptions().checkpoint_dir((root / "saver_fsync").string()).async(false));
+  auto saver_async = std::make_shared<trainpack::ModelSaver>(
+      trainpack::ModelSaverOptions().checkpoint_dir((root / "saver_async").string()));
+  trainer.setup_callbacks({saver_nofsync, saver_fsync, saver_async}, {});
 
   // The bare saves write new files each time, as ModelSaver does, and then delete the files of
   // their previous save (timed): each side keeps a bounded number of checkpoints and deletes one
   // per save. (Rewriting one file in place instead makes ext4 start writeback at close:
   // auto_da_alloc.)
   const fs::path bare_dir = root / "bare";
-  int64_t step = 0, k = 0;
+  int64_t step = 0, k = 0, nofsync_step = 0;  // nofsync_step: modelsaver_nofsync's last save
   std::map<std::string, std::vector<std::string>> kept;  // bare variant -> its latest files
   const auto bare_path = [&](const char* name) {
     return (bare_dir / fmt::format("{}-{}.pt", name, ++k)).string();
@@ -145,17 +160,33 @@ int main(int argc, char** argv) {
   struct Variant {
     std::string name;
     std::function<void()> run;
+    std::function<void()> after = nullptr;  // untimed, right after run
   };
+  Clock::time_point async_started;
+  std::vector<double> async_until_durable;
+  bool record_async = false;
   const std::vector<Variant> variants = {
       {"modelsaver_nofsync",
        [&] {
-         trainer.set_global_step(++step);
+         trainer.set_global_step(nofsync_step = ++step);
          if (!saver_nofsync->save()) std::exit(1);
        }},
       {"modelsaver_fsync",
        [&] {
          trainer.set_global_step(++step);
          if (!saver_fsync->save()) std::exit(1);
+       }},
+      {"modelsaver_async_fsync",
+       [&] {
+         trainer.set_global_step(++step);
+         async_started = Clock::now();
+         if (!saver_async->save()) std::exit(1);
+       },
+       [&] {
+         if (!saver_async->flush()) std::exit(1);
+         const double took =
+             std::chrono::duration<double, std::milli>(Clock::now() - async_started).count();
+         if (record_async) async_until_durable.push_back(took);
        }},
       {"bare_tensors_nofsync",
        [&] {
@@ -198,7 +229,11 @@ int main(int argc, char** argv) {
     if (record) ms[name].push_back(took);
   };
   for (int r = 0; r < warmup + reps; ++r) {
-    for (const auto& v : variants) timed(v.name, r >= warmup, v.run);
+    record_async = r >= warmup;
+    for (const auto& v : variants) {
+      timed(v.name, r >= warmup, v.run);
+      if (v.after) v.after();
+    }
   }
 
   // Where ModelSaver's time goes: its steps one by one (no fsync), into a directory of their own.
@@ -211,6 +246,10 @@ int main(int argc, char** argv) {
     trainpack::TensorMap state;
     timed("  collect_training_state", record,
           [&] { state = trainpack::collect_training_state(trainer); });
+    timed("  (clone for a snapshot)", record, [&] {
+      trainpack::TensorMap copy = state;
+      for (auto& entry : copy) entry.second = entry.second.clone();
+    });
     timed("  write_checkpoint", record,
           [&] { trainpack::write_checkpoint(prefix, state, nofsync); });
     std::string data;
@@ -248,7 +287,7 @@ int main(int argc, char** argv) {
   std::printf(
       "sizes: checkpoint data %llu bytes, bare tensors %llu bytes, bare model+opt %llu bytes\n",
       static_cast<unsigned long long>(
-          bytes_of(root / "saver_nofsync" / ("model-" + std::to_string(step - 1) + ".data"))),
+          bytes_of(root / "saver_nofsync" / ("model-" + std::to_string(nofsync_step) + ".data"))),
       static_cast<unsigned long long>(bytes_of(kept["bare_tensors_nofsync"].at(0))),
       static_cast<unsigned long long>(bytes_of(kept["bare_module_nofsync"].at(0)) +
                                       bytes_of(kept["bare_module_nofsync"].at(1))));
@@ -258,9 +297,9 @@ int main(int argc, char** argv) {
                 *std::min_element(v.begin(), v.end()));
   }
   std::printf("modelsaver_nofsync, step by step:\n");
-  for (const char* name :
-       {"  collect_training_state", "  write_checkpoint", "    of which CRC-32C",
-        "    (table-code CRC-32C)", "  write_checkpoint_index", "  remove_checkpoint"}) {
+  for (const char* name : {"  collect_training_state", "  (clone for a snapshot)",
+                           "  write_checkpoint", "    of which CRC-32C", "    (table-code CRC-32C)",
+                           "  write_checkpoint_index", "  remove_checkpoint"}) {
     const auto& v = ms[name];
     std::printf("%-24s median %8.3f ms   min %8.3f ms\n", name, median(v),
                 *std::min_element(v.begin(), v.end()));
@@ -272,8 +311,13 @@ int main(int argc, char** argv) {
               median(ms["modelsaver_fsync"]) / median(ms["bare_tensors_fsync"]));
   std::printf("modelsaver_over_bare_module_nofsync=%.3f\n", saver / bare_m);
   std::printf("modelsaver_over_bare_tensors_nofsync=%.3f\n", saver / bare_t);
+  std::printf("%-24s median %8.3f ms   min %8.3f ms\n", "modelsaver_async_until_durable",
+              median(async_until_durable),
+              *std::min_element(async_until_durable.begin(), async_until_durable.end()));
   std::error_code ec;
   fs::remove_all(root, ec);
   std::printf("modelsaver_over_bare_nofsync=%.3f\n", saver / std::min(bare_t, bare_m));
+  std::printf("modelsaver_thread_over_bare=%.3f\n",
+              median(ms["modelsaver_async_fsync"]) / median(ms["bare_tensors_fsync"]));
   return 0;
 }

@@ -209,7 +209,9 @@ void cmd_save(Trainer& trainer, const Print& print) {
   }
   const int64_t gs = trainer.global_step();
   const std::string name = fmt::format("model-{}", gs);
-  if (saver->save()) {
+  // save() only hands the snapshot to ModelSaver's writer thread: wait until it is on disk, so
+  // that "Saved" means what it says.
+  if (saver->save() && saver->flush()) {
     print(fmt::format("Saved {} in {}.", name, saver->checkpoint_dir()));
     return;
   }

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <stdexcept>
 #include <system_error>
+#include <thread>
 
 #include "trainpack/train/state.h"
 #include "trainpack/train/trainer.h"
@@ -101,81 +102,236 @@ void ModelSaver::_setup_graph() {
         "ModelSaver: cannot create the checkpoint directory {}: {}", dir_, ec.message()));
   }
   last_saved_step_.reset();
+  if (options_.async()) start_writer();
+}
+
+// One save, from the snapshot to its outcome.
+struct ModelSaver::Save {
+  int64_t step = 0;
+  std::string name;    // model-<gs>
+  std::string prefix;  // <dir>/model-<gs>
+  TensorMap state;
+  CheckpointIndex index;
+  std::vector<std::string> to_delete;  // what retention drops, deleted once the index is durable
+  // Committed by finish() when written: the tracked list and the hours rule's state after it.
+  std::vector<std::pair<std::string, double>> tracked;
+  double next_keep_time = 0;
+  double last_preserved = 0;
+  // The outcome, set by write(): on failure, the file not written and why.
+  bool ok = false;
+  std::string failed_path;
+  std::string error;
+};
+
+namespace {
+
+// The training state as a snapshot: every tensor a copy of its own, so that the optimizer's
+// in-place updates after this step (and WithEMAWeights swapping the weights back) do not reach a
+// checkpoint that is still being written. collect_training_state shares the parameters' memory
+// (checkpoint_form), which a synchronous save may do and an asynchronous one may not.
+TensorMap snapshot_training_state(const Trainer& trainer) {
+  TensorMap state = collect_training_state(trainer);
+  for (auto& entry : state) entry.second = entry.second.clone();
+  return state;
+}
+
+// What the exception being handled says.
+std::string current_exception_message() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+
+void collect_model_savers(const CallbackPtr& cb, std::vector<ModelSaver*>* out) {
+  if (auto* saver = dynamic_cast<ModelSaver*>(cb.get())) out->push_back(saver);
+  if (const auto* proxy = dynamic_cast<const ProxyCallback*>(cb.get())) {
+    collect_model_savers(proxy->inner(), out);
+  }
+}
+
+}  // namespace
+
+ModelSaver::~ModelSaver() { stop_writer(); }
+
+void ModelSaver::_before_train() {
+  if (options_.async()) start_writer();
+}
+
+void ModelSaver::start_writer() {
+  if (writer_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = false;
+  }
+  writer_ = std::thread([this] { writer_loop(); });
+}
+
+void ModelSaver::stop_writer() {
+  if (!writer_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  // The writer finishes the save it was handed before it stops (writer_loop).
+  writer_.join();
+}
+
+void ModelSaver::writer_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    cv_.wait(lock, [this] { return stop_ || (pending_ && !taken_); });
+    if (pending_ && !taken_) {
+      taken_ = true;
+      const std::shared_ptr<Save> save = pending_;
+      lock.unlock();
+      write(*save);
+      lock.lock();
+      written_ = true;
+      cv_.notify_all();
+      continue;
+    }
+    return;  // stop_, and nothing left to write
+  }
 }
 
 bool ModelSaver::save() {
+  flush();  // at most one save in flight; its outcome decides the tracked list below
   const int64_t gs = trainer().global_step();
   if (last_saved_step_ == gs) return false;
-  const std::string name = fmt::format("model-{}", gs);
-  const std::string prefix = join(dir_, name);
+  auto save = std::make_shared<Save>();
+  save->step = gs;
+  save->name = fmt::format("model-{}", gs);
+  save->prefix = join(dir_, save->name);
   const double t = now();
 
   // The tracked list after this save, and what retention drops from it (TF Saver's rules).
-  std::vector<std::pair<std::string, double>> tracked;
   for (const auto& entry : tracked_) {
-    if (entry.first != name) tracked.push_back(entry);
+    if (entry.first != save->name) save->tracked.push_back(entry);
   }
-  tracked.emplace_back(name, t);
-  double next_keep_time = next_keep_time_;
-  double last_preserved = last_preserved_;
-  std::vector<std::string> to_delete;
+  save->tracked.emplace_back(save->name, t);
+  save->next_keep_time = next_keep_time_;
+  save->last_preserved = last_preserved_;
   const auto max_to_keep = static_cast<size_t>(options_.max_to_keep());
-  while (max_to_keep > 0 && tracked.size() > max_to_keep) {
-    const auto dropped = tracked.front();
-    tracked.erase(tracked.begin());
-    if (dropped.second > next_keep_time) {
-      next_keep_time += options_.keep_checkpoint_every_n_hours() * 3600;
-      last_preserved = dropped.second;
-    } else {
-      to_delete.push_back(dropped.first);
+  while (max_to_keep > 0 && save->tracked.size() > max_to_keep) {
+    const auto dropped = save->tracked.front();
+    save->tracked.erase(save->tracked.begin());
+    if (dropped.second > save->next_keep_time) {
+      save->next_keep_time += options_.keep_checkpoint_every_n_hours() * 3600;
+      save->last_preserved = dropped.second;
+    } else if (dropped.first != save->name) {
+      save->to_delete.push_back(dropped.first);
     }
   }
+  save->index.model_checkpoint_path = save->name;
+  for (const auto& [n, time] : save->tracked) {
+    save->index.all_model_checkpoint_paths.push_back(n);
+    save->index.all_model_checkpoint_timestamps.push_back(time);
+  }
+  save->index.last_preserved_timestamp = save->last_preserved;
 
-  const CheckpointWriteOptions write_options = CheckpointWriteOptions().fsync(options_.fsync());
-  const bool existed = checkpoint_exists(prefix);
-  bool written = false;
   try {
-    const TensorMap state = collect_training_state(trainer());
-    write_checkpoint(prefix, state, write_options);
-    written = true;
-    CheckpointIndex index;
-    index.model_checkpoint_path = name;
-    for (const auto& [n, time] : tracked) {
-      index.all_model_checkpoint_paths.push_back(n);
-      index.all_model_checkpoint_timestamps.push_back(time);
-    }
-    index.last_preserved_timestamp = last_preserved;
-    write_checkpoint_index(dir_, index, write_options);  // last: it makes the save visible
+    // The synchronous save writes before training goes on, so it needs no copy.
+    save->state =
+        options_.async() ? snapshot_training_state(trainer()) : collect_training_state(trainer());
   } catch (const std::exception& e) {
     TP_LOG_ERROR("Exception in ModelSaver! {}", e.what());
-    // The run ends with an error naming what was not saved (Trainer::report_write_failure).
-    trainer().report_write_failure(this->name(),
-                                   written ? join(dir_, "checkpoint") : prefix + ".data", e.what());
-    // A complete checkpoint that no index names is removed, unless an earlier one of the same
-    // name (which some index may name) was replaced by it.
-    if (written && !existed) remove_checkpoint(prefix);
+    trainer().report_write_failure(name(), save->prefix + ".data", e.what());
     return false;
   }
 
-  tracked_ = std::move(tracked);
-  next_keep_time_ = next_keep_time;
-  last_preserved_ = last_preserved;
-  last_saved_step_ = gs;
-  // Only now that the new checkpoint and the index are durable.
-  for (const auto& n : to_delete) {
-    if (n != name) remove_checkpoint(join(dir_, n));
+  if (!options_.async()) {
+    write(*save);
+    return finish(*save);
   }
-  TP_LOG_INFO("Model saved to {}.", prefix);
+  start_writer();  // running since setup_graph, unless after_train stopped it
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_ = std::move(save);
+    taken_ = false;
+    written_ = false;
+  }
+  cv_.notify_all();
   return true;
 }
 
+void ModelSaver::write(Save& save) const {
+  const CheckpointWriteOptions write_options = CheckpointWriteOptions().fsync(options_.fsync());
+  bool existed = false;
+  bool written = false;
+  try {
+    if (options_.before_write()) options_.before_write()(save.prefix);
+    existed = checkpoint_exists(save.prefix);
+    write_checkpoint(save.prefix, save.state, write_options);
+    written = true;
+    write_checkpoint_index(dir_, save.index, write_options);  // last: it makes the save visible
+  } catch (...) {
+    // Anything, not only std::exception: an exception must not leave the writer thread.
+    save.error = current_exception_message();
+    TP_LOG_ERROR("Exception in ModelSaver! {}", save.error);
+    save.failed_path = written ? join(dir_, kCheckpointIndexFile) : save.prefix + ".data";
+    // A complete checkpoint that no index names is removed, unless an earlier one of the same
+    // name (which some index may name) was replaced by it.
+    if (written && !existed) remove_checkpoint(save.prefix);
+    save.state.clear();
+    return;
+  }
+  save.state.clear();  // the snapshot's memory goes now, not at the next save
+  save.ok = true;
+  // Only now that the new checkpoint and the index are durable.
+  for (const auto& n : save.to_delete) remove_checkpoint(join(dir_, n));
+  TP_LOG_INFO("Model saved to {}.", save.prefix);
+}
+
+bool ModelSaver::finish(const Save& save) {
+  if (!save.ok) {
+    // The run ends with an error naming what was not saved. Reported here, on the training
+    // thread: the trainer's record of failures is not synchronised.
+    trainer().report_write_failure(name(), save.failed_path, save.error, save.step);
+    return false;
+  }
+  tracked_ = save.tracked;
+  next_keep_time_ = save.next_keep_time;
+  last_preserved_ = save.last_preserved;
+  last_saved_step_ = save.step;
+  return true;
+}
+
+bool ModelSaver::flush() {
+  std::shared_ptr<Save> save;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!pending_) return true;
+    cv_.wait(lock, [this] { return written_; });
+    save = std::move(pending_);
+    pending_.reset();
+    taken_ = written_ = false;
+  }
+  return finish(*save);
+}
+
 void ModelSaver::_after_train() {
+  flush();  // the save in flight: durable, or its failure reported, before training ends
   const int sig = trainer().received_signal();
-  if (!options_.save_on_signal() || sig == 0) return;
-  if (last_saved_step_ == trainer().global_step()) return;
-  TP_LOG_INFO("Saving a checkpoint at global_step={} before exiting on {}.",
-              trainer().global_step(), stop_signal_name(sig));
-  save();
+  if (options_.save_on_signal() && sig != 0 && last_saved_step_ != trainer().global_step()) {
+    TP_LOG_INFO("Saving a checkpoint at global_step={} before exiting on {}.",
+                trainer().global_step(), stop_signal_name(sig));
+    save();
+    flush();
+  }
+  stop_writer();
+}
+
+bool wait_for_model_savers(const Trainer& trainer) {
+  std::vector<ModelSaver*> savers;
+  for (const auto& cb : trainer.registered_callbacks()) collect_model_savers(cb, &savers);
+  bool ok = true;
+  for (ModelSaver* saver : savers) ok = saver->flush() && ok;
+  return ok;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -231,6 +387,9 @@ void MinSaver::_trigger() {
 
 bool MinSaver::save(int64_t step, double value) {
   const char* extreme = options_.reverse() ? "maximum" : "minimum";
+  // ModelSaver, triggered before this at the same step, may still be writing the checkpoint of
+  // `step`: wait for it (and have its failure reported, which failed_save looks for).
+  wait_for_model_savers(trainer());
   std::optional<CheckpointIndex> index;
   try {
     index = read_checkpoint_index(dir_);

@@ -317,10 +317,11 @@ void Trainer::main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t
 }
 
 void Trainer::report_write_failure(const std::string& callback, const std::string& path,
-                                   const std::string& error) {
+                                   const std::string& error, std::optional<int64_t> global_step) {
   ++write_failure_count_;
   if (write_failures_.size() < kMaxKeptWriteFailures) {
-    write_failures_.push_back(WriteFailure{callback, path, error, global_step_});
+    write_failures_.push_back(
+        WriteFailure{callback, path, error, global_step.value_or(global_step_)});
   }
   for (auto& f : failed_files_) {
     if (f.path == path) {

@@ -6,17 +6,24 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/errors.h"
@@ -93,10 +100,14 @@ std::string listing(const fs::path& dir) {
   return out;
 }
 
-// Records listing(dir) at every trigger (put it after the savers).
+// Records listing(dir) at every trigger (put it after the savers), once the save in flight of
+// this trigger is written (ModelSaver writes on its own thread).
 std::shared_ptr<ActionCallback> lister(const fs::path& dir, std::vector<std::string>* out) {
   auto cb = std::make_shared<ActionCallback>();
-  cb->trigger_fn = [dir, out](ActionCallback&) { out->push_back(listing(dir)); };
+  cb->trigger_fn = [dir, out](ActionCallback& self) {
+    wait_for_model_savers(self.trainer());
+    out->push_back(listing(dir));
+  };
   return cb;
 }
 
@@ -286,7 +297,8 @@ TEST_F(SaverTest, AFailedSaveKeepsThePreviousCheckpointAndIndexAndTrainingGoesOn
   };
   auto unlimiter = std::make_shared<ActionCallback>();
   std::vector<std::string> indexes;
-  unlimiter->trigger_fn = [&](ActionCallback&) {
+  unlimiter->trigger_fn = [&](ActionCallback& self) {
+    wait_for_model_savers(self.trainer());  // the limit holds until this epoch's save is done
     limit.reset();
     indexes.push_back(read_text(dir() / "checkpoint"));
   };
@@ -637,6 +649,262 @@ TEST_F(SaverTest, AnExplicitFilenameMustBeSafeAndNotACheckpointName) {
     SCOPED_TRACE(bad);
     EXPECT_THROW(MaxSaver("a", MaxSaverOptions().filename(bad)), std::invalid_argument);
   }
+}
+
+// ---- ModelSaver's writer thread (async, the default) ----
+
+// Takes an SGD step on a fixed batch at every step: the parameters and momentum buffers change in
+// place, as in training (the NoOpTrainer's own steps change nothing).
+std::shared_ptr<ActionCallback> sgd_stepper(ModelTrainer* m) {
+  auto cb = std::make_shared<ActionCallback>();
+  cb->trigger_step_fn = [m](ActionCallback&) {
+    m->opt->zero_grad();
+    m->net->forward(torch::ones({4, 3})).pow(2).sum().backward();
+    m->opt->step();
+  };
+  return cb;
+}
+
+// Runs `f` at the trigger of global step `step` (put it after the savers).
+std::shared_ptr<ActionCallback> at_trigger(int64_t step, std::function<void()> f) {
+  auto cb = std::make_shared<ActionCallback>();
+  cb->trigger_fn = [step, f](ActionCallback& self) {
+    if (self.global_step() == step) f();
+  };
+  return cb;
+}
+
+std::vector<std::string> temporary_files(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.find(".tmp") != std::string::npos) out.push_back(name);
+  }
+  return out;
+}
+
+TEST_F(SaverTest, AsyncTheTrainingThreadGoesOnWhileTheWriterWrites) {
+  ModelTrainer m;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::mutex mutex;
+  std::vector<std::thread::id> writers;
+  const std::string held = prefix("model-4");
+  auto saver = std::make_shared<ModelSaver>(options().before_write([&](const std::string& p) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      writers.push_back(std::this_thread::get_id());
+    }
+    if (p == held) released.wait_for(std::chrono::seconds(5));
+  }));
+  bool file_while_held = true;
+  std::string index_while_held;
+  size_t tracked_while_held = 0;
+  auto check = at_trigger(4, [&] {
+    // save() has returned while the writer holds model-4: nothing of it is visible yet.
+    file_while_held = checkpoint_exists(held);
+    index_while_held = read_checkpoint_index(dir().string())->model_checkpoint_path;
+    tracked_while_held = saver->tracked().size();
+    release.set_value();
+  });
+  LogCapture log;
+  m.train({saver, check}, 2, 2);
+  EXPECT_FALSE(file_while_held);
+  EXPECT_EQ(index_while_held, "model-2");  // the index names the durable checkpoint only
+  EXPECT_EQ(tracked_while_held, 1u);
+  ASSERT_EQ(writers.size(), 2u);
+  for (const auto& id : writers) EXPECT_NE(id, std::this_thread::get_id());  // not this thread
+  // after_train waited for the held save.
+  EXPECT_EQ(read_checkpoint_index(dir().string())->model_checkpoint_path, "model-4");
+  EXPECT_EQ(verify_checkpoint(held), "");
+  EXPECT_TRUE(log.contains("Model saved to " + held + "."));
+  EXPECT_EQ(saver->tracked().size(), 2u);
+}
+
+TEST_F(SaverTest, AsyncANewSaveWaitsUntilThePreviousOneIsDurable) {
+  // Every step is saved and every write is slow: if saves queued up, a step's trigger would come
+  // before the previous step's checkpoint is written.
+  ModelTrainer m;
+  auto saver = std::make_shared<ModelSaver>(options().before_write(
+      [](const std::string&) { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }));
+  std::vector<std::string> problems;
+  auto check = std::make_shared<ActionCallback>();
+  check->trigger_fn = [&](ActionCallback& self) {
+    const int64_t gs = self.global_step();
+    if (gs == 1) return;
+    const std::string previous = fmt::format("model-{}", gs - 1);
+    if (verify_checkpoint(prefix(previous)) != "") problems.push_back(previous + " not written");
+    // The index names the previous checkpoint, or this step's if the writer was quick.
+    const std::string latest = read_checkpoint_index(dir().string())->model_checkpoint_path;
+    if (latest != previous && latest != fmt::format("model-{}", gs)) {
+      problems.push_back(fmt::format("step {}: index {}", gs, latest));
+    }
+  };
+  m.train({saver, check}, 1, 6);
+  EXPECT_EQ(problems, std::vector<std::string>{});
+  EXPECT_EQ(listing(dir()), "model-1 model-2 model-3 model-4 model-5 model-6 | checkpoint");
+}
+
+TEST_F(SaverTest, AsyncAFailedWriteIsReportedOnTheTrainingThreadAndLeavesNoTemporaryFile) {
+  ModelTrainer m;
+  std::unique_ptr<FileSizeLimit> limit;
+  // model-4's data file is written under a 512-byte file-size limit (the writer sets it; the
+  // limit is the process's), lifted before model-6 is written.
+  auto saver = std::make_shared<ModelSaver>(options().before_write([&](const std::string& p) {
+    if (p == prefix("model-4")) limit = std::make_unique<FileSizeLimit>(512);
+    if (p == prefix("model-6")) limit.reset();
+  }));
+  std::vector<int64_t> failures_seen;
+  auto counter = std::make_shared<ActionCallback>();
+  counter->trigger_fn = [&](ActionCallback& self) {
+    failures_seen.push_back(self.trainer().write_failure_count());
+  };
+  LogCapture log;
+  const std::string msg = message_of<WriteFailedError>([&] { m.train({saver, counter}, 2, 3); });
+  // Reported when the training thread next waited for the writer: at model-6's save, not at the
+  // trigger of step 4 (which only handed the snapshot over), and with the step of the save.
+  EXPECT_EQ(failures_seen, (std::vector<int64_t>{0, 0, 1}));
+  ASSERT_EQ(m.trainer.write_failures().size(), 1u);
+  EXPECT_EQ(m.trainer.write_failures()[0].global_step, 4);
+  EXPECT_EQ(m.trainer.write_failures()[0].path, prefix("model-4") + ".data");
+  EXPECT_NE(msg.find(prefix("model-4") + ".data (ModelSaver, 1 failure)"), std::string::npos)
+      << msg;
+  EXPECT_TRUE(log.contains("ERR Exception in ModelSaver! cannot write " + prefix("model-4") +
+                           ".data.tmp."));
+  EXPECT_EQ(temporary_files(dir()), std::vector<std::string>{});
+  EXPECT_EQ(listing(dir()), "model-2 model-6 | checkpoint");
+  EXPECT_EQ(read_checkpoint_index(dir().string())->all_model_checkpoint_paths,
+            (std::vector<std::string>{"model-2", "model-6"}));
+}
+
+TEST_F(SaverTest, AsyncAFailureOfTheLastSaveIsReportedByAfterTrain) {
+  ModelTrainer m;
+  auto saver = std::make_shared<ModelSaver>(options().before_write([&](const std::string& p) {
+    if (p != prefix("model-4")) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    throw std::runtime_error("the disk went away");
+  }));
+  LogCapture log;
+  const std::string msg = message_of<WriteFailedError>([&] { m.train({saver}, 2, 2); });
+  EXPECT_NE(msg.find(prefix("model-4") + ".data (ModelSaver, 1 failure)"), std::string::npos)
+      << msg;
+  EXPECT_TRUE(log.contains("ERR Exception in ModelSaver! the disk went away"));
+  EXPECT_EQ(listing(dir()), "model-2 | checkpoint");
+  EXPECT_EQ(read_checkpoint_index(dir().string())->model_checkpoint_path, "model-2");
+}
+
+TEST_F(SaverTest, AsyncAfterTrainWaitsForTheSaveInFlight) {
+  ModelTrainer m;
+  auto saver = std::make_shared<ModelSaver>(options().before_write([&](const std::string& p) {
+    if (p == prefix("model-4")) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }));
+  m.train({saver}, 2, 2);
+  // The saver is still alive here: only after_train can have waited.
+  EXPECT_EQ(listing(dir()), "model-2 model-4 | checkpoint");
+  EXPECT_EQ(read_checkpoint_index(dir().string())->model_checkpoint_path, "model-4");
+  EXPECT_EQ(saver->tracked().back().first, "model-4");
+}
+
+TEST_F(SaverTest, AsyncTheSaveAtASignalIsWrittenBeforeTrainingEnds) {
+  ModelTrainer m;
+  auto raiser = std::make_shared<ActionCallback>();
+  raiser->trigger_step_fn = [](ActionCallback& self) {
+    if (self.global_step() == 3) std::raise(SIGTERM);
+  };
+  // model-2 is still being written when the signal arrives at step 3.
+  auto saver = std::make_shared<ModelSaver>(options().before_write(
+      [](const std::string&) { std::this_thread::sleep_for(std::chrono::milliseconds(100)); }));
+  LogCapture log;
+  m.trainer.set_handle_signals(true);
+  m.train({raiser, saver}, 2, 3);
+  EXPECT_EQ(m.trainer.received_signal(), SIGTERM);
+  EXPECT_EQ(listing(dir()), "model-2 model-3 | checkpoint");
+  EXPECT_EQ(read_checkpoint_index(dir().string())->model_checkpoint_path, "model-3");
+  EXPECT_EQ(read_checkpoint(prefix("model-3")).at("trainer/global_step").item<int64_t>(), 3);
+  EXPECT_TRUE(log.contains("Saving a checkpoint at global_step=3 before exiting on SIGTERM."));
+  EXPECT_TRUE(log.contains("Model saved to " + prefix("model-3") + "."));
+}
+
+TEST_F(SaverTest, AsyncTheCheckpointHoldsTheStateOfItsStepThoughTrainingWentOn) {
+  ModelTrainer m;
+  // The writer of model-2 waits until step 3 has changed the parameters and momentum buffers.
+  std::promise<void> step3;
+  std::shared_future<void> step3_done = step3.get_future().share();
+  std::atomic<bool> waited_for_step3{false};
+  auto saver = std::make_shared<ModelSaver>(options().before_write([&](const std::string& p) {
+    if (p != prefix("model-2")) return;
+    waited_for_step3 = step3_done.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  }));
+  TensorMap at_save;  // the state right after the save of step 2, copied
+  auto recorder = at_trigger(2, [&] {
+    for (const auto& [k, v] : collect_training_state(m.trainer)) at_save[k] = v.clone();
+  });
+  auto releaser = std::make_shared<ActionCallback>();
+  releaser->trigger_step_fn = [&](ActionCallback& self) {
+    if (self.global_step() == 3) step3.set_value();
+  };
+  m.train({sgd_stepper(&m), releaser, saver, recorder}, 2, 2);
+  EXPECT_TRUE(waited_for_step3);
+  const TensorMap saved = read_checkpoint(prefix("model-2"));
+  ASSERT_EQ(saved.size(), at_save.size());
+  for (const auto& [k, v] : at_save) {
+    ASSERT_EQ(saved.count(k), 1u) << k;
+    EXPECT_TRUE(torch::equal(saved.at(k), v)) << k;
+  }
+  EXPECT_FALSE(torch::equal(saved.at("weight"), m.net->weight.detach()));  // training went on
+}
+
+TEST_F(SaverTest, AsyncAResumeFromAnAsyncCheckpointEndsWithTheSameParameters) {
+  const fs::path a = dir() / "a", b = dir() / "b";
+  const auto slow = [](const std::string&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // training runs ahead
+  };
+  ModelTrainer whole;
+  whole.train({sgd_stepper(&whole), std::make_shared<ModelSaver>(
+                                        options().checkpoint_dir(a.string()).before_write(slow))},
+              2, 4);
+  ModelTrainer resumed;
+  resumed.train(
+      {sgd_stepper(&resumed),
+       std::make_shared<ModelSaver>(options().checkpoint_dir(b.string()).before_write(slow))},
+      2, 4, std::make_shared<SaverRestore>((a / "model-4").string()));
+  EXPECT_EQ(resumed.trainer.global_step(), 8);
+  EXPECT_TRUE(torch::equal(resumed.net->weight, whole.net->weight));
+  EXPECT_TRUE(torch::equal(resumed.net->bias, whole.net->bias));
+  const TensorMap want = read_checkpoint((a / "model-8").string());
+  const TensorMap got = read_checkpoint((b / "model-8").string());
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [k, v] : want) EXPECT_TRUE(torch::equal(got.at(k), v)) << k;
+}
+
+TEST_F(SaverTest, AsyncMinSaverCopiesTheCheckpointOfItsStepWhileItIsStillBeingWritten) {
+  ModelTrainer m;
+  auto min = std::make_shared<MinSaver>(
+      "val-error", MinSaverOptions().checkpoint_dir(dir().string()).fsync(false));
+  auto saver = std::make_shared<ModelSaver>(options().before_write(
+      [](const std::string&) { std::this_thread::sleep_for(std::chrono::milliseconds(100)); }));
+  LogCapture log;
+  m.train({stat_putter("val-error", {{1, 0.5}, {2, 0.25}}), saver, min}, 2, 2);
+  EXPECT_TRUE(log.contains("Model at global_step=2 with minimum val-error=0.5 saved."));
+  EXPECT_TRUE(log.contains("Model at global_step=4 with minimum val-error=0.25 saved."));
+  EXPECT_EQ(count_lines(log, "MinSaver will do nothing this time"), 0);
+  EXPECT_EQ(checkpoint_fingerprint(prefix("min-val-error")),
+            checkpoint_fingerprint(prefix("model-4")));
+  EXPECT_EQ(*min->best(), std::make_pair(int64_t{4}, 0.25));
+}
+
+TEST_F(SaverTest, SyncSavesOnTheTrainingThreadBeforeSaveReturns) {
+  ModelTrainer m;
+  std::vector<std::thread::id> writers;
+  auto saver = std::make_shared<ModelSaver>(options().async(false).before_write(
+      [&](const std::string&) { writers.push_back(std::this_thread::get_id()); }));
+  std::vector<std::string> seen;
+  auto check = std::make_shared<ActionCallback>();
+  check->trigger_fn = [&](ActionCallback&) { seen.push_back(listing(dir())); };  // no waiting
+  m.train({saver, check}, 2, 2);
+  EXPECT_EQ(seen,
+            (std::vector<std::string>{"model-2 | checkpoint", "model-2 model-4 | checkpoint"}));
+  EXPECT_EQ(writers, (std::vector<std::thread::id>(2, std::this_thread::get_id())));
 }
 
 }  // namespace

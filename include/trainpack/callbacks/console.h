@@ -14,7 +14,8 @@
 //   params                 the trainer's hyperparameters (the Graph's variables) and their ranges
 //   set <name> <value>     sets a hyperparameter; refused (with the range) when the value is
 //                          outside its range, as hyper.txt values are; global_step cannot be set
-//   save                   saves a checkpoint now with the trainer's ModelSaver, if it has one
+//   save                   saves a checkpoint now with the trainer's ModelSaver, if it has one,
+//                          and waits until it is written (ModelSaver::flush)
 //   stop                   ends the console; the caller stops training at this boundary
 //   continue               ends the console; training resumes
 //   help                   lists the commands

@@ -6,10 +6,14 @@
 // in docs/save-load.md.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -42,6 +46,15 @@ struct ModelSaverOptions {
   // Seconds since the Unix epoch, for the save times (the index's timestamps and the hours
   // rule); unset: the wall clock. Tests inject one.
   TORCH_ARG(Clock, clock);
+  // Write checkpoints on ModelSaver's own writer thread (the default): the training thread takes
+  // a snapshot of the state and goes on while the writer writes, fsyncs, renames and indexes it
+  // (see ModelSaver). false: save() does everything on the training thread and returns when the
+  // checkpoint is durable, as tensorpack's saver does.
+  TORCH_ARG(bool, async) = true;
+  // Called with the checkpoint's prefix (`<dir>/model-<gs>`) on the thread that writes it, just
+  // before it is written (with async: the writer thread). For tests: a hook that sleeps or blocks
+  // holds the save in flight; an exception it throws fails the save as a write error would.
+  TORCH_ARG(std::function<void(const std::string&)>, before_write);
 };
 
 // Saves the training state as the checkpoint `<dir>/model-<global_step>` and updates the
@@ -56,14 +69,31 @@ struct ModelSaverOptions {
 // and after_train when training was stopped by a signal (save_on_signal). At most one save per
 // global_step in a run: a trigger at a step that was already saved does nothing.
 // What a save does, in this order (a crash at any point leaves a usable directory):
-//   1. collect_training_state(trainer) (parameters, buffers, optimizer state, graph variables,
-//      counters, RNG states, callback states) and write it as `model-<gs>.data`, checksum
-//      trailer included (write_checkpoint: temporary file, fsync, rename, directory fsync);
-//   2. append `model-<gs>` to the tracked list (a name already there moves to the end) and
+//   1. on the training thread: wait for the previous save if it is still being written (at most
+//      one save is in flight), then take a snapshot of the state: collect_training_state(trainer)
+//      (parameters, buffers, optimizer state, graph variables, counters, RNG states, callback
+//      states) with every tensor cloned, so that the snapshot stays the state of this step while
+//      the optimizer updates the parameters in place; hand it to the writer thread and return;
+//   2. on the writer thread: write it as `model-<gs>.data`, checksum trailer included
+//      (write_checkpoint: temporary file, fsync, rename, directory fsync);
+//   3. append `model-<gs>` to the tracked list (a name already there moves to the end) and
 //      replace the `checkpoint` index file (last, atomically, through its swap file
 //      `checkpoint.previous`: write_checkpoint_index);
-//   3. only then delete the checkpoints that retention drops;
-//   4. log `Model saved to <dir>/model-<gs>.`
+//   4. only then delete the checkpoints that retention drops;
+//   5. log `Model saved to <dir>/model-<gs>.`: the checkpoint is durable and indexed.
+// With async(false), steps 2-5 run on the training thread too, before save() returns (no
+// snapshot copy: the state is written before training goes on).
+// The writer thread belongs to the ModelSaver: setup_graph starts it (a save after after_train
+// starts it again); after_train and the destructor wait for the save in flight and join it.
+// Saving on another thread moves the disk's time off the training thread, which only pays for the
+// snapshot (for the main job's state about 0.2 ms of a 2.2 ms save with fsync: BENCHMARKS.md,
+// "Checkpoints").
+// A crash or SIGKILL loses at most the save in flight: the index names only durable checkpoints.
+// Waiting for a save: flush() (on the training thread). after_train waits for the save in flight
+// and for its own save on a signal before it returns; MinSaver/MaxSaver wait for the trainer's
+// ModelSavers (wait_for_model_savers) before they read the index, so they see the checkpoint of
+// their step; the console's `save` waits too. Anything else that reads a checkpoint during
+// training, right after a save, calls one of them first.
 // Retention (TensorFlow Saver's): when the tracked list is longer than max_to_keep, its oldest
 // entry leaves it; that checkpoint stays on disk (untracked) if it was saved later than
 // `next_keep_time` (construction time + keep_checkpoint_every_n_hours; advanced by that much
@@ -71,10 +101,13 @@ struct ModelSaverOptions {
 // deleted. A new run (a new ModelSaver) starts with an empty tracked list, so checkpoints of
 // earlier runs in the directory are never deleted.
 // Errors: a save that fails (disk full, file-size limit, permission, any std::exception while
-// collecting or writing) logs ERR `Exception in ModelSaver! <reason>` naming the file; training
-// goes on, the `checkpoint` index still names the last good checkpoint, and no partial or
-// temporary file is left. The failure is reported to the trainer (Trainer::report_write_failure:
-// `model-<gs>.data`, or `checkpoint` when the index could not be written), so the run ends with
+// collecting or writing) logs ERR `Exception in ModelSaver! <reason>` naming the file (at once,
+// from the thread that failed); training goes on, the `checkpoint` index still names the last
+// good checkpoint, and no partial or temporary file is left. The failure is reported to the
+// trainer (Trainer::report_write_failure, with the save's global_step: `model-<gs>.data`, or
+// `checkpoint` when the index could not be written) on the training thread, since the trainer's
+// record of failures is not synchronised: when the training thread next waits for the writer (the
+// next save, flush(), a MinSaver's trigger, after_train at the latest). So the run ends with
 // WriteFailedError after every after_train (a failed save at a signal included). Construction
 // throws std::invalid_argument for max_to_keep < 0, a negative or non-finite
 // keep_checkpoint_every_n_hours and an unsupported var_collections. setup_graph creates the
@@ -96,28 +129,57 @@ struct ModelSaverOptions {
 // - Any exception during a save is logged and ignored (tensorpack catches only IOError,
 //   PermissionDenied, ResourceExhausted and AlreadyExists); a failed save deletes nothing.
 // - save_on_signal (new): a checkpoint at the step where SIGINT/SIGTERM stopped training.
+// - Checkpoints are written on a thread of the ModelSaver's own (async, the default), from a
+//   snapshot; tensorpack's saver writes on the training thread (async(false) does that).
 // - max_to_keep = 0 tracks (lists in the index) every checkpoint of the run; TF lists only the
 //   latest then.
 class ModelSaver : public Callback {
  public:
   explicit ModelSaver(ModelSaverOptions options = {});
+  // Waits for the save in flight (its failure is logged, but no longer reported: the trainer may
+  // be gone) and joins the writer thread.
+  ~ModelSaver() override;
+  ModelSaver(const ModelSaver&) = delete;
+  ModelSaver& operator=(const ModelSaver&) = delete;
 
   // The directory checkpoints go to ("" until known: unset and no logger directory).
   const std::string& checkpoint_dir() const { return dir_; }
   // The checkpoints this run tracks, oldest first, with their save times: what the index lists.
+  // A save in flight joins the list when the training thread collects it (flush() first).
   const std::vector<std::pair<std::string, double>>& tracked() const { return tracked_; }
 
-  // Saves now, as trigger() does (a step already saved in this run is skipped). Returns true
-  // when a checkpoint was written; on failure logs the error and returns false.
+  // Saves now, as trigger() does (a step already saved in this run is skipped; the save in
+  // flight, if any, is waited for first). On the training thread. With async (the default):
+  // returns true when the snapshot of this step was handed to the writer (whether it is then
+  // written, flush() says); false when the step was saved already or the snapshot failed (logged
+  // and reported). With async(false): returns true when the checkpoint was written and indexed;
+  // on failure logs the error and returns false.
   bool save();
+  // Waits until the save in flight, if any, is durable and indexed (or failed), on the training
+  // thread, and reports its failure to the trainer. Returns false when that save failed, true
+  // otherwise (also when nothing was in flight).
+  bool flush();
 
  protected:
   void _setup_graph() override;
+  void _before_train() override;
   void _trigger() override { save(); }
   void _after_train() override;
 
  private:
+  // One save: the snapshot, the index to write and what retention deletes afterwards, and, once
+  // written, the outcome (saver.cpp).
+  struct Save;
+
   double now() const;
+  void start_writer();
+  void stop_writer();
+  void writer_loop();
+  // Writes `save` (steps 2-5 of the header), on whichever thread runs it; logs, never throws.
+  void write(Save& save) const;
+  // On the training thread, after `save` was written: commits its tracked list, or reports its
+  // failure. Returns whether it was written.
+  bool finish(const Save& save);
 
   ModelSaverOptions options_;
   std::string dir_;
@@ -125,7 +187,24 @@ class ModelSaver : public Callback {
   double next_keep_time_ = 0;
   double last_preserved_ = 0;
   std::optional<int64_t> last_saved_step_;
+
+  // The writer thread and the save handed to it. pending_ and the flags are guarded by mutex_;
+  // the Save itself is the writer's from hand-over until written_ is set, then the training
+  // thread's again.
+  std::thread writer_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::shared_ptr<Save> pending_;
+  bool taken_ = false;    // the writer has started on pending_
+  bool written_ = false;  // the writer is done with pending_
+  bool stop_ = false;
 };
+
+// Waits, on the training thread, for the saves in flight of every ModelSaver among the trainer's
+// callbacks (wrapped ones included) and reports their failures: afterwards the `checkpoint` index
+// of each directory names the checkpoint of the last save, if it was written. Returns false when
+// one of them failed. MinSaver/MaxSaver call it before they read the index.
+bool wait_for_model_savers(const Trainer& trainer);
 
 struct MinSaverOptions {
   // Keep the maximum instead of the minimum (MaxSaver sets it).
@@ -154,7 +233,9 @@ struct MinSaverOptions {
 // When: trigger (every epoch end by default). It takes the last (global_step, value) that
 // `trainer().monitors().get_history(monitor_stat)` holds (returning at once if there is none,
 // or if the value is NaN); when the value is strictly lower (higher for MaxSaver) than the best
-// so far, or there is no best yet, it reads the directory's `checkpoint` index: if the latest
+// so far, or there is no best yet, it waits for the saves in flight of the trainer's ModelSavers
+// (wait_for_model_savers: ModelSaver's save of this step may still be on its writer thread, and
+// its failure is reported then), and reads the directory's `checkpoint` index: if the latest
 // checkpoint is exactly `model-<that global_step>`, it is copied (copy_checkpoint: checked,
 // atomic) to `<dir>/<filename>`, the best becomes (step, value), and INFO `Model at
 // global_step=<step> with minimum <stat>=<value, %.5g> saved.` is logged. Otherwise WARN

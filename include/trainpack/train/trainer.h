@@ -215,9 +215,13 @@ class Trainer {
     int64_t global_step = 0;
   };
   // Records that `callback` could not write `path` (`error`: the reason, e.g. the exception's
-  // what()). Logs nothing: the caller logs its ERROR line. Any time, from any hook.
+  // what()) at `global_step` (unset: the current step; a write finished on another thread is
+  // reported later with the step it was of). Logs nothing: the caller logs its ERROR line. Any
+  // time, from any hook, on the training thread (it is not synchronised: a callback that writes
+  // on a thread of its own hands the failure back to the training thread, as ModelSaver does).
   void report_write_failure(const std::string& callback, const std::string& path,
-                            const std::string& error);
+                            const std::string& error,
+                            std::optional<int64_t> global_step = std::nullopt);
   // The failures reported so far, oldest first (the first kMaxKeptWriteFailures of them).
   const std::vector<WriteFailure>& write_failures() const { return write_failures_; }
   // How many were reported (all of them, also those not kept).

@@ -113,6 +113,9 @@ class Reporter : public Callback {
   void _trigger_step() override {
     trainer().monitors().put_scalar("step_cost", cost_);
     const int64_t gs = global_step();
+    // The save of this step may still be in flight on ModelSaver's writer thread: "saved" means
+    // durable, so wait for it (the kills land during the writes all the same).
+    wait_for_model_savers(trainer());
     if (checkpoint_exists(dir_ + "/model-" + std::to_string(gs))) {
       say("saved " + std::to_string(gs));
     }
