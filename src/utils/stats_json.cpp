@@ -185,6 +185,12 @@ std::string format_stats_entry(const StatsEntry& entry) {
   return out;
 }
 
+std::string format_stats_key(std::string_view key) {
+  std::string out;
+  append_json_string(out, key);
+  return out;
+}
+
 std::string format_stats_file(const std::vector<StatsEntry>& entries) {
   std::string out = "[";
   for (size_t i = 0; i < entries.size(); ++i) {

@@ -61,6 +61,8 @@ struct StatsEntry {
 std::string format_stat_value(const StatValue& value);
 std::string format_stats_entry(const StatsEntry& entry);
 std::string format_stats_file(const std::vector<StatsEntry>& entries);
+// The JSON string that Python's json.dump writes for a key, quotes included (`"caf\u00e9"`).
+std::string format_stats_key(std::string_view key);
 
 // What parse_stats_file found in a stats.json text.
 struct ParsedStats {
