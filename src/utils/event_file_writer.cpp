@@ -150,6 +150,7 @@ struct EventFileWriter::Impl {
         host(hostname()),
         io_hook(std::move(io_hook)) {
     queue.reserve(max_queue);
+    scalar_msg.mutable_summary()->add_value();
   }
 
   const std::string logdir;
@@ -182,6 +183,10 @@ struct EventFileWriter::Impl {
   bool lost = false;          // something failed since the last completed flush ticket
   std::string buf;
   pb::Event msg;
+  // The message of the inline scalars, kept from event to event with its summary and value:
+  // every field it holds is set anew for each scalar, so it needs no Clear() (which would free
+  // the summary of the `what` oneof and allocate it again for every event).
+  pb::Event scalar_msg;
 
   // Call with mu held and state != kRunning.
   void start_locked() {
@@ -322,17 +327,18 @@ void EventFileWriter::Impl::run() {
         lost = true;
         continue;
       }
-      msg.Clear();
       if (p.event) {
+        msg.Clear();
         fill_event(*p.event, &msg);
+        append_record(msg);
       } else {
-        msg.set_wall_time(p.wall_time);
-        msg.set_step(p.step);
-        pb::Summary::Value* v = msg.mutable_summary()->add_value();
+        scalar_msg.set_wall_time(p.wall_time);
+        scalar_msg.set_step(p.step);
+        pb::Summary::Value* v = scalar_msg.mutable_summary()->mutable_value(0);
         v->set_tag(p.tag);
         v->set_simple_value(static_cast<float>(p.scalar));
+        append_record(scalar_msg);
       }
-      append_record(msg);
     }
     batch.clear();
     // When max_queue more events are already waiting (the producer is ahead), keep encoding
