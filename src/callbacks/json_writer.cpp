@@ -146,7 +146,11 @@ struct JSONWriter::Background {
   };
 
   Background(std::string path, std::string dir, std::function<void(const char*)> hook)
-      : path(std::move(path)), dir(std::move(dir)), io_hook(std::move(hook)) {}
+      : path(std::move(path)), dir(std::move(dir)), io_hook(std::move(hook)) {
+    // Room for a gathering's items in both buffers (they are swapped): no allocation per entry.
+    queue.reserve(2 * kGatherItems);
+    batch.reserve(2 * kGatherItems);
+  }
 
   const std::string path;
   const std::string dir;
@@ -243,7 +247,7 @@ void JSONWriter::Background::process() {
         first_in_entry = false;
         text += keys[item.id];
         text += ": ";
-        text += format_stat_value(item.value);
+        append_stat_value(text, item.value);
         break;
       case Kind::kEntryEnd:
         begin_entry();
