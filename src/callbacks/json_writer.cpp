@@ -239,7 +239,18 @@ void JSONWriter::Background::run() {
 }
 
 void JSONWriter::Background::process() {
-  for (const Item& item : batch) {
+  // Epoch ends that came while the writer was busy (in an fdatasync, typically) share one
+  // fdatasync, the last one's: it covers the entries of all of them, and an fdatasync per epoch
+  // end of short epochs would keep the disk busy for nothing.
+  size_t last_sync = batch.size();
+  for (size_t i = batch.size(); i-- > 0;) {
+    if (batch[i].kind == Kind::kSync) {
+      last_sync = i;
+      break;
+    }
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Item& item = batch[i];
     switch (item.kind) {
       case Kind::kValue:
         begin_entry();
@@ -261,8 +272,10 @@ void JSONWriter::Background::process() {
         entry_open = false;
         break;
       case Kind::kSync:
-        write_out();
-        sync();
+        if (i == last_sync) {
+          write_out();
+          sync();
+        }
         break;
     }
   }

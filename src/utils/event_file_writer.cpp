@@ -316,9 +316,20 @@ void EventFileWriter::Impl::run() {
     lk.unlock();
 
     if (flush_req) open_blocked = false;  // retry a failed open at every flush request
-    for (const Pending& p : batch) {
+    // Flush requests that came while the writer was busy (in an fsync, typically) share the
+    // fsync of the next one in the batch, which covers their events too (and completes their
+    // tickets); a request that starts a new file is always done where it is.
+    size_t last_marker = batch.size();
+    for (size_t i = batch.size(); i-- > 0;) {
+      if (batch[i].ticket != 0) {
+        last_marker = i;
+        break;
+      }
+    }
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const Pending& p = batch[i];
       if (p.ticket != 0) {
-        finish_ticket(p.ticket, p.split);
+        if (p.split || i == last_marker) finish_ticket(p.ticket, p.split);
         open_blocked = false;  // the events after the request retry too
         continue;
       }

@@ -635,6 +635,25 @@ TEST_F(JSONWriterTest, TheEpochEndFdatasyncRunsOnTheWritersThread) {
                 R"("global_step": 6}])");
 }
 
+// Epoch ends that come while the writer's thread is in an fdatasync share the next one: with the
+// first fdatasync held until the fifth epoch ends, the three or four epoch ends queued meanwhile
+// cost one fdatasync (two if the last comes after it started), not one each.
+TEST_F(JSONWriterTest, EpochEndsQueuedDuringAnFdatasyncShareTheNextOne) {
+  auto gate =
+      std::make_shared<testing::Gate>([](const std::string& what) { return what == "fdatasync"; });
+  auto writer = std::make_shared<JSONWriter>(JSONWriterOptions().io_hook(gate->hook()));
+  auto opener = std::make_shared<OpenGateAtTheLastEpochEnd>(gate, "fdatasync");
+  NoOpTrainer trainer;
+  trainer.set_handle_signals(false);
+  trainer.train({std::make_shared<PutScalars>(), opener}, {writer}, 2, 1, 5);
+  EXPECT_TRUE(opener->writer_held);
+  int syncs = 0;
+  for (const auto& c : gate->calls()) syncs += c.what == "fdatasync" ? 1 : 0;
+  EXPECT_GE(syncs, 2);
+  EXPECT_LE(syncs, 3);
+  EXPECT_EQ(parse_stats_file(read_text(stats_path())).entries.size(), 10u);
+}
+
 // A write that fails on the writer's thread is reported to the trainer on the training thread at
 // the next epoch end (not when it happens), and the run ends with WriteFailedError naming
 // stats.json; the file then holds every entry (the next write rewrote it).
