@@ -18,8 +18,9 @@
 // started in before_train (after the file found at start was dealt with, which stays on the
 // training thread) and joined in after_train (or the destructor), formats the entries and appends
 // them to the file, gathering them for up to 10 ms so that one write carries many, and
-// fdatasyncs the file when an epoch end (or before_train) asks for it; the training thread does
-// not wait for either. after_train waits until every entry is written and fdatasynced: the file is
+// fdatasyncs the file when an epoch end (or before_train) asks for it (epoch ends that come
+// while it is busy, in an fdatasync typically, share the next one); the training thread does not
+// wait for either. after_train waits until every entry is written and fdatasynced: the file is
 // complete and on the disk when train() returns. A reader of the file during training (in this
 // process) calls flush() first. The queue is bounded (about 130,000 one-scalar entries): a
 // training thread that far ahead of the disk waits for it.

@@ -28,8 +28,9 @@
 // or flush_secs have passed since the last write. At every epoch end (trigger) the training
 // thread queues a request to flush and fsync and goes on without waiting; the writer's thread
 // writes and fsyncs everything queued before the request (with split_files it then closes the
-// file, and the next event, of the next epoch, opens a new one). So the events of an epoch are
-// on the disk shortly after its end, not at its end. after_train flushes, fsyncs and closes, and
+// file, and the next event, of the next epoch, opens a new one; epoch ends that come while it is
+// still in an fsync share the next one). So the events of an epoch are on the disk shortly after
+// its end, not at its end. after_train flushes, fsyncs and closes, and
 // waits for that. A producer far ahead of the disk (65536 events pending) waits for the writer
 // instead of growing memory without bound.
 //

@@ -31,7 +31,9 @@
 // Flushing: flush() and start_new_file() wait until the file is written and fsynced (and, for
 // start_new_file, closed); request_flush() asks for the same and returns at once. A request is
 // queued behind the events added before it, so it covers exactly those, however many come after
-// it before the writer gets to it (with a new file, those go to the next file).
+// it before the writer gets to it (with a new file, those go to the next file). Requests that
+// come while the writer is busy (in an fsync, typically) share the next fsync, which covers all
+// their events; a request for a new file is always done where it stands.
 //
 // Errors: a file that cannot be created or written is an ERROR line naming the file (prefixed by
 // `name`); the events meanwhile are dropped, and the file is opened again (a new one) at the
