@@ -145,15 +145,14 @@ struct JSONWriter::Background {
     int64_t step;
   };
 
-  Background(std::string path, std::string dir, std::function<void(const char*)> hook)
-      : path(std::move(path)), dir(std::move(dir)), io_hook(std::move(hook)) {
+  Background(std::string path, std::function<void(const char*)> hook)
+      : path(std::move(path)), io_hook(std::move(hook)) {
     // Room for a gathering's items in both buffers (they are swapped): no allocation per entry.
     queue.reserve(2 * kGatherItems);
     batch.reserve(2 * kGatherItems);
   }
 
   const std::string path;
-  const std::string dir;
   const std::function<void(const char*)> io_hook;
 
   // ---- guarded by mu ----
@@ -368,7 +367,7 @@ void JSONWriter::Background::close_file() {
 JSONWriter::JSONWriter(JSONWriterOptions options) : options_(std::move(options)) {
   dir_ = resolve_output_dir(std::nullopt, "JSONWriter", "");
   path_ = join(dir_, FILENAME);
-  bg_ = std::make_unique<Background>(path_, dir_, options_.io_hook());
+  bg_ = std::make_unique<Background>(path_, options_.io_hook());
   // The counters' names come first: a scalar put under one of them is overwritten by them.
   intern("epoch_num");
   intern("global_step");

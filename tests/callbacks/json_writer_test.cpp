@@ -607,9 +607,11 @@ TEST_F(JSONWriterTest, TheTrainingThreadDoesNotWaitForTheWritesAndAfterTrainWrit
 }
 
 // Only fdatasync is held: an epoch end asks for it and goes on; the training thread runs to the
-// end of the last epoch while an earlier epoch's fdatasync cannot end. (Three epochs: the first
-// write creates the file durably, so the first epoch end may have nothing to fdatasync.)
+// end of the last epoch while an earlier epoch's fdatasync cannot end. (The file is there from
+// the start, so that every write appends and every epoch end has something to fdatasync: a
+// first write that creates the file does it durably, with nothing left to fdatasync.)
 TEST_F(JSONWriterTest, TheEpochEndFdatasyncRunsOnTheWritersThread) {
+  write_text(stats_path(), "[]");
   auto gate =
       std::make_shared<testing::Gate>([](const std::string& what) { return what == "fdatasync"; });
   auto writer = std::make_shared<JSONWriter>(JSONWriterOptions().io_hook(gate->hook()));
@@ -639,6 +641,7 @@ TEST_F(JSONWriterTest, TheEpochEndFdatasyncRunsOnTheWritersThread) {
 // first fdatasync held until the fifth epoch ends, the three or four epoch ends queued meanwhile
 // cost one fdatasync (two if the last comes after it started), not one each.
 TEST_F(JSONWriterTest, EpochEndsQueuedDuringAnFdatasyncShareTheNextOne) {
+  write_text(stats_path(), "[]");  // every write appends (see the test above)
   auto gate =
       std::make_shared<testing::Gate>([](const std::string& what) { return what == "fdatasync"; });
   auto writer = std::make_shared<JSONWriter>(JSONWriterOptions().io_hook(gate->hook()));
