@@ -1,5 +1,6 @@
 // JSONWriter: the monitor that keeps `<logger dir>/stats.json` (trainpack/callbacks/json_writer.h):
-// its state and hooks, appending an entry by one pwrite over the closing `]`, the back-up /
+// the training thread's side (gathering an entry, queueing it), the writer's thread (formatting
+// the entries, appending them by pwrite over the closing `]`, fdatasync), the back-up /
 // move-aside / repair of a file found at start, and the fsync policy. The text of the file (its
 // layout and the tolerant reader) is trainpack/utils/stats_json.h.
 #include "trainpack/callbacks/json_writer.h"
@@ -10,12 +11,17 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <mutex>
 #include <stdexcept>
 #include <system_error>
+#include <thread>
+#include <utility>
 
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/atomic_file.h"
@@ -105,17 +111,276 @@ void warn_truncated(const std::string& path, const ParsedStats& p) {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
+// The writer's thread
+
+namespace {
+
+// How long the writer's thread lets entries gather before it writes them (unless an epoch end,
+// a flush or a full queue calls it sooner): one write then carries many entries, and the training
+// thread wakes the writer at most once per gathering. It is also what a crash of the process can
+// lose: the entries of about this long before the crash.
+constexpr auto kGather = std::chrono::milliseconds(10);
+// Items in the queue that wake the writer before the gathering time is over.
+constexpr size_t kGatherItems = 4096;
+// Items in the queue beyond which the training thread waits for the writer (memory bound when
+// the disk does not keep up): about 130,000 entries of one scalar.
+constexpr size_t kMaxQueuedItems = size_t{1} << 18;
+// Linux stops a write to a file that SIGKILL interrupts only between pages, so a write that stays
+// within one page of the file is done completely or not at all. The entries of a batch are
+// written in such writes, each ending with the closing `]`, so that a kill leaves the file valid
+// JSON (but for an entry that itself crosses a page boundary).
+constexpr size_t kPage = 4096;
+
+}  // namespace
+
+struct JSONWriter::Background {
+  enum class Kind : uint8_t { kValue, kEntryEnd, kSync };
+  // One queued item. An entry is its values (kValue: name id, value) followed by kEntryEnd (its
+  // epoch_num and global_step); kSync asks for an fdatasync of what came before.
+  struct Item {
+    Kind kind;
+    uint32_t id;
+    double value;
+    int64_t epoch;
+    int64_t step;
+  };
+
+  Background(std::string path, std::function<void(const char*)> hook)
+      : path(std::move(path)), io_hook(std::move(hook)) {
+    // Room for a gathering's items in both buffers (they are swapped): no allocation per entry.
+    queue.reserve(2 * kGatherItems);
+    batch.reserve(2 * kGatherItems);
+  }
+
+  const std::string path;
+  const std::function<void(const char*)> io_hook;
+
+  // ---- guarded by mu ----
+  std::mutex mu;
+  std::condition_variable work_cv;   // the writer waits here
+  std::condition_variable idle_cv;   // flush() waits here for the writer to be idle
+  std::condition_variable space_cv;  // the training thread waits here when the queue is full
+  std::vector<Item> queue;
+  std::vector<std::string> new_keys;  // JSON text of the names added since the writer's last pass
+  bool sleeping = false;              // waiting for the first item: the next one wakes it
+  bool busy = false;                  // writing a batch
+  bool sync_queued = false;
+  bool stop = false;
+  bool producer_waiting = false;
+  int flush_waiters = 0;
+  std::vector<std::string> failures;  // write errors not yet reported to the trainer
+  std::thread thread;
+
+  // ---- the writer thread's own while it runs; the training thread's otherwise ----
+  std::vector<Item> batch;
+  std::vector<std::string> keys;  // JSON text of each name, by id
+  std::string text = "[]";        // the file as it is to be
+  size_t num_entries = 0;         // entries in text
+  int fd = -1;
+  size_t file_close = 0;      // offset of the closing `]` in the file (when fd >= 0)
+  bool dirty = false;         // written since the last fdatasync
+  bool need_rewrite = false;  // the file may not hold text (after a write error)
+  bool tail_open = false;     // text's closing `]` is removed: entries are being added
+  bool entry_open = false;    // an entry's `{` is in text
+  bool first_in_entry = true;
+  std::vector<size_t> entry_ends;  // offsets in text just after each entry added since the write
+  std::string chunk;
+  std::vector<std::string> batch_failures;
+
+  // Call with mu held.
+  bool urgent() const {
+    return stop || flush_waiters > 0 || sync_queued || queue.size() >= kGatherItems;
+  }
+
+  void run();
+  void process();
+  void begin_entry();
+  // Writes the entries added to text; a failure is logged and kept for the trainer.
+  void write_out();
+  void append_to_file();
+  // Replaces the file with text (temporary file, fsync, rename) and opens it for appends. Throws.
+  void rewrite_all();
+  void sync();
+  void close_file();
+  void failed(const std::string& error) {
+    TP_LOG_ERROR("Exception in JSONWriter._write_stat()! {}", error);
+    batch_failures.push_back(error);
+  }
+};
+
+void JSONWriter::Background::run() {
+  std::unique_lock<std::mutex> lk(mu);
+  for (;;) {
+    if (queue.empty() && !stop) {
+      sleeping = true;
+      work_cv.wait(lk, [&] { return !queue.empty() || stop; });
+      sleeping = false;
+    }
+    // Let entries gather, so that one write carries many of them.
+    if (!urgent()) work_cv.wait_for(lk, kGather, [&] { return urgent(); });
+    if (queue.empty() && stop) break;
+    batch.swap(queue);
+    for (std::string& k : new_keys) keys.push_back(std::move(k));
+    new_keys.clear();
+    sync_queued = false;  // the kSync items are in the batch
+    busy = true;
+    if (producer_waiting) space_cv.notify_all();
+    lk.unlock();
+
+    process();
+
+    lk.lock();
+    for (std::string& f : batch_failures) failures.push_back(std::move(f));
+    batch_failures.clear();
+    busy = false;
+    idle_cv.notify_all();
+  }
+}
+
+void JSONWriter::Background::process() {
+  // Epoch ends that came while the writer was busy (in an fdatasync, typically) share one
+  // fdatasync, the last one's: it covers the entries of all of them, and an fdatasync per epoch
+  // end of short epochs would keep the disk busy for nothing.
+  size_t last_sync = batch.size();
+  for (size_t i = batch.size(); i-- > 0;) {
+    if (batch[i].kind == Kind::kSync) {
+      last_sync = i;
+      break;
+    }
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Item& item = batch[i];
+    switch (item.kind) {
+      case Kind::kValue:
+        begin_entry();
+        if (!first_in_entry) text += ", ";
+        first_in_entry = false;
+        text += keys[item.id];
+        text += ": ";
+        append_stat_value(text, item.value);
+        break;
+      case Kind::kEntryEnd:
+        begin_entry();
+        text += first_in_entry ? "\"epoch_num\": " : ", \"epoch_num\": ";
+        text += std::to_string(item.epoch);
+        text += ", \"global_step\": ";
+        text += std::to_string(item.step);
+        text += '}';
+        entry_ends.push_back(text.size());
+        ++num_entries;
+        entry_open = false;
+        break;
+      case Kind::kSync:
+        if (i == last_sync) {
+          write_out();
+          sync();
+        }
+        break;
+    }
+  }
+  batch.clear();
+  write_out();
+}
+
+void JSONWriter::Background::begin_entry() {
+  if (entry_open) return;
+  if (!tail_open) {
+    text.pop_back();  // the closing `]`
+    tail_open = true;
+  }
+  if (num_entries > 0) text += ", ";
+  text += '{';
+  entry_open = true;
+  first_in_entry = true;
+}
+
+void JSONWriter::Background::write_out() {
+  if (!tail_open) return;
+  text += ']';
+  tail_open = false;
+  try {
+    if (io_hook) io_hook("write");
+    if (fd < 0 || need_rewrite) {
+      rewrite_all();
+    } else {
+      append_to_file();
+    }
+  } catch (const std::exception& e) {
+    failed(e.what());
+    close_file();
+    need_rewrite = true;  // the next write puts every entry in the file again
+  }
+  entry_ends.clear();
+}
+
+void JSONWriter::Background::append_to_file() {
+  // Each write replaces the closing `]` with `, {entry}, ..., {entry}]`: the file is valid JSON
+  // again as soon as it completes, and the bytes before the `]` are never touched.
+  size_t at = file_close;
+  for (size_t k = 0; k < entry_ends.size();) {
+    const size_t page_end = (at / kPage + 1) * kPage;
+    size_t j = k;
+    while (j + 1 < entry_ends.size() && entry_ends[j + 1] + 1 <= page_end) ++j;
+    chunk.assign(text, at, entry_ends[j] - at);
+    chunk += ']';
+    dirty = true;
+    pwrite_all(fd, chunk, static_cast<int64_t>(at), path);
+    at = entry_ends[j];
+    file_close = at;
+    k = j + 1;
+  }
+}
+
+void JSONWriter::Background::rewrite_all() {
+  close_file();
+  write_file_atomically(path, text);
+  fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) throw_file_error("open", path, errno);
+  file_close = text.size() - 1;
+  need_rewrite = false;
+}
+
+void JSONWriter::Background::sync() {
+  if (fd < 0 || !dirty) return;
+  try {
+    if (io_hook) io_hook("fdatasync");
+  } catch (const std::exception& e) {
+    failed(e.what());
+    return;
+  }
+  if (::fdatasync(fd) != 0) {
+    failed(fmt::format("cannot fdatasync {}: {}", path, std::strerror(errno)));
+    return;
+  }
+  dirty = false;
+}
+
+void JSONWriter::Background::close_file() {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+  dirty = false;
+}
+
+// ---------------------------------------------------------------------------------------------
 // JSONWriter
 
-JSONWriter::JSONWriter() {
+JSONWriter::JSONWriter(JSONWriterOptions options) : options_(std::move(options)) {
   dir_ = resolve_output_dir(std::nullopt, "JSONWriter", "");
   path_ = join(dir_, FILENAME);
+  bg_ = std::make_unique<Background>(path_, options_.io_hook());
+  // The counters' names come first: a scalar put under one of them is overwritten by them.
+  intern("epoch_num");
+  intern("global_step");
 }
 
 JSONWriter::~JSONWriter() {
-  if (fd_ >= 0) {
-    if (dirty_) (void)::fdatasync(fd_);
-    ::close(fd_);
+  try {
+    stop_background();
+  } catch (...) {  // a destructor does not throw (thread errors would be std::system_error)
+  }
+  if (bg_->fd >= 0) {
+    if (bg_->dirty) (void)::fdatasync(bg_->fd);
+    bg_->close_file();
   }
 }
 
@@ -163,15 +428,69 @@ std::optional<int64_t> JSONWriter::load_existing_epoch_number(std::optional<std:
   }
 }
 
+uint32_t JSONWriter::intern(const std::string& name) {
+  const auto it = ids_.find(name);
+  if (it != ids_.end()) return it->second;
+  const auto id = static_cast<uint32_t>(names_.size());
+  names_.push_back(name);
+  ids_.emplace(name, id);
+  std::string key = format_stats_key(name);
+  std::lock_guard<std::mutex> lk(bg_->mu);
+  bg_->new_keys.push_back(std::move(key));
+  return id;
+}
+
 void JSONWriter::process_scalar(const std::string& name, double value) {
-  stat_now_.set(name, value);
+  // Puts usually repeat the previous entry's names in the same order: one string comparison
+  // finds the id, the hash lookup is the fallback.
+  const size_t k = puts_.size();
+  const uint32_t id = k < previous_puts_.size() && names_[previous_puts_[k]] == name
+                          ? previous_puts_[k]
+                          : intern(name);
+  // Bounded: a writer whose entries are never triggered still allocates nothing per put.
+  if (k < 1024) puts_.push_back(id);
+  put_since_entry_ = true;
+  if (id < 2) return;  // `epoch_num` / `global_step`: the counters overwrite them
+  for (Slot& s : current_) {
+    if (s.id == id) {  // the last value wins; the name keeps the position of its first put
+      s.value = value;
+      return;
+    }
+  }
+  current_.push_back(Slot{id, value});
+}
+
+void JSONWriter::flush() {
+  Background& b = *bg_;
+  if (!b.thread.joinable()) return;
+  std::unique_lock<std::mutex> lk(b.mu);
+  ++b.flush_waiters;
+  b.work_cv.notify_one();
+  b.idle_cv.wait(lk, [&] { return b.queue.empty() && !b.busy; });
+  --b.flush_waiters;
+}
+
+std::vector<StatsEntry> JSONWriter::stats() const {
+  const_cast<JSONWriter*>(this)->flush();
+  // The writer's thread is idle (or not running) and the training thread makes no entry now.
+  std::lock_guard<std::mutex> lk(bg_->mu);
+  return parse_stats_file(bg_->text).entries;
 }
 
 void JSONWriter::_setup_graph() {
-  close_file();
-  stats_.clear();
-  stat_now_ = StatsEntry();
-  need_rewrite_ = false;
+  stop_background();
+  bg_->close_file();
+  {
+    std::lock_guard<std::mutex> lk(bg_->mu);
+    bg_->queue.clear();
+    bg_->failures.clear();
+  }
+  bg_->text = "[]";
+  bg_->num_entries = 0;
+  bg_->need_rewrite = false;
+  current_.clear();
+  puts_.clear();
+  put_since_entry_ = false;
   disabled_ = false;
 }
 
@@ -182,9 +501,13 @@ void JSONWriter::_before_train() {
     trainer().report_write_failure(name(), path_,
                                    "the stats.json found at start could not be adopted safely; "
                                    "nothing was written to it in this training");
+    return;
   }
+  Background* b = bg_.get();
+  b->stop = false;
+  b->thread = std::thread([b] { b->run(); });
   _trigger();
-  sync();
+  request_sync();
 }
 
 bool JSONWriter::follows_starting_epoch(const std::vector<StatsEntry>& entries) const {
@@ -288,13 +611,15 @@ void JSONWriter::adopt_existing_file() {
     }
 
     TP_LOG_INFO("Found existing JSON inside {}, will append to it.", dir_);
-    stats_ = std::move(p.entries);
+    Background& b = *bg_;
+    b.num_entries = p.entries.size();
     if (p.status == ParsedStats::Status::kValid && text.back() == ']' && !drop_entries) {
       // Appended to as it is: the bytes already there are never touched.
       // O_NOFOLLOW: a symlink put there since the read is not written through.
-      fd_ = ::open(path_.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-      if (fd_ < 0) throw_file_error("open", path_, errno);
-      close_offset_ = static_cast<int64_t>(text.size()) - 1;
+      b.fd = ::open(path_.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+      if (b.fd < 0) throw_file_error("open", path_, errno);
+      b.file_close = text.size() - 1;
+      b.text = std::move(text);
       return;
     }
     // Truncated, followed by white space, or with entries dropped on resume: keep a copy of the
@@ -305,14 +630,16 @@ void JSONWriter::adopt_existing_file() {
                                                                     : "orig-";
     const std::string backup = backup_path(path_, label);
     write_backup(path_, text, backup, dir_);
-    rewrite_all();
+    b.text = format_stats_file(p.entries);
+    b.rewrite_all();
     TP_LOG_WARN("Rewrote {} with its {} complete entries; the file as found is kept as {}.", path_,
-                stats_.size(), backup);
+                b.num_entries, backup);
   } catch (const std::exception& e) {
     // The file could not be set aside, copied or opened: leave it as it is, and write nothing
     // this run rather than risk replacing it.
-    close_file();
-    stats_.clear();
+    bg_->close_file();
+    bg_->text = "[]";
+    bg_->num_entries = 0;
     disabled_ = true;
     TP_LOG_ERROR(
         "Exception in JSONWriter._write_stat()! {}; {} is left as it is and nothing is "
@@ -328,74 +655,111 @@ void JSONWriter::_trigger_step() {
 
 void JSONWriter::_trigger_epoch() {
   _trigger();
-  sync();
+  // The fdatasync runs on the writer's thread; a failure of it (or of any write) is reported at
+  // the next epoch end or at after_train.
+  request_sync();
+  report_failures();
 }
 
 void JSONWriter::_trigger() {
-  if (stat_now_.empty()) return;
-  stat_now_.erase("epoch_num");
-  stat_now_.erase("global_step");
-  stat_now_.items.emplace_back("epoch_num", StatValue(epoch_num()));
-  stat_now_.items.emplace_back("global_step", StatValue(global_step()));
-  stats_.push_back(std::move(stat_now_));
-  stat_now_ = StatsEntry();
-  write_stat();
+  if (!put_since_entry_) return;
+  put_since_entry_ = false;
+  previous_puts_.swap(puts_);
+  puts_.clear();
+  if (disabled_) {
+    current_.clear();
+    return;
+  }
+  Background& b = *bg_;
+  bool wake = false;
+  {
+    std::unique_lock<std::mutex> lk(b.mu);
+    if (b.queue.size() >= kMaxQueuedItems && b.thread.joinable()) {
+      // The disk does not keep up: wait rather than grow memory without bound.
+      b.producer_waiting = true;
+      b.work_cv.notify_one();
+      b.space_cv.wait(lk, [&] { return b.queue.size() < kMaxQueuedItems; });
+      b.producer_waiting = false;
+    }
+    const size_t before = b.queue.size();
+    for (const Slot& s : current_) {
+      b.queue.push_back(Background::Item{Background::Kind::kValue, s.id, s.value, 0, 0});
+    }
+    b.queue.push_back(
+        Background::Item{Background::Kind::kEntryEnd, 0, 0.0, epoch_num(), global_step()});
+    // Wake the writer when it waits for a first item, or when the queue grows large; otherwise
+    // it is gathering and writes when its time is up.
+    if (b.sleeping || (before < kGatherItems && b.queue.size() >= kGatherItems)) {
+      b.sleeping = false;
+      wake = true;
+    }
+  }
+  current_.clear();
+  if (wake) b.work_cv.notify_one();
+  if (!b.thread.joinable()) drain_inline();
+}
+
+void JSONWriter::drain_inline() {
+  // No writer thread (an entry made outside before_train .. after_train): write it here.
+  Background& b = *bg_;
+  {
+    std::lock_guard<std::mutex> lk(b.mu);
+    b.batch.swap(b.queue);
+    for (std::string& k : b.new_keys) b.keys.push_back(std::move(k));
+    b.new_keys.clear();
+    b.sync_queued = false;
+  }
+  b.process();
+  {
+    std::lock_guard<std::mutex> lk(b.mu);
+    for (std::string& f : b.batch_failures) b.failures.push_back(std::move(f));
+    b.batch_failures.clear();
+  }
+}
+
+void JSONWriter::request_sync() {
+  Background& b = *bg_;
+  if (!b.thread.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lk(b.mu);
+    b.queue.push_back(Background::Item{Background::Kind::kSync, 0, 0.0, 0, 0});
+    b.sync_queued = true;
+    b.sleeping = false;
+  }
+  b.work_cv.notify_one();
 }
 
 void JSONWriter::_after_train() {
-  // Nothing is written here (tensorpack's behaviour); what was written reaches the disk.
-  sync();
-  close_file();
+  // Nothing is written here (tensorpack's behaviour); what was written reaches the disk before
+  // train() returns.
+  stop_background();
+  bg_->close_file();
+  report_failures();
 }
 
-void JSONWriter::write_stat() {
-  if (disabled_) return;
-  try {
-    if (fd_ < 0 || need_rewrite_) {
-      rewrite_all();
-      return;
-    }
-    // Overwrite the closing ']' with `, {entry}]` in one write: the file is valid JSON again as
-    // soon as the write completes, and the bytes before the ']' are never touched.
-    std::string tail = stats_.size() > 1 ? ", " : "";
-    tail += format_stats_entry(stats_.back());
-    tail += ']';
-    dirty_ = true;
-    pwrite_all(fd_, tail, close_offset_, path_);
-    close_offset_ += static_cast<int64_t>(tail.size()) - 1;
-  } catch (const std::exception& e) {
-    TP_LOG_ERROR("Exception in JSONWriter._write_stat()! {}", e.what());
-    trainer().report_write_failure(name(), path_, e.what());
-    close_file();
-    need_rewrite_ = true;
+void JSONWriter::stop_background() {
+  Background& b = *bg_;
+  if (!b.thread.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lk(b.mu);
+    b.queue.push_back(Background::Item{Background::Kind::kSync, 0, 0.0, 0, 0});
+    b.stop = true;
   }
+  b.work_cv.notify_one();
+  b.thread.join();
+  b.stop = false;
 }
 
-void JSONWriter::rewrite_all() {
-  close_file();
-  const std::string text = format_stats_file(stats_);
-  write_file_atomically(path_, text);
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-  if (fd_ < 0) throw_file_error("open", path_, errno);
-  close_offset_ = static_cast<int64_t>(text.size()) - 1;
-  need_rewrite_ = false;
-}
-
-void JSONWriter::sync() {
-  if (fd_ < 0 || !dirty_) return;
-  if (::fdatasync(fd_) != 0) {
-    const std::string error = fmt::format("cannot fdatasync {}: {}", path_, std::strerror(errno));
-    TP_LOG_ERROR("Exception in JSONWriter._write_stat()! {}", error);
-    if (is_set_up()) trainer().report_write_failure(name(), path_, error);
-    return;
+void JSONWriter::report_failures() {
+  std::vector<std::string> failures;
+  {
+    std::lock_guard<std::mutex> lk(bg_->mu);
+    failures.swap(bg_->failures);
   }
-  dirty_ = false;
-}
-
-void JSONWriter::close_file() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-  dirty_ = false;
+  if (!is_set_up()) return;
+  for (const std::string& error : failures) {
+    trainer().report_write_failure(name(), path_, error);
+  }
 }
 
 }  // namespace trainpack

@@ -83,7 +83,8 @@ std::string normalize_summary_tag(const std::string& tag) {
 }
 }  // namespace detail
 
-Monitors::Monitors(std::vector<MonitorPtr> monitors) : monitors_(std::move(monitors)) {
+Monitors::Monitors(std::vector<MonitorPtr> monitors)
+    : monitors_(std::move(monitors)), last_recorded_(history_.end()) {
   for (const auto& m : monitors_) {
     if (!m) throw std::invalid_argument("Monitors: a monitor is null");
   }
@@ -91,17 +92,41 @@ Monitors::Monitors(std::vector<MonitorPtr> monitors) : monitors_(std::move(monit
 }
 
 void Monitors::record(const std::string& name, double value) {
-  auto it = history_.find(name);
-  if (it == history_.end()) it = history_.emplace(name, History()).first;
+  // The name put last is usually the one put now (one scalar per step): one string comparison
+  // instead of a walk down the map.
+  auto it = last_recorded_;
+  if (it == history_.end() || it->first != name) {
+    it = history_.find(name);
+    if (it == history_.end()) it = history_.emplace(name, History()).first;
+    last_recorded_ = it;
+  }
   it->second.emplace_back(current_step(), value);
 }
 
 void Monitors::put_scalar(const std::string& name, double value) {
   for (const auto& m : monitors_) m->process_scalar(name, value);
   record(name, value);
-  Summary summary;
-  summary.values.push_back(SummaryValue::make_scalar(name, value));
-  for (const auto& m : monitors_) m->process_summary(summary);
+  // The summary of one scalar is a member reused from put to put (its tag keeps its capacity),
+  // so that a put allocates nothing; a put from inside a monitor's process_summary (the member
+  // is in use) builds its own.
+  if (scalar_summary_busy_) {
+    Summary summary;
+    summary.values.push_back(SummaryValue::make_scalar(name, value));
+    for (const auto& m : monitors_) m->process_summary(summary);
+    return;
+  }
+  if (scalar_summary_.values.empty()) scalar_summary_.values.emplace_back();
+  SummaryValue& v = scalar_summary_.values.front();
+  v.tag = name;
+  v.scalar = value;
+  scalar_summary_busy_ = true;
+  try {
+    for (const auto& m : monitors_) m->process_summary(scalar_summary_);
+  } catch (...) {
+    scalar_summary_busy_ = false;
+    throw;
+  }
+  scalar_summary_busy_ = false;
 }
 
 void Monitors::put_image(const std::string& name, const at::Tensor& image) {

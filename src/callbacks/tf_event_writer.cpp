@@ -41,7 +41,8 @@ TFEventWriter::TFEventWriter(TFEventWriterOptions options)
               EventFileWriterOptions()
                   .max_queue(options_.max_queue())
                   .flush_secs(options_.flush_secs())
-                  .name(kName)) {}
+                  .name(kName)
+                  .io_hook(options_.io_hook())) {}
 
 TFEventWriter::~TFEventWriter() = default;  // the writer flushes, fsyncs and closes
 
@@ -62,7 +63,9 @@ void TFEventWriter::process_summary(const Summary& summary) {
 
 void TFEventWriter::process_event(const Event& event) { writer_.add_event(event); }
 
-void TFEventWriter::flush() { writer_.flush(); }
+void TFEventWriter::flush() {
+  if (!writer_.flush()) flush_found_loss_ = true;
+}
 
 void TFEventWriter::close() { writer_.close(); }
 
@@ -71,13 +74,17 @@ std::vector<std::string> TFEventWriter::files() const { return writer_.files(); 
 void TFEventWriter::_setup_graph() { writer_.start(); }
 
 void TFEventWriter::_trigger() {
-  const bool ok = options_.split_files() ? writer_.start_new_file() : writer_.flush();
-  if (!ok) report_lost_events();
+  // The writer's thread writes and fsyncs what was put so far (and with split_files closes the
+  // file); the training thread does not wait for the disk. What it returns is what earlier
+  // flushes found.
+  const bool ok = writer_.request_flush(options_.split_files());
+  if (!ok || flush_found_loss_.exchange(false)) report_lost_events();
 }
 
 void TFEventWriter::_after_train() {
-  // flush() tells whether something was lost since the last trigger; close() does not.
-  if (!writer_.flush()) report_lost_events();
+  // flush() tells whether something was lost since the last report; close() does not.
+  const bool ok = writer_.flush();
+  if (!ok || flush_found_loss_.exchange(false)) report_lost_events();
   writer_.close();
 }
 

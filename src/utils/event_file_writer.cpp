@@ -17,6 +17,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -36,6 +37,12 @@ namespace pb = ::trainpack::tfevent;
 constexpr size_t kMaxPending = 65536;
 // The writer's buffer is written out at the latest when it holds this many bytes.
 constexpr size_t kCoalesceBytes = size_t{1} << 18;
+// After a write, max_queue pending events alone do not bring the writer back before this long
+// (flush requests, close and a waiting producer do): a producer putting an event every
+// microsecond would otherwise wake it (a futex system call on the training thread, a context
+// switch on the writer's) every max_queue events. The events reach the file at most this much
+// later than max_queue alone would write them.
+constexpr auto kRest = std::chrono::milliseconds(5);
 
 // Files opened by this process (the `.n` suffix of the file names).
 std::atomic<uint64_t> g_files_opened{0};
@@ -117,26 +124,33 @@ void fill_event(const Event& in, pb::Event* out) {
 
 // One queued event. A summary of a single scalar is held inline: no heap allocation beyond a
 // long tag's, on the producer's thread or when the writer frees it. Anything else is a copy of
-// the Event.
+// the Event. A flush request is an item of the queue too (a marker with its ticket), so that
+// the writer flushes exactly what was queued before the request, however far the producer has
+// gone since: with a split, the events after the request go to the next file.
 struct EventFileWriter::Pending {
   double wall_time = 0;
   int64_t step = 0;
   std::string tag;
   double scalar = 0;
-  std::unique_ptr<Event> event;  // null: the inline scalar
+  std::unique_ptr<Event> event;  // null: the inline scalar (or a marker)
+  uint64_t ticket = 0;           // > 0: a flush marker, no event
+  bool split = false;            // the marker closes the file after the fsync
 };
 
 struct EventFileWriter::Impl {
   enum class State { kIdle, kRunning, kClosed };
 
-  Impl(std::string dir, size_t max_queue, double flush_secs, std::string name)
+  Impl(std::string dir, size_t max_queue, double flush_secs, std::string name,
+       std::function<void(const char*)> io_hook)
       : logdir(std::move(dir)),
         max_queue(max_queue),
         flush_interval(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
             std::chrono::duration<double>(flush_secs))),
         name(std::move(name)),
-        host(hostname()) {
+        host(hostname()),
+        io_hook(std::move(io_hook)) {
     queue.reserve(max_queue);
+    scalar_msg.mutable_summary()->add_value();
   }
 
   const std::string logdir;
@@ -144,6 +158,7 @@ struct EventFileWriter::Impl {
   const std::chrono::steady_clock::duration flush_interval;
   const std::string name;
   const std::string host;
+  const std::function<void(const char*)> io_hook;
 
   // ---- guarded by mu ----
   mutable std::mutex mu;
@@ -152,12 +167,12 @@ struct EventFileWriter::Impl {
   std::condition_variable space_cv;  // a producer waits here when kMaxPending are pending
   State state = State::kIdle;
   std::vector<Pending> queue;
-  uint64_t requested = 0;  // flush tickets handed out
-  uint64_t done = 0;       // flush tickets completed
-  bool done_ok = true;     // nothing was lost before the last completed ticket
-  bool split_requested = false;
+  uint64_t requested = 0;        // flush tickets handed out (their markers queued)
+  uint64_t done = 0;             // flush tickets completed
+  bool unreported_loss = false;  // a completed ticket found a loss not yet returned by a flush
   bool stop_requested = false;
   bool producer_waiting = false;
+  bool resting = false;  // the writer is in its rest after a write: max_queue does not wake it
   std::vector<std::string> files;
   std::thread thread;
 
@@ -168,17 +183,22 @@ struct EventFileWriter::Impl {
   bool lost = false;          // something failed since the last completed flush ticket
   std::string buf;
   pb::Event msg;
+  // The message of the inline scalars, kept from event to event with its summary and value:
+  // every field it holds is set anew for each scalar, so it needs no Clear() (which would free
+  // the summary of the `what` oneof and allocate it again for every event).
+  pb::Event scalar_msg;
 
   // Call with mu held and state != kRunning.
   void start_locked() {
     state = State::kRunning;
     stop_requested = false;
-    split_requested = false;
     open_blocked = false;
     thread = std::thread([this] { run(); });
   }
 
   void run();
+  // Writes, fsyncs (and with `split` closes) the file for the marker `ticket`, then completes it.
+  void finish_ticket(uint64_t ticket, bool split);
   void open_file();
   void close_file();
   void append_record(const pb::Event& m);
@@ -228,6 +248,7 @@ void EventFileWriter::Impl::write_out() {
     buf.clear();
     return;
   }
+  if (io_hook) io_hook("write");
   int err = 0;
   const size_t written = write_all_or_errno(fd, buf, &err);
   if (err != 0) {
@@ -242,7 +263,9 @@ void EventFileWriter::Impl::write_out() {
 }
 
 void EventFileWriter::Impl::sync() {
-  if (fd >= 0 && ::fsync(fd) != 0) {
+  if (fd < 0) return;
+  if (io_hook) io_hook("fsync");
+  if (::fsync(fd) != 0) {
     TP_LOG_ERROR("{}: cannot fsync the event file {}: {}", name, path, std::strerror(errno));
     lost = true;
   }
@@ -257,66 +280,96 @@ void EventFileWriter::Impl::close_file() {
   fd = -1;
 }
 
+void EventFileWriter::Impl::finish_ticket(uint64_t ticket, bool split) {
+  write_out();
+  sync();
+  if (split) close_file();
+  std::lock_guard<std::mutex> lk(mu);
+  done = ticket;
+  if (lost) unreported_loss = true;
+  lost = false;
+  done_cv.notify_all();
+}
+
 void EventFileWriter::Impl::run() {
   open_file();
   write_out();
   std::vector<Pending> batch;
   batch.reserve(max_queue);
   auto last_write = std::chrono::steady_clock::now();
+  bool rest = false;
   std::unique_lock<std::mutex> lk(mu);
   for (;;) {
+    if (rest) {
+      resting = true;
+      work_cv.wait_until(lk, std::min(last_write + kRest, last_write + flush_interval),
+                         [&] { return stop_requested || requested > done || producer_waiting; });
+      resting = false;
+    }
     work_cv.wait_until(lk, last_write + flush_interval, [&] {
       return stop_requested || queue.size() >= max_queue || requested > done || producer_waiting;
     });
     batch.swap(queue);
-    const uint64_t ticket = requested;
-    const bool flush_req = ticket > done;
-    const bool split = split_requested;
+    const bool flush_req = requested > done;  // a marker is in the batch
     const bool stop = stop_requested;
-    split_requested = false;
     if (producer_waiting) space_cv.notify_all();
     lk.unlock();
 
     if (flush_req) open_blocked = false;  // retry a failed open at every flush request
-    for (const Pending& p : batch) {
+    // Flush requests that came while the writer was busy (in an fsync, typically) share the
+    // fsync of the next one in the batch, which covers their events too (and completes their
+    // tickets); a request that starts a new file is always done where it is.
+    size_t last_marker = batch.size();
+    for (size_t i = batch.size(); i-- > 0;) {
+      if (batch[i].ticket != 0) {
+        last_marker = i;
+        break;
+      }
+    }
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const Pending& p = batch[i];
+      if (p.ticket != 0) {
+        if (p.split || i == last_marker) finish_ticket(p.ticket, p.split);
+        open_blocked = false;  // the events after the request retry too
+        continue;
+      }
       if (fd < 0 && !open_blocked) open_file();
       if (fd < 0) {  // dropped (the ERROR line was logged)
         lost = true;
         continue;
       }
-      msg.Clear();
       if (p.event) {
+        msg.Clear();
         fill_event(*p.event, &msg);
+        append_record(msg);
       } else {
-        msg.set_wall_time(p.wall_time);
-        msg.set_step(p.step);
-        pb::Summary::Value* v = msg.mutable_summary()->add_value();
+        scalar_msg.set_wall_time(p.wall_time);
+        scalar_msg.set_step(p.step);
+        pb::Summary::Value* v = scalar_msg.mutable_summary()->mutable_value(0);
         v->set_tag(p.tag);
         v->set_simple_value(static_cast<float>(p.scalar));
+        append_record(scalar_msg);
       }
-      append_record(msg);
     }
     batch.clear();
     // When max_queue more events are already waiting (the producer is ahead), keep encoding
     // into the buffer and write once the writer has caught up (or the buffer is large): the
     // events reach the file no later, in fewer and larger write calls.
     lk.lock();
-    if (!flush_req && !split && !stop && buf.size() < kCoalesceBytes && queue.size() >= max_queue) {
+    if (!stop && buf.size() < kCoalesceBytes && queue.size() >= max_queue) {
+      rest = false;
       continue;
     }
     lk.unlock();
     write_out();
-    if (flush_req || stop) sync();
-    if (split || stop) close_file();
+    if (stop) {
+      sync();
+      close_file();
+    }
     last_write = std::chrono::steady_clock::now();
+    rest = true;
 
     lk.lock();
-    if (flush_req) {
-      done = ticket;
-      done_ok = !lost;
-      lost = false;
-      done_cv.notify_all();
-    }
     if (stop && queue.empty()) break;
   }
 }
@@ -351,7 +404,7 @@ EventFileWriter::EventFileWriter(std::string logdir, EventFileWriterOptions opti
   }
   logdir_ = std::move(logdir);
   impl_ = std::make_unique<Impl>(logdir_, static_cast<size_t>(options.max_queue()),
-                                 options.flush_secs(), name);
+                                 options.flush_secs(), name, options.io_hook());
 }
 
 EventFileWriter::~EventFileWriter() {
@@ -367,7 +420,7 @@ void EventFileWriter::enqueue(Pending&& item) {
   if (s.state == Impl::State::kClosed) return;
   s.queue.push_back(std::move(item));
   const size_t n = s.queue.size();
-  if (n == s.max_queue) {
+  if (n == s.max_queue && !s.resting) {
     s.work_cv.notify_one();
   } else if (n >= kMaxPending) {
     if (s.state == Impl::State::kIdle) s.start_locked();
@@ -414,22 +467,27 @@ void EventFileWriter::start() {
   if (impl_->state != Impl::State::kRunning) impl_->start_locked();
 }
 
-bool EventFileWriter::flush() { return request_flush(false); }
+bool EventFileWriter::flush() { return flush_ticket(false, true); }
 
-bool EventFileWriter::start_new_file() { return request_flush(true); }
+bool EventFileWriter::start_new_file() { return flush_ticket(true, true); }
 
-bool EventFileWriter::request_flush(bool split) {
+bool EventFileWriter::request_flush(bool new_file) { return flush_ticket(new_file, false); }
+
+bool EventFileWriter::flush_ticket(bool split, bool wait) {
   Impl& s = *impl_;
   std::unique_lock<std::mutex> lk(s.mu);
   if (s.state == Impl::State::kClosed) return true;
   if (s.state == Impl::State::kIdle) s.start_locked();
-  // The split flag and the ticket are taken by the writer in the same pass: the file is synced
-  // before it is closed.
-  if (split) s.split_requested = true;
   const uint64_t ticket = ++s.requested;
+  Pending marker;
+  marker.ticket = ticket;
+  marker.split = split;
+  s.queue.push_back(std::move(marker));
   s.work_cv.notify_one();
-  s.done_cv.wait(lk, [&] { return s.done >= ticket; });
-  return s.done_ok;
+  if (wait) s.done_cv.wait(lk, [&] { return s.done >= ticket; });
+  const bool ok = !s.unreported_loss;
+  s.unreported_loss = false;
+  return ok;
 }
 
 void EventFileWriter::close() {

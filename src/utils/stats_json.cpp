@@ -172,16 +172,31 @@ void append_entry(std::string& out, const StatsEntry& entry) {
 
 std::string format_stat_value(const StatValue& value) {
   if (std::holds_alternative<int64_t>(value)) return std::to_string(std::get<int64_t>(value));
-  const double v = std::get<double>(value);
+  std::string out;
+  append_stat_value(out, std::get<double>(value));
+  return out;
+}
+
+void append_stat_value(std::string& out, double v) {
   // json.dump's floatstr: repr(), except for the non-finite values.
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
-  return python_float_repr(v);
+  if (std::isnan(v)) {
+    out += "NaN";
+  } else if (std::isinf(v)) {
+    out += v > 0 ? "Infinity" : "-Infinity";
+  } else {
+    append_python_float_repr(out, v);
+  }
 }
 
 std::string format_stats_entry(const StatsEntry& entry) {
   std::string out;
   append_entry(out, entry);
+  return out;
+}
+
+std::string format_stats_key(std::string_view key) {
+  std::string out;
+  append_json_string(out, key);
   return out;
 }
 

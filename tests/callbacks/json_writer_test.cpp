@@ -1,7 +1,9 @@
 // JSONWriter (docs/tensorpack-differences.md #8): stats.json byte for byte, append / back up on
 // restart, truncated and malformed files, load_existing_json / load_existing_epoch_number, the cost
 // of a write.
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gmock/gmock.h>
@@ -14,11 +16,14 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <random>
 #include <sstream>
+#include <thread>
 
 #include "support/command.h"
 #include "support/fifo.h"
 #include "support/files.h"
+#include "support/gate.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/monitor.h"
 #include "trainpack/testing.h"
@@ -467,13 +472,16 @@ TEST_F(JSONWriterTest, EachWriteAppendsOnlyTheNewEntry) {
   auto snaps = std::make_shared<std::vector<Snapshot>>();
   class Observe : public Callback {
    public:
-    explicit Observe(std::shared_ptr<std::vector<Snapshot>> s, std::string path)
-        : s_(std::move(s)), path_(std::move(path)) {}
+    Observe(std::shared_ptr<std::vector<Snapshot>> s, std::string path,
+            std::shared_ptr<JSONWriter> writer)
+        : s_(std::move(s)), path_(std::move(path)), writer_(std::move(writer)) {}
 
    protected:
     void _trigger_step() override { trainer().monitors().put_scalar("cost", 0.5); }
-    // Runs after the writer's trigger_step of the previous step: look at the file then.
+    // Runs after the writer's trigger_step of the previous step: look at the file then, once the
+    // writer's thread has written what was queued.
     RunArgs _before_run(const StepContext&) override {
+      writer_->flush();
       struct stat st {};
       if (::stat(path_.c_str(), &st) == 0) s_->push_back({read_text(path_), st.st_ino});
       return RunArgs();
@@ -482,11 +490,13 @@ TEST_F(JSONWriterTest, EachWriteAppendsOnlyTheNewEntry) {
    private:
     std::shared_ptr<std::vector<Snapshot>> s_;
     std::string path_;
+    std::shared_ptr<JSONWriter> writer_;
   };
   auto writer = std::make_shared<JSONWriter>();
   NoOpTrainer trainer;
   trainer.set_handle_signals(false);
-  trainer.train({std::make_shared<Observe>(snaps, stats_path().string())}, {writer}, 50, 1, 1);
+  trainer.train({std::make_shared<Observe>(snaps, stats_path().string(), writer)}, {writer}, 50, 1,
+                1);
   ASSERT_EQ(snaps->size(), 49u);  // before steps 2..50 (the first write is after step 1)
   for (size_t i = 1; i < snaps->size(); ++i) {
     const auto& prev = (*snaps)[i - 1];
@@ -500,20 +510,26 @@ TEST_F(JSONWriterTest, EachWriteAppendsOnlyTheNewEntry) {
 }
 
 TEST_F(JSONWriterTest, AWriteErrorIsLoggedAndTrainingGoesOn) {
-  // The directory disappears before training and comes back during step 2: the first write fails
-  // (logged, training goes on), the next one rewrites the whole file with every entry.
+  // The directory disappears before training and comes back during step 2, once the writer's
+  // thread has tried the first write: that write fails (logged, training goes on), the next one
+  // rewrites the whole file with every entry.
   class Recreate : public Callback {
    public:
-    explicit Recreate(fs::path p) : p_(std::move(p)) {}
+    Recreate(fs::path p, std::shared_ptr<JSONWriter> writer)
+        : p_(std::move(p)), writer_(std::move(writer)) {}
 
    protected:
     void _trigger_step() override {
-      if (global_step() == 2) fs::create_directories(p_);
+      if (global_step() == 2) {
+        writer_->flush();
+        fs::create_directories(p_);
+      }
       trainer().monitors().put_scalar("cost", static_cast<double>(global_step()));
     }
 
    private:
     fs::path p_;
+    std::shared_ptr<JSONWriter> writer_;
   };
   auto writer = std::make_shared<JSONWriter>();
   fs::remove_all(dir());
@@ -522,7 +538,7 @@ TEST_F(JSONWriterTest, AWriteErrorIsLoggedAndTrainingGoesOn) {
   LogCapture log;
   // Training goes on, and the run ends with an error naming stats.json.
   try {
-    trainer.train({std::make_shared<Recreate>(dir())}, {writer}, 3, 1, 1);
+    trainer.train({std::make_shared<Recreate>(dir(), writer)}, {writer}, 3, 1, 1);
     ADD_FAILURE() << "no WriteFailedError";
   } catch (const WriteFailedError& e) {
     EXPECT_EQ(e.files(), std::vector<std::string>{stats_path().string()});
@@ -537,6 +553,204 @@ TEST_F(JSONWriterTest, AWriteErrorIsLoggedAndTrainingGoesOn) {
   EXPECT_EQ(read_text(stats_path()), R"([{"cost": 1.0, "epoch_num": 1, "global_step": 1}, )"
                                      R"({"cost": 2.0, "epoch_num": 1, "global_step": 2}, )"
                                      R"({"cost": 3.0, "epoch_num": 1, "global_step": 3}])");
+}
+
+// ---- the writer's thread ----
+
+// At the end of the last epoch (before the monitors' trigger_epoch: monitors come after the
+// callbacks), waits until the writer's thread is held at the gate in a call of kind `what`, then
+// opens the gate, recording how far training got meanwhile.
+class OpenGateAtTheLastEpochEnd : public Callback {
+ public:
+  OpenGateAtTheLastEpochEnd(std::shared_ptr<testing::Gate> gate, std::string what)
+      : gate_(std::move(gate)), what_(std::move(what)) {}
+  bool writer_held = false;
+  int64_t steps_before_open = -1;
+  size_t calls_before_open = 0;
+
+ protected:
+  void _trigger_epoch() override {
+    if (epoch_num() != trainer().max_epoch()) return;
+    writer_held = gate_->wait_for_call(what_);
+    steps_before_open = global_step();
+    calls_before_open = gate_->calls().size();
+    gate_->open();
+  }
+
+ private:
+  std::shared_ptr<testing::Gate> gate_;
+  std::string what_;
+};
+
+// The writer's thread is held at its first write until the last epoch ends: the training thread
+// went through every step and the first epoch end meanwhile (so neither a step's write nor the
+// epoch end's fdatasync ran on it), the entries reach the file in order once the writer goes on,
+// and after_train leaves the complete file, fdatasynced, when train() returns.
+TEST_F(JSONWriterTest, TheTrainingThreadDoesNotWaitForTheWritesAndAfterTrainWritesEverything) {
+  auto gate = std::make_shared<testing::Gate>();
+  auto writer = std::make_shared<JSONWriter>(JSONWriterOptions().io_hook(gate->hook()));
+  auto opener = std::make_shared<OpenGateAtTheLastEpochEnd>(gate, "write");
+  NoOpTrainer trainer;
+  trainer.set_handle_signals(false);
+  trainer.train({std::make_shared<PutScalars>(), opener}, {writer}, 2, 1, 2);
+
+  EXPECT_FALSE(gate->timed_out()) << "the training thread waited for a write";
+  EXPECT_TRUE(opener->writer_held);
+  EXPECT_EQ(opener->steps_before_open, 4);
+  EXPECT_EQ(opener->calls_before_open, 1u);  // the first write, held
+  EXPECT_EQ(read_text(stats_path()), kTwoEpochs);
+  const auto calls = gate->calls();
+  ASSERT_FALSE(calls.empty());
+  for (const auto& c : calls) EXPECT_NE(c.thread, std::this_thread::get_id()) << c.what;
+  EXPECT_EQ(calls.front().what, "write");
+  EXPECT_EQ(calls.back().what, "fdatasync");  // after the last write, before train() returned
+}
+
+// Only fdatasync is held: an epoch end asks for it and goes on; the training thread runs to the
+// end of the last epoch while an earlier epoch's fdatasync cannot end. (The file is there from
+// the start, so that every write appends and every epoch end has something to fdatasync: a
+// first write that creates the file does it durably, with nothing left to fdatasync.)
+TEST_F(JSONWriterTest, TheEpochEndFdatasyncRunsOnTheWritersThread) {
+  write_text(stats_path(), "[]");
+  auto gate =
+      std::make_shared<testing::Gate>([](const std::string& what) { return what == "fdatasync"; });
+  auto writer = std::make_shared<JSONWriter>(JSONWriterOptions().io_hook(gate->hook()));
+  auto opener = std::make_shared<OpenGateAtTheLastEpochEnd>(gate, "fdatasync");
+  NoOpTrainer trainer;
+  trainer.set_handle_signals(false);
+  trainer.train({std::make_shared<PutScalars>(), opener}, {writer}, 2, 1, 3);
+
+  // An earlier epoch's fdatasync could not end before the gate opened at the end of the last.
+  EXPECT_FALSE(gate->timed_out()) << "the training thread waited for an fdatasync";
+  EXPECT_TRUE(opener->writer_held);
+  EXPECT_EQ(opener->steps_before_open, 6);
+  int syncs_while_closed = 0;
+  for (const auto& c : gate->calls()) {
+    EXPECT_NE(c.thread, std::this_thread::get_id()) << c.what;
+    if (c.what == "fdatasync" && c.before_open) ++syncs_while_closed;
+  }
+  EXPECT_EQ(syncs_while_closed, 1);  // held until the last epoch's end
+  EXPECT_EQ(read_text(stats_path()),
+            std::string(kTwoEpochs, std::strlen(kTwoEpochs) - 1) +
+                R"(, {"cost": 0.2, "epoch_num": 3, "global_step": 5}, )"
+                R"({"cost": 0.16666666666666666, "lr": 0.30000000000000004, "epoch_num": 3, )"
+                R"("global_step": 6}])");
+}
+
+// Epoch ends that come while the writer's thread is in an fdatasync share the next one: with the
+// first fdatasync held until the fifth epoch ends, the three or four epoch ends queued meanwhile
+// cost one fdatasync (two if the last comes after it started), not one each.
+TEST_F(JSONWriterTest, EpochEndsQueuedDuringAnFdatasyncShareTheNextOne) {
+  write_text(stats_path(), "[]");  // every write appends (see the test above)
+  auto gate =
+      std::make_shared<testing::Gate>([](const std::string& what) { return what == "fdatasync"; });
+  auto writer = std::make_shared<JSONWriter>(JSONWriterOptions().io_hook(gate->hook()));
+  auto opener = std::make_shared<OpenGateAtTheLastEpochEnd>(gate, "fdatasync");
+  NoOpTrainer trainer;
+  trainer.set_handle_signals(false);
+  trainer.train({std::make_shared<PutScalars>(), opener}, {writer}, 2, 1, 5);
+  EXPECT_TRUE(opener->writer_held);
+  int syncs = 0;
+  for (const auto& c : gate->calls()) syncs += c.what == "fdatasync" ? 1 : 0;
+  EXPECT_GE(syncs, 2);
+  EXPECT_LE(syncs, 3);
+  EXPECT_EQ(parse_stats_file(read_text(stats_path())).entries.size(), 10u);
+}
+
+// A write that fails on the writer's thread is reported to the trainer on the training thread at
+// the next epoch end (not when it happens), and the run ends with WriteFailedError naming
+// stats.json; the file then holds every entry (the next write rewrote it).
+TEST_F(JSONWriterTest, AWriteFailureOnTheWritersThreadIsReportedAtTheNextEpochEnd) {
+  auto writer = std::make_shared<JSONWriter>();
+  auto cb = std::make_shared<testing::ActionCallback>();
+  int64_t failures_after_the_failed_write = -1;
+  int64_t failures_at_epoch_2 = -1;
+  cb->trigger_step_fn = [&](testing::ActionCallback& c) {
+    if (c.global_step() == 2) {
+      writer->flush();  // the step-1 entry's write has failed (no directory)
+      failures_after_the_failed_write = c.trainer().write_failure_count();
+      fs::create_directories(dir());
+    }
+    c.trainer().monitors().put_scalar("cost", static_cast<double>(c.global_step()));
+  };
+  cb->before_epoch_fn = [&](testing::ActionCallback& c) {
+    if (c.epoch_num() == 2) failures_at_epoch_2 = c.trainer().write_failure_count();
+  };
+  fs::remove_all(dir());
+  NoOpTrainer trainer;
+  trainer.set_handle_signals(false);
+  LogCapture log;
+  try {
+    trainer.train({cb}, {writer}, 3, 1, 2);
+    ADD_FAILURE() << "no WriteFailedError";
+  } catch (const WriteFailedError& e) {
+    EXPECT_EQ(e.files(), std::vector<std::string>{stats_path().string()});
+    EXPECT_EQ(e.failure_count(), 1);
+  }
+  EXPECT_EQ(failures_after_the_failed_write, 0);
+  EXPECT_EQ(failures_at_epoch_2, 1);
+  ASSERT_EQ(trainer.write_failures().size(), 1u);
+  EXPECT_EQ(trainer.write_failures()[0].callback, "JSONWriter");
+  EXPECT_EQ(trainer.write_failures()[0].global_step, 3);  // reported at the end of epoch 1
+  EXPECT_TRUE(log.contains("ERR Exception in JSONWriter._write_stat()! "));
+  std::string want = "[";
+  for (int s = 1; s <= 6; ++s) {
+    want += fmt::format(R"({}{{"cost": {}.0, "epoch_num": {}, "global_step": {}}})",
+                        s == 1 ? "" : ", ", s, (s + 2) / 3, s);
+  }
+  EXPECT_EQ(read_text(stats_path()), want + "]");
+}
+
+// A process killed (SIGKILL) while it writes an entry every step leaves a stats.json that
+// Python's json.load reads: each write covers whole entries and ends with the closing `]`, and
+// stays within one page of the file (Linux ends a killed write only between pages).
+TEST_F(JSONWriterTest, AProcessKilledWhileWritingLeavesValidJson) {
+  std::mt19937 rng(12345);
+  for (int round = 0; round < 5; ++round) {
+    SCOPED_TRACE(round);
+    fs::remove(stats_path());
+    std::fflush(stdout);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      logger::set_level(logger::Level::kWarning);  // no epoch lines: hundreds of epochs a second
+      try {
+        NoOpTrainer trainer;
+        trainer.set_handle_signals(false);
+        trainer.train({std::make_shared<PutScalars>()}, {std::make_shared<JSONWriter>()}, 1000, 1,
+                      1000000);
+      } catch (...) {
+      }
+      ::_exit(3);
+    }
+    // Kill it at a random moment once the file holds a few pages of entries.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    std::error_code ec;
+    auto size = [&] {
+      const uintmax_t n = fs::file_size(stats_path(), ec);
+      return ec ? 0 : n;
+    };
+    while (size() < 16384 + 8192 * static_cast<uintmax_t>(round) &&
+           std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 20000));
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the child ended by itself: " << status;
+    const std::string text = read_text(stats_path());
+    const ParsedStats parsed = parse_stats_file(text);
+    EXPECT_EQ(parsed.status, ParsedStats::Status::kValid)
+        << text.substr(text.size() > 200 ? text.size() - 200 : 0);
+    EXPECT_GT(parsed.entries.size(), 100u);
+    if (round == 0) {
+      const auto out = python_load(stats_path());
+      if (out) {
+        EXPECT_THAT(*out, ::testing::StartsWith("[{'cost': 1.0, 'epoch_num': 1,"));
+      }
+    }
+  }
 }
 
 }  // namespace

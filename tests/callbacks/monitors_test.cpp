@@ -93,6 +93,45 @@ TEST(MonitorsPutScalar, ProcessScalarOnAllThenASummaryOfOneScalarOnAll) {
   EXPECT_EQ(f.monitors.get_history("cost"), expected);
 }
 
+// A put from inside a monitor's process_summary: every monitor still gets the outer summary
+// (put_scalar reuses one summary object from put to put).
+TEST(MonitorsPutScalar, APutFromInsideProcessSummaryLeavesTheOuterSummaryIntact) {
+  class PutsAgain : public MonitorBase {
+   public:
+    Monitors* monitors = nullptr;
+    void process_summary(const Summary& summary) override {
+      if (summary.values.at(0).tag == "outer") monitors->put_scalar("inner", 2.0);
+    }
+  };
+  auto log = std::make_shared<std::vector<std::string>>();
+  auto again = std::make_shared<PutsAgain>();
+  auto b = std::make_shared<Recorder>(log, "B");
+  Monitors monitors({again, b});
+  again->monitors = &monitors;
+  monitors.put_scalar("outer", 1.0);
+  ASSERT_EQ(b->summaries.size(), 2u);
+  EXPECT_EQ(b->summaries[0].values.at(0).tag, "inner");
+  EXPECT_EQ(b->summaries[0].values.at(0).scalar, 2.0);
+  EXPECT_EQ(b->summaries[1].values.at(0).tag, "outer");
+  EXPECT_EQ(b->summaries[1].values.at(0).scalar, 1.0);
+  monitors.put_scalar("next", 3.0);  // the reused summary is free again
+  ASSERT_EQ(b->summaries.size(), 3u);
+  EXPECT_EQ(b->summaries[2].values.at(0).tag, "next");
+}
+
+TEST(MonitorsPutScalar, TheHistoryOfAlternatingNamesKeepsEachNameApart) {
+  Fixture f;
+  f.monitors.put_scalar("a", 1.0);
+  f.monitors.put_scalar("b", 2.0);
+  f.monitors.put_scalar("a", 3.0);
+  f.monitors.put_scalar("a", 4.0);
+  f.monitors.put_scalar("b", 5.0);
+  EXPECT_EQ(f.monitors.get_history("a"), (Monitors::History{{0, 1.0}, {0, 3.0}, {0, 4.0}}));
+  EXPECT_EQ(f.monitors.get_history("b"), (Monitors::History{{0, 2.0}, {0, 5.0}}));
+  EXPECT_EQ(f.monitors.get_latest("a"), 4.0);
+  EXPECT_EQ(f.monitors.names(), (std::vector<std::string>{"a", "b"}));
+}
+
 // ---- put_image: shapes ----
 
 TEST(MonitorsPutImage, TwoDimensionsAreOneGreyImage) {

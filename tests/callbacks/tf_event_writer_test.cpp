@@ -21,6 +21,7 @@
 
 #include "support/command.h"
 #include "support/event_reader.h"
+#include "support/gate.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/monitor.h"
 #include "trainpack/testing.h"
@@ -143,24 +144,13 @@ TEST_F(TFEventWriterTest, FileNamePattern) {
 }
 
 TEST_F(TFEventWriterTest, TrainingRunThroughMonitors) {
+  // With these options only the epoch-end flushes and after_train write the events.
   auto w = make_writer(TFEventWriterOptions().max_queue(1000).flush_secs(1000));
   auto cb = std::make_shared<ActionCallback>();
-  std::vector<size_t> records_at_epoch_start;
   cb->trigger_step_fn = [](ActionCallback& c) {
     c.trainer().monitors().put_scalar("loss", 0.25 * static_cast<double>(c.global_step()));
   };
-  // At the start of epoch 2 the epoch-1 events are on disk: the epoch-end flush (only that
-  // flush can have written them with these options) was waited for.
-  // (At the start of epoch 1 the writer thread may be between creating the file and writing
-  // its first record: nothing is promised there, so only epoch 2 is read.)
-  cb->before_epoch_fn = [&](ActionCallback& c) {
-    if (c.trainer().epoch_num() != 2) return;
-    const auto files = event_files(dir());
-    records_at_epoch_start.push_back(files.empty() ? 0 : read_event_file(files[0]).size());
-  };
   train({cb}, {w}, 3, 2);
-  ASSERT_EQ(records_at_epoch_start.size(), 1u);
-  EXPECT_EQ(records_at_epoch_start[0], 4u);  // version + 3 scalars
   const auto files = event_files(dir());
   ASSERT_EQ(files.size(), 1u);
   const auto events = read_event_file(files[0]);
@@ -594,6 +584,80 @@ TEST_F(TFEventWriterTest, UnwritableDirectoryIsAnErrorLineNotACrashAndTheRunFail
     }
   }
   EXPECT_TRUE(named) << "no ERROR line naming the file";
+}
+
+// ---- the writer's thread at the epoch end ----
+
+// The epoch-end fsync is held: the epoch end asks for it and goes on, the training thread runs the
+// second epoch while the writer's thread waits in the first epoch's fsync, and after_train waits
+// for everything.
+TEST_F(TFEventWriterTest, TheEpochEndFsyncRunsOnTheWritersThread) {
+  auto gate =
+      std::make_shared<testing::Gate>([](const std::string& what) { return what == "fsync"; });
+  auto w = make_writer(TFEventWriterOptions().io_hook(gate->hook()));
+  auto cb = std::make_shared<ActionCallback>();
+  int64_t steps_before_open = -1;
+  bool writer_held = false;
+  cb->trigger_step_fn = [](ActionCallback& c) {
+    c.trainer().monitors().put_scalar("loss", static_cast<double>(c.global_step()));
+  };
+  cb->trigger_epoch_fn = [&](ActionCallback& c) {
+    if (c.epoch_num() != 2) return;
+    writer_held = gate->wait_for_call("fsync");  // the first epoch's, which cannot end yet
+    steps_before_open = c.global_step();
+    gate->open();
+  };
+  train({cb}, {w}, 3, 2);
+  EXPECT_FALSE(gate->timed_out()) << "the training thread waited for an fsync";
+  EXPECT_TRUE(writer_held);
+  EXPECT_EQ(steps_before_open, 6);
+  int fsyncs_while_closed = 0;
+  for (const auto& c : gate->calls()) {
+    EXPECT_NE(c.thread, std::this_thread::get_id()) << c.what;
+    if (c.what == "fsync" && c.before_open) ++fsyncs_while_closed;
+  }
+  EXPECT_EQ(fsyncs_while_closed, 1);
+  EXPECT_EQ(gate->calls().back().what, "fsync");  // after_train's, before train() returned
+  const auto files = event_files(dir());
+  ASSERT_EQ(files.size(), 1u);
+  const auto events = read_event_file(files[0]);
+  ASSERT_EQ(events.size(), 7u);
+  for (int i = 1; i <= 6; ++i) EXPECT_EQ(events[i].step(), i);
+}
+
+// With split_files, an epoch end asks for a new file without waiting: while the writer's thread
+// is held (from its first write on, until the last epoch ends), the events of all three epochs
+// are queued; each still lands in its own epoch's file.
+TEST_F(TFEventWriterTest, SplitFilesKeepEachEpochInItsFileWhenTheWriterIsBehind) {
+  auto gate = std::make_shared<testing::Gate>();
+  auto w = make_writer(TFEventWriterOptions().split_files(true).io_hook(gate->hook()));
+  auto cb = std::make_shared<ActionCallback>();
+  int64_t steps_before_open = -1;
+  cb->trigger_step_fn = [](ActionCallback& c) {
+    c.trainer().monitors().put_scalar("e", static_cast<double>(c.epoch_num()));
+  };
+  bool writer_held = false;
+  cb->trigger_epoch_fn = [&](ActionCallback& c) {
+    if (c.epoch_num() != 3) return;
+    writer_held = gate->wait_for_call("write");  // the version record of the first file
+    steps_before_open = c.global_step();
+    gate->open();
+  };
+  train({cb}, {w}, 2, 3);
+  EXPECT_FALSE(gate->timed_out()) << "the training thread waited for the writer";
+  EXPECT_TRUE(writer_held);
+  EXPECT_EQ(steps_before_open, 6);
+  const auto files = event_files(dir());
+  ASSERT_EQ(files.size(), 3u);
+  EXPECT_EQ(w->files(), files);
+  for (int epoch = 1; epoch <= 3; ++epoch) {
+    SCOPED_TRACE(epoch);
+    const auto events = read_event_file(files[epoch - 1]);
+    ASSERT_EQ(events.size(), 3u);
+    EXPECT_EQ(events[1].step(), 2 * epoch - 1);
+    EXPECT_EQ(events[2].step(), 2 * epoch);
+    EXPECT_EQ(events[2].summary().value(0).simple_value(), static_cast<float>(epoch));
+  }
 }
 
 }  // namespace

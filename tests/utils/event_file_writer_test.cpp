@@ -17,6 +17,7 @@
 #include "support/errors.h"
 #include "support/event_reader.h"
 #include "support/files.h"
+#include "support/gate.h"
 #include "support/temp_dir.h"
 #include "trainpack/testing.h"
 #include "trainpack/utils/crc32c.h"
@@ -227,6 +228,45 @@ TEST_F(EventFileWriterTest, BadArgumentsThrowNamingTheWriter) {
             "EventFileWriter: logdir '" + missing + "' is not a directory");
   EventFileWriter w(dir().string() + "/./");
   EXPECT_EQ(w.logdir(), dir().string());  // normalised
+}
+
+// request_flush returns while the writer's thread is held, and covers exactly the events queued
+// before it: with a new file, the events added after it go to the next file.
+TEST_F(EventFileWriterTest, RequestFlushReturnsAtOnceAndCoversTheEventsQueuedBeforeIt) {
+  testing::Gate gate;
+  EventFileWriter w(dir().string(), EventFileWriterOptions().io_hook(gate.hook()));
+  w.add_scalar(1, 1, "x", 1);
+  w.add_scalar(1, 2, "x", 2);
+  EXPECT_TRUE(w.request_flush(/*new_file=*/true));
+  w.add_scalar(1, 3, "x", 3);
+  EXPECT_TRUE(w.request_flush());
+  for (const auto& c : gate.calls()) EXPECT_TRUE(c.before_open);  // held: at most its first write
+  EXPECT_LE(gate.calls().size(), 1u);
+  gate.open();
+  EXPECT_TRUE(w.flush());
+  w.close();
+  EXPECT_FALSE(gate.timed_out()) << "request_flush waited for the writer";
+  ASSERT_EQ(w.files().size(), 2u);
+  const auto first = read_event_file(w.files()[0]);
+  ASSERT_EQ(first.size(), 3u);
+  EXPECT_EQ(first[1].step(), 1);
+  EXPECT_EQ(first[2].step(), 2);
+  const auto second = read_event_file(w.files()[1]);
+  ASSERT_EQ(second.size(), 2u);
+  EXPECT_EQ(second[1].step(), 3);
+}
+
+// A loss found by a flush that request_flush did not wait for is returned by the next call.
+TEST_F(EventFileWriterTest, ALossFoundAfterRequestFlushIsReturnedByTheNextFlush) {
+  const fs::path gone = dir() / "gone";
+  fs::create_directories(gone);
+  EventFileWriter w(gone.string());
+  fs::remove_all(gone);
+  LogCapture log;
+  w.add_scalar(1, 1, "x", 1);
+  EXPECT_TRUE(w.request_flush());  // nothing known yet: its flush has not run
+  EXPECT_FALSE(w.flush());         // the previous request's flush dropped the event
+  EXPECT_TRUE(w.flush());          // reported once
 }
 
 }  // namespace

@@ -7,11 +7,23 @@
 //
 //   [{"cost": 0.6931471824645996, "epoch_num": 1, "global_step": 100}, {...}]
 //
-// When an entry is written: in before_train (what earlier callbacks put there, with
+// When an entry is made: in before_train (what earlier callbacks put there, with
 // `epoch_num = starting_epoch - 1`), after every step but the last of an epoch, and at every epoch
 // end, each time only if something was put since the previous entry. Within an entry the last
 // value put under a name wins, and names keep the position of their first put. Nothing is written
 // in after_train (as in tensorpack: values put there are lost).
+//
+// Threads: the training thread only notes the values and queues each entry (under a mutex; no
+// system call, and no allocation once the names have been seen). A thread owned by the writer,
+// started in before_train (after the file found at start was dealt with, which stays on the
+// training thread) and joined in after_train (or the destructor), formats the entries and appends
+// them to the file, gathering them for up to 10 ms so that one write carries many, and
+// fdatasyncs the file when an epoch end (or before_train) asks for it (epoch ends that come
+// while it is busy, in an fdatasync typically, share the next one); the training thread does not
+// wait for either. after_train waits until every entry is written and fdatasynced: the file is
+// complete and on the disk when train() returns. A reader of the file during training (in this
+// process) calls flush() first. The queue is bounded (about 130,000 one-scalar entries): a
+// training thread that far ahead of the disk waits for it.
 //
 // On start (before_train), an existing stats.json is
 // - appended to when its last entry's `epoch_num` + 1 is the trainer's starting_epoch, or it has
@@ -43,34 +55,48 @@
 //   monitors.push_back(trainpack::JSONWriter::create());  // a NoOpMonitor without a logger dir
 //
 // Differences from tensorpack (docs/tensorpack-differences.md #8, fixed):
-// - The cost of a write is proportional to the new entry, not to the whole history: the file is
-//   kept open and each entry replaces the closing `]` with `, {entry}]` (one pwrite). tensorpack
-//   dumps the whole list to `stats.json.tmp` and renames it at every trigger (quadratic over a
-//   run). The first entry of a new file is written to a temporary file, fsynced and renamed in.
-// - Durability: fdatasync at every epoch end and after before_train's entry, not after the
-//   per-step entries (an fsync costs milliseconds; with scalars put every step it would dominate
-//   the step time). A process crash loses nothing that was written (it is in the page cache); a
-//   power loss loses at most the step entries of the current epoch.
+// - The cost of a write is proportional to the new entries, not to the whole history: the file is
+//   kept open and each write replaces the closing `]` with `, {entry}, ..., {entry}]` (one
+//   pwrite, on the writer's thread). tensorpack dumps the whole list to `stats.json.tmp` and
+//   renames it at every trigger (quadratic over a run), on the training thread. The first entry of
+//   a new file is written to a temporary file, fsynced and renamed in.
+// - Durability: the writer's thread fdatasyncs after every epoch end and after before_train's
+//   entry, not after the per-step entries (an fsync costs milliseconds; with scalars put every
+//   step it would dominate the step time), and the training thread does not wait for it. A
+//   process crash loses the entries not yet written: those of the last 10 ms or so before it
+//   (the writer's gathering time) and any it was still writing. A power loss loses at most the
+//   entries since the fdatasync that followed the last completed epoch end. after_train waits
+//   for the last write and fdatasync.
 // - Crash behaviour: after every completed write the file is valid JSON that Python's json.load
-//   reads. A crash (or power loss) in the middle of an append can leave an incomplete last entry
-//   (`[{...}, {"a": 1`, possibly with NUL bytes after it after a power loss): Python's json.load
-//   rejects that file, while load_existing_json keeps its complete entries with a warning, and the
-//   next JSONWriter on that directory repairs it as described above.
+//   reads. A write covers whole entries and stays within one 4 KiB page of the file when it can
+//   (Linux ends a write interrupted by SIGKILL only between pages), so a killed process leaves a
+//   valid file but for the rare entry that crosses a page boundary. A crash (or power loss) in the
+//   middle of such an append can leave an incomplete last entry (`[{...}, {"a": 1`, possibly with
+//   NUL bytes after it after a power loss): Python's json.load rejects that file, while
+//   load_existing_json keeps its complete entries with a warning, and the next JSONWriter on that
+//   directory repairs it as described above.
 // - A malformed or truncated file found at start is kept aside instead of making training fail.
 // - Scalars are doubles, so they are always written as floats (`100.0`); `epoch_num` and
 //   `global_step` are integers. Values read back keep their kind (an integer stays an integer).
 // - The directory is the logger directory at construction (tensorpack reads it in before_train).
-// - A write error logs `Exception in JSONWriter._write_stat()! <reason>` (ERROR) and training
-//   goes on, as in tensorpack; the next write then rewrites the whole file (temporary file and
-//   rename) so that it holds every entry again. Unlike tensorpack, the error (and a file found at
-//   start that could not be adopted) is reported to the trainer (Trainer::report_write_failure),
-//   so the run ends with WriteFailedError naming stats.json instead of a success.
+// - A write error logs `Exception in JSONWriter._write_stat()! <reason>` (ERROR, from the
+//   writer's thread) and training goes on, as in tensorpack; the next write then rewrites the
+//   whole file (temporary file and rename) so that it holds every entry again. Unlike tensorpack,
+//   the error (and a file found at start that could not be adopted) is reported to the trainer
+//   (Trainer::report_write_failure, on the training thread: at the first epoch end after the
+//   writer's thread met it, or in after_train at the latest), so the run ends with
+//   WriteFailedError naming stats.json instead of a success.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
+
+#include <torch/arg.h>
 
 #include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/utils/stats_json.h"  // StatValue, StatsEntry, the format and the reader
@@ -81,12 +107,20 @@ struct ResumePoint;  // trainpack/train/trainer.h
 
 namespace trainpack {
 
+struct JSONWriterOptions {
+  // Called on the writer's thread with "write" before each write of stats.json and with
+  // "fdatasync" before each fdatasync. For tests: a hook that blocks shows what the training
+  // thread does not wait for; one that throws is a write error.
+  TORCH_ARG(std::function<void(const char* what)>, io_hook) = nullptr;
+};
+
 class JSONWriter : public MonitorBase {
  public:
   static constexpr const char* FILENAME = "stats.json";
 
   // Writes into the current logger directory. Throws std::invalid_argument when none is set.
-  JSONWriter();
+  explicit JSONWriter(JSONWriterOptions options = {});
+  // Writes what is queued, fdatasyncs and closes the file (joins the writer's thread).
   ~JSONWriter() override;
 
   // tensorpack's `JSONWriter()`: a JSONWriter, or, when no logger directory is set, a
@@ -114,12 +148,20 @@ class JSONWriter : public MonitorBase {
     return format_stats_file(entries);
   }
 
+  // Notes the value for the next entry (no system call, no allocation for a name seen before).
   void process_scalar(const std::string& name, double value) override;
+
+  // Returns once every entry made so far is written to stats.json (in the page cache, not
+  // necessarily on the disk), for a reader of the file during training (the file is valid JSON
+  // then). A write that failed meanwhile is reported at the next epoch end as usual. Call it on
+  // the training thread (or when no training runs).
+  void flush();
 
   // The path of stats.json.
   const std::string& path() const { return path_; }
-  // Every entry of the file as this writer knows it (loaded ones included).
-  const std::vector<StatsEntry>& stats() const { return stats_; }
+  // Every entry of the file as this writer knows it (loaded ones included); waits for the
+  // writer's thread as flush() does. Call it on the training thread or after training.
+  std::vector<StatsEntry> stats() const;
 
  protected:
   void _setup_graph() override;
@@ -130,31 +172,49 @@ class JSONWriter : public MonitorBase {
   void _after_train() override;
 
  private:
-  // Adopts the file found at start (append / back up / move aside / repair).
+  struct Background;  // the writer's thread and what it shares with the training thread
+
+  // Adopts the file found at start (append / back up / move aside / repair); sets the writer's
+  // text and file.
   void adopt_existing_file();
   // Without a resume point: whether the last entry's epoch_num + 1 is the starting epoch (or
   // absent); warns as tensorpack does when not.
   bool follows_starting_epoch(const std::vector<StatsEntry>& entries) const;
   // With a resume point: drops the entries after its global_step (warning); true if any.
   bool keep_entries_up_to(std::vector<StatsEntry>& entries, const ResumePoint& resumed) const;
-  // Writes the entry just added to stats_; logs write errors.
-  void write_stat();
-  // Replaces the file with all of stats_ (temporary file, fsync, rename) and opens it for appends.
-  void rewrite_all();
-  // fdatasync if something was written since the last sync; logs errors.
-  void sync();
-  void close_file();
+  // The id of `name` in names_ (added when new; the writer's thread learns its JSON text).
+  uint32_t intern(const std::string& name);
+  // Writes what is queued on the calling thread (when the writer's thread does not run).
+  void drain_inline();
+  // Queues an fdatasync of everything queued so far (the writer's thread does it).
+  void request_sync();
+  // Reports the write failures of the writer's thread to the trainer (on the training thread).
+  void report_failures();
+  // Stops and joins the writer's thread after it wrote and fdatasynced everything queued.
+  void stop_background();
 
   std::string dir_;
   std::string path_;
-  std::vector<StatsEntry> stats_;
-  StatsEntry stat_now_;
-  int fd_ = -1;
-  // Offset of the closing ']' in the open file.
-  int64_t close_offset_ = 0;
-  bool dirty_ = false;         // written since the last fdatasync
-  bool need_rewrite_ = false;  // the file may not hold stats_ (after a write error)
-  bool disabled_ = false;      // the file found at start could not be adopted safely
+  JSONWriterOptions options_;
+  std::unique_ptr<Background> bg_;
+
+  // ---- the training thread's own ----
+  struct Slot {
+    uint32_t id;
+    double value;
+  };
+  // Names seen so far, by id (ids 0 and 1: `epoch_num` and `global_step`, which the counters
+  // overwrite), and the index to find them.
+  std::vector<std::string> names_;
+  std::unordered_map<std::string, uint32_t> ids_;
+  // The entry being gathered: one slot per name, in the order of the first put.
+  std::vector<Slot> current_;
+  bool put_since_entry_ = false;  // something was put (a counter's name included)
+  // The ids put for the previous entry, in put order: the next entry's puts are usually the same
+  // names in the same order, found by one string comparison instead of a hash lookup.
+  std::vector<uint32_t> previous_puts_;
+  std::vector<uint32_t> puts_;
+  bool disabled_ = false;  // the file found at start could not be adopted safely
 };
 
 }  // namespace trainpack

@@ -136,6 +136,11 @@ class Monitors : public Callback {
 
   std::vector<MonitorPtr> monitors_;
   std::map<std::string, History, std::less<>> history_;
+  // The history put to last (history_.end(): none); map iterators stay valid as names are added.
+  std::map<std::string, History, std::less<>>::iterator last_recorded_;
+  // put_scalar's summary, reused (see put_scalar).
+  Summary scalar_summary_;
+  bool scalar_summary_busy_ = false;
 };
 
 namespace detail {

@@ -81,6 +81,8 @@ class ScalarPrinter : public MonitorBase {
   // Every name seen, sorted; entries are kept (and marked not pending) so that putting a known
   // name allocates nothing.
   std::map<std::string, Entry, std::less<>> values_;
+  // The entry put to last (values_.end(): none); map iterators stay valid as names are added.
+  std::map<std::string, Entry, std::less<>>::iterator last_put_ = values_.end();
   std::size_t num_pending_ = 0;
 };
 

@@ -25,23 +25,30 @@
 // Threads: the training thread only copies the summary into a queue (under a mutex). A thread
 // owned by the writer, started at setup_graph (or by flush()) and joined at after_train (or in the
 // destructor), encodes the events and writes them to the file when max_queue events are pending
-// or flush_secs have passed since the last write. At every epoch end (trigger) the writer flushes
-// and fsyncs, and the training thread waits for it; with split_files the file is then closed and
-// the next event opens a new one. after_train flushes, fsyncs and closes. A producer far ahead of
-// the disk (65536 events pending) waits for the writer instead of growing memory without bound.
+// or flush_secs have passed since the last write. At every epoch end (trigger) the training
+// thread queues a request to flush and fsync and goes on without waiting; the writer's thread
+// writes and fsyncs everything queued before the request (with split_files it then closes the
+// file, and the next event, of the next epoch, opens a new one; epoch ends that come while it is
+// still in an fsync share the next one). So the events of an epoch are on the disk shortly after
+// its end, not at its end. after_train flushes, fsyncs and closes, and
+// waits for that. A producer far ahead of the disk (65536 events pending) waits for the writer
+// instead of growing memory without bound.
 //
 // Errors: a file that cannot be opened or written is an ERROR line naming the file; training
 // goes on, and the events meanwhile are dropped (the open is retried at the next epoch end). The
-// loss is reported to the trainer (Trainer::report_write_failure, found at every epoch end and at
-// after_train), so that the run ends with WriteFailedError naming the event file.
+// loss is reported to the trainer (Trainer::report_write_failure) on the training thread: at the
+// first epoch end after the writer's thread found it, or at after_train at the latest, so that
+// the run ends with WriteFailedError naming the event file.
 //
 // Differences from tensorpack: no graph definition is written (there is no TF graph); the `.pid.n`
-// suffix of the file name; the epoch-end flush also fsyncs and waits for the disk; after a split
+// suffix of the file name; the epoch-end flush also fsyncs (on the writer's thread); after a split
 // the new file is opened by the next event (so an epoch without events leaves no file, and a run
 // with split_files leaves one file per epoch rather than an extra, empty one at the end).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,6 +70,10 @@ struct TFEventWriterOptions {
   TORCH_ARG(double, flush_secs) = 120;
   // Start a new event file at every epoch end.
   TORCH_ARG(bool, split_files) = false;
+  // Called on the writer's thread with "write" before each write to the file and with "fsync"
+  // before each fsync. For tests: a hook that blocks shows what the training thread does not
+  // wait for.
+  TORCH_ARG(std::function<void(const char* what)>, io_hook) = nullptr;
 };
 
 class TFEventWriter : public MonitorBase {
@@ -86,7 +97,8 @@ class TFEventWriter : public MonitorBase {
   void process_event(const Event& event) override;
 
   // Writes everything put so far to the file, fsyncs it, and returns when that is done (starts
-  // the writer's thread if setup_graph has not). Does nothing after after_train.
+  // the writer's thread if setup_graph has not). Does nothing after after_train. A loss it finds
+  // is reported to the trainer at the next epoch end.
   void flush();
   // Flushes, fsyncs and closes the file and joins the thread (what after_train does). Events
   // given afterwards are dropped, until a new training's setup_graph opens a new file.
@@ -110,6 +122,8 @@ class TFEventWriter : public MonitorBase {
 
   TFEventWriterOptions options_;
   EventFileWriter writer_;
+  // A loss found by flush(), to be reported on the training thread at the next trigger.
+  std::atomic<bool> flush_found_loss_{false};
 };
 
 }  // namespace trainpack

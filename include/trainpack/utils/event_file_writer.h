@@ -21,18 +21,29 @@
 // is held inline, with no heap allocation beyond a long tag's. The writer's thread, started by
 // start() or flush() (or by add_* when the producer is far ahead, or by close() when events are
 // pending), opens the file, encodes the events and writes them when max_queue events are pending
-// or flush_secs have passed since the last write. While more than max_queue events are already
-// waiting, it keeps encoding into its buffer and writes once it has caught up (at most 256 KiB
-// per write call). A producer 65536 events ahead of the disk waits for the writer instead of
-// growing memory without bound.
+// or flush_secs have passed since the last write; after a write it rests 5 ms before max_queue
+// pending events alone bring it back (a producer putting an event every microsecond would
+// otherwise wake it every max_queue events, a system call on the producer's thread each time).
+// While more than max_queue events are already waiting, it keeps encoding into its buffer and
+// writes once it has caught up (at most 256 KiB per write call). A producer 65536 events ahead of
+// the disk waits for the writer instead of growing memory without bound.
+//
+// Flushing: flush() and start_new_file() wait until the file is written and fsynced (and, for
+// start_new_file, closed); request_flush() asks for the same and returns at once. A request is
+// queued behind the events added before it, so it covers exactly those, however many come after
+// it before the writer gets to it (with a new file, those go to the next file). Requests that
+// come while the writer is busy (in an fsync, typically) share the next fsync, which covers all
+// their events; a request for a new file is always done where it stands.
 //
 // Errors: a file that cannot be created or written is an ERROR line naming the file (prefixed by
 // `name`); the events meanwhile are dropped, and the file is opened again (a new one) at the
-// next flush. flush() and start_new_file() return false when something was lost since the
-// previous one.
+// next flush request. flush(), start_new_file() and request_flush() return false when a flush
+// that completed since the previous such call found something lost (for the waiting ones, their
+// own flush included; request_flush, which does not wait, reports its flush at the next call).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +61,9 @@ struct EventFileWriterOptions {
   TORCH_ARG(double, flush_secs) = 120;
   // What the error messages and log lines start with ("TFEventWriter" for the monitor).
   TORCH_ARG(std::string, name) = "EventFileWriter";
+  // Called on the writer's thread with "write" before each write to the file and with "fsync"
+  // before each fsync. For tests: a hook that blocks shows what the caller does not wait for.
+  TORCH_ARG(std::function<void(const char* what)>, io_hook) = nullptr;
 };
 
 class EventFileWriter {
@@ -73,11 +87,17 @@ class EventFileWriter {
   // creates the file and writes its file_version record at once.
   void start();
   // Writes everything queued so far, fsyncs the file, and returns when that is done (starting
-  // the thread if needed). Returns false when an event was dropped or a write failed since the
-  // previous flush (the ERROR line says which); true after close().
+  // the thread if needed). Returns false when an event was dropped or a write failed before
+  // this flush and was not yet reported by a flush call (the ERROR line says which); true after
+  // close().
   bool flush();
   // flush(), then closes the file: the next event opens a new one.
   bool start_new_file();
+  // Asks the writer's thread to do what flush() (or, with `new_file`, start_new_file()) does for
+  // the events queued so far, and returns without waiting (starting the thread if needed).
+  // Returns false when an earlier flush found a loss not yet reported; this request's own
+  // outcome is reported by the next flush call.
+  bool request_flush(bool new_file = false);
   // Writes what is queued, fsyncs and closes the file and joins the thread. Events added
   // afterwards are dropped until start().
   void close();
@@ -94,7 +114,8 @@ class EventFileWriter {
   struct Impl;
   struct Pending;
   void enqueue(Pending&& item);
-  bool request_flush(bool split);
+  // Queues a flush marker (closing the file after it with `split`); waits for it with `wait`.
+  bool flush_ticket(bool split, bool wait);
 
   std::string logdir_;
   std::unique_ptr<Impl> impl_;

@@ -12,5 +12,8 @@ namespace trainpack {
 // Positional notation when the decimal exponent is in [-4, 16), scientific otherwise (with a sign
 // and at least two exponent digits), as Python's float_repr does.
 std::string python_float_repr(double value);
+// The same text, appended to `out` (no allocation beyond out's growth: stats.json's writer
+// formats every value with it).
+void append_python_float_repr(std::string& out, double value);
 
 }  // namespace trainpack

@@ -59,8 +59,12 @@ struct StatsEntry {
 
 // The text that Python's json.dump writes for a value / an entry / a list of entries.
 std::string format_stat_value(const StatValue& value);
+// format_stat_value(value) appended to `out`, without allocating beyond out's growth.
+void append_stat_value(std::string& out, double value);
 std::string format_stats_entry(const StatsEntry& entry);
 std::string format_stats_file(const std::vector<StatsEntry>& entries);
+// The JSON string that Python's json.dump writes for a key, quotes included (`"caf\u00e9"`).
+std::string format_stats_key(std::string_view key);
 
 // What parse_stats_file found in a stats.json text.
 struct ParsedStats {
