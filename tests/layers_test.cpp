@@ -56,6 +56,8 @@ int layer_of(const std::string& rel) {
       {"train/signals", kCoreLoop},  // src: detail/signals.h, the main loop's signal scope
       {"train/single_cost", kTrainers},
       {"train/gradproc", kTrainers},
+      {"train/precision", kTrainers},
+      {"train/loss_scaler", kTrainers},
       {"train/data_parallel", kTrainers},
       {"train/config", kTrainers},
       {"train/tower", kTrainers},

@@ -56,6 +56,9 @@ std::shared_ptr<ActionCallback> size_limiter(std::unique_ptr<FileSizeLimit>* lim
                                              std::vector<int64_t> epochs) {
   auto cb = std::make_shared<ActionCallback>();
   cb->before_epoch_fn = [limit, epochs](ActionCallback& self) {
+    // The previous epoch's checkpoint may still be on ModelSaver's writer thread: the limit must
+    // hold until it is written (or failed), or the write would land after the reset and succeed.
+    wait_for_model_savers(self.trainer());
     limit->reset();
     for (int64_t e : epochs) {
       if (self.epoch_num() == e) *limit = std::make_unique<FileSizeLimit>(512);
