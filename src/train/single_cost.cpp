@@ -181,8 +181,7 @@ std::shared_ptr<Predictor> TowerTrainer::get_predictor(const std::vector<std::st
     TP_LOG_INFO("Building graph for predict tower '{}' on device {} ...", tower_name_for(device),
                 device.str());
   }
-  if (precision_ != Precision::kFloat32)
-    check_precision_supported(precision_, device, "get_predictor");
+  check_precision_supported(precision_, device, "get_predictor");  // float32 passes at once
   auto predictor =
       std::make_shared<Predictor>(tower_name_for(device), tower_, signature_, input_names,
                                   output_names, module, source, device, precision_);

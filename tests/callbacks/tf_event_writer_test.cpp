@@ -96,6 +96,22 @@ class TFEventWriterTest : public testing::TempDirTest {
     trainer.set_handle_signals(false);
     trainer.train(callbacks, monitors, steps, 1, epochs);
   }
+  // With split_files, after 3 epochs of 2 steps that each put the epoch number: 3 files, the
+  // writer's own list, each file the version event and its epoch's 2 steps; event
+  // `checked_event` holds the epoch's value.
+  void expect_one_file_per_epoch(const TFEventWriter& w, size_t checked_event) const {
+    const auto files = event_files(dir());
+    ASSERT_EQ(files.size(), 3u);
+    EXPECT_EQ(w.files(), files);
+    for (int epoch = 1; epoch <= 3; ++epoch) {
+      SCOPED_TRACE(epoch);
+      const auto events = read_event_file(files[epoch - 1]);
+      ASSERT_EQ(events.size(), 3u);
+      EXPECT_EQ(events[1].step(), 2 * epoch - 1);
+      EXPECT_EQ(events[2].step(), 2 * epoch);
+      EXPECT_EQ(events[checked_event].summary().value(0).simple_value(), static_cast<float>(epoch));
+    }
+  }
 };
 
 TEST_F(TFEventWriterTest, ProcessSummaryWritesScalarEvents) {
@@ -224,17 +240,7 @@ TEST_F(TFEventWriterTest, SplitFilesMakesOneFilePerEpoch) {
     c.trainer().monitors().put_scalar("e", static_cast<double>(c.epoch_num()));
   };
   train({cb}, {w}, 2, 3);
-  const auto files = event_files(dir());
-  ASSERT_EQ(files.size(), 3u);
-  EXPECT_EQ(w->files(), files);
-  for (int epoch = 1; epoch <= 3; ++epoch) {
-    SCOPED_TRACE(epoch);
-    const auto events = read_event_file(files[epoch - 1]);
-    ASSERT_EQ(events.size(), 3u);
-    EXPECT_EQ(events[1].step(), 2 * epoch - 1);
-    EXPECT_EQ(events[2].step(), 2 * epoch);
-    EXPECT_EQ(events[1].summary().value(0).simple_value(), static_cast<float>(epoch));
-  }
+  expect_one_file_per_epoch(*w, /*checked_event=*/1);
 }
 
 // TensorBoard's own loader (a script that loads a logdir with TensorBoard's code and prints every
@@ -647,17 +653,7 @@ TEST_F(TFEventWriterTest, SplitFilesKeepEachEpochInItsFileWhenTheWriterIsBehind)
   EXPECT_FALSE(gate->timed_out()) << "the training thread waited for the writer";
   EXPECT_TRUE(writer_held);
   EXPECT_EQ(steps_before_open, 6);
-  const auto files = event_files(dir());
-  ASSERT_EQ(files.size(), 3u);
-  EXPECT_EQ(w->files(), files);
-  for (int epoch = 1; epoch <= 3; ++epoch) {
-    SCOPED_TRACE(epoch);
-    const auto events = read_event_file(files[epoch - 1]);
-    ASSERT_EQ(events.size(), 3u);
-    EXPECT_EQ(events[1].step(), 2 * epoch - 1);
-    EXPECT_EQ(events[2].step(), 2 * epoch);
-    EXPECT_EQ(events[2].summary().value(0).simple_value(), static_cast<float>(epoch));
-  }
+  expect_one_file_per_epoch(*w, /*checked_event=*/2);
 }
 
 }  // namespace
