@@ -24,6 +24,7 @@
 #include "support/fifo.h"
 #include "support/files.h"
 #include "support/gate.h"
+#include "support/sanitizers.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/monitor.h"
 #include "trainpack/testing.h"
@@ -705,6 +706,7 @@ TEST_F(JSONWriterTest, AWriteFailureOnTheWritersThreadIsReportedAtTheNextEpochEn
 // Python's json.load reads: each write covers whole entries and ends with the closing `]`, and
 // stays within one page of the file (Linux ends a killed write only between pages).
 TEST_F(JSONWriterTest, AProcessKilledWhileWritingLeavesValidJson) {
+  TRAINPACK_SKIP_FORK_UNDER_TSAN();
   std::mt19937 rng(12345);
   for (int round = 0; round < 5; ++round) {
     SCOPED_TRACE(round);

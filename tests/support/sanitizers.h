@@ -19,3 +19,15 @@
 #else
 #define TRAINPACK_SKIP_UNDER_TSAN() (void)0
 #endif
+
+// A test that forks a child which then starts threads (a trainer with writer threads, or a death
+// test) from a process that already has threads: ThreadSanitizer refuses that ("starting new
+// threads after multi-threaded fork is not supported") and kills the child, so under TSan such a
+// test is skipped with this message; ASan and the normal build run it.
+#if defined(__SANITIZE_THREAD__)
+#define TRAINPACK_SKIP_FORK_UNDER_TSAN()                                                \
+  GTEST_SKIP() << "not checkable under ThreadSanitizer: the child of a multi-threaded " \
+                  "fork starts threads (tests/support/sanitizers.h says why)"
+#else
+#define TRAINPACK_SKIP_FORK_UNDER_TSAN() (void)0
+#endif

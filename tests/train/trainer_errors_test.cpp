@@ -4,6 +4,7 @@
 
 #include <csignal>
 
+#include "support/sanitizers.h"
 #include "trainpack/callbacks/steps.h"
 #include "trainpack/testing.h"
 #include "trainpack/train/defaults.h"
@@ -308,6 +309,7 @@ TEST(TrainerSignals, SigintGivesExitCode130) {
 }
 
 TEST(TrainerSignals, ASecondSignalTerminatesAtOnce) {
+  TRAINPACK_SKIP_FORK_UNDER_TSAN();
   EXPECT_EXIT(
       {
         NoOpTrainer trainer;
