@@ -1,7 +1,8 @@
 // Mixed precision (train/precision.h): the spellings and the refusals, the autocast guard's
 // effect and its restoring, a bfloat16 trainer whose tower and predictors run under autocast
 // while the parameters, gradients and optimizer stay float32, and a bfloat16 run that learns as
-// well as a float32 one.
+// well as a float32 one, and a bfloat16 run stopped and resumed that ends where one never stopped
+// ends.
 #include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -11,11 +12,16 @@
 #include <string>
 #include <vector>
 
+#include "support/temp_dir.h"
+#include "trainpack/callbacks/saver.h"
+#include "trainpack/callbacks/trigger.h"
 #include "trainpack/input/dataflow.h"
 #include "trainpack/train/config.h"
 #include "trainpack/train/gradproc.h"
 #include "trainpack/train/precision.h"
 #include "trainpack/train/single_cost.h"
+#include "trainpack/train/state.h"
+#include "trainpack/utils/logger.h"
 
 namespace trainpack {
 namespace {
@@ -201,6 +207,73 @@ TEST(Precision, Bfloat16TrainingReachesTheFloat32LossWithinATolerance) {
   EXPECT_NEAR(loss16, loss32, 0.05 + 0.15 * loss32) << "initial loss " << initial;
   // Not vacuous: bfloat16 really ran, so the weights differ from the float32 run's.
   EXPECT_FALSE(torch::equal(fp32->net->parameters()[0], bf16->net->parameters()[0]));
+}
+
+// Counts the steps that run; with a step > 0, ends training with StopTraining at the
+// trigger_step of that global step.
+class StopAfter : public Callback {
+ public:
+  explicit StopAfter(int64_t step) : step_(step) {}
+  int64_t steps_run = 0;
+
+ protected:
+  void _trigger_step() override {
+    ++steps_run;
+    if (step_ > 0 && trainer().global_step() == step_) throw StopTraining("test stop");
+  }
+
+ private:
+  int64_t step_;
+};
+
+class Bfloat16Resume : public testing::TempDirFixture<> {
+ protected:
+  // Epochs of 4 steps in bfloat16, a checkpoint after every step, resumed from the log directory.
+  TensorMap run(const std::string& logdir, int64_t max_epoch, int64_t stop_after_steps = 0) {
+    logger::set_logger_dir(logdir, 'k');
+    SimpleTrainer trainer;
+    trainer.set_handle_signals(false);
+    std::vector<CallbackPtr> callbacks{std::make_shared<PeriodicTrigger>(
+        std::make_shared<ModelSaver>(ModelSaverOptions().fsync(false)),
+        PeriodicTriggerOptions().every_k_steps(1))};
+    auto counter = std::make_shared<StopAfter>(stop_after_steps);
+    callbacks.push_back(counter);
+    launch_train_with_config(AutoResumeTrainConfig(TrainConfig()
+                                                       .model(std::make_shared<RingModel>())
+                                                       .dataflow(ring_batches())
+                                                       .max_epoch(max_epoch)
+                                                       .precision(Precision::kBFloat16)
+                                                       .callbacks(callbacks)
+                                                       .extra_callbacks({})
+                                                       .monitors({})),
+                             trainer);
+    logger::unset_logger_dir();
+    global_step = trainer.global_step();
+    steps_run = counter->steps_run;
+    return collect_training_state(trainer);
+  }
+  int64_t global_step = 0;
+  int64_t steps_run = 0;
+};
+
+// Stopped in the middle of epoch 2 (after step 6) and resumed, the bfloat16 run ends with every
+// entry of the training state (parameters, momentum, counters) equal to the run never stopped:
+// autocast changes how a step computes, not what a checkpoint holds.
+TEST_F(Bfloat16Resume, AResumedRunEndsWithTheStateOfOneNeverStopped) {
+  const TensorMap straight = run((dir() / "straight").string(), 3);
+  EXPECT_EQ(global_step, 12);
+  const std::string stopped = (dir() / "stopped").string();
+  run(stopped, 3, /*stop_after_steps=*/6);
+  EXPECT_EQ(global_step, 6);
+  const TensorMap resumed = run(stopped, 3);
+  EXPECT_EQ(global_step, 12);
+  EXPECT_EQ(steps_run, 6) << "the second run did not resume at step 6";
+  ASSERT_FALSE(straight.empty());
+  for (const auto& [key, value] : straight) {
+    auto found = resumed.find(key);
+    ASSERT_NE(found, resumed.end()) << key;
+    EXPECT_TRUE(torch::equal(found->second, value)) << key;
+  }
 }
 
 TEST(Precision, Float16OnTheCpuIsRefusedNamingBfloat16) {
