@@ -209,11 +209,11 @@ TEST(Precision, Bfloat16TrainingReachesTheFloat32LossWithinATolerance) {
   EXPECT_FALSE(torch::equal(fp32->net->parameters()[0], bf16->net->parameters()[0]));
 }
 
-// Counts the steps that run; with a step > 0, ends training with StopTraining at the
+// Counts the steps that run; given a step > 0, also ends training with StopTraining at the
 // trigger_step of that global step.
-class StopAfter : public Callback {
+class StepCounter : public Callback {
  public:
-  explicit StopAfter(int64_t step) : step_(step) {}
+  explicit StepCounter(int64_t step) : step_(step) {}
   int64_t steps_run = 0;
 
  protected:
@@ -236,7 +236,7 @@ class Bfloat16Resume : public testing::TempDirFixture<> {
     std::vector<CallbackPtr> callbacks{std::make_shared<PeriodicTrigger>(
         std::make_shared<ModelSaver>(ModelSaverOptions().fsync(false)),
         PeriodicTriggerOptions().every_k_steps(1))};
-    auto counter = std::make_shared<StopAfter>(stop_after_steps);
+    auto counter = std::make_shared<StepCounter>(stop_after_steps);
     callbacks.push_back(counter);
     launch_train_with_config(AutoResumeTrainConfig(TrainConfig()
                                                        .model(std::make_shared<RingModel>())
