@@ -7,10 +7,12 @@
 #   bash scripts/setup.sh --test     ... then run the whole test suite (ctest)
 #   bash scripts/setup.sh --asan     build and test with AddressSanitizer+UBSan in build-asan/
 #   bash scripts/setup.sh --tsan     build and test with ThreadSanitizer in build-tsan/
+#   bash scripts/setup.sh --install-only   install the packages, then stop (no build)
 #
 # Options combine (`--test --asan` tests the release build, then the ASan build). Arguments after
 # `--` go to every cmake configure, e.g. `-- -DTorch_DIR=/opt/libtorch/share/cmake/Torch`.
-# Environment: JOBS (parallel compile jobs; default: all cores).
+# Environment: JOBS (parallel compile jobs; default: all cores); BUILD_DIR (the release build's
+# directory; default build; the sanitizer builds go to BUILD_DIR-asan/ and BUILD_DIR-tsan/).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -40,7 +42,7 @@ PACKAGES=(
   python3-absl python3-setuptools python3-bleach
 )
 
-BUILD_DIR=build
+BUILD_DIR="${BUILD_DIR:-build}"
 JOBS="${JOBS:-$(nproc)}"
 CTEST_JOBS=2
 
@@ -64,9 +66,9 @@ die() {
   printf 'setup.sh: error: %s\n' "$*" >&2
   exit 1
 }
-usage() { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^[^#]/{/^#/p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
-DO_RUN=0 DO_TEST=0 DO_ASAN=0 DO_TSAN=0
+DO_RUN=0 DO_TEST=0 DO_ASAN=0 DO_TSAN=0 INSTALL_ONLY=0
 EXTRA_CMAKE_ARGS=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -74,6 +76,7 @@ while [[ $# -gt 0 ]]; do
     --test) DO_TEST=1 ;;
     --asan) DO_ASAN=1 ;;
     --tsan) DO_TSAN=1 ;;
+    --install-only) INSTALL_ONLY=1 ;;
     -h | --help) usage; exit 0 ;;
     --) shift; EXTRA_CMAKE_ARGS=("$@"); break ;;
     *) usage >&2; die "unknown option '$1'" ;;
@@ -124,7 +127,7 @@ configure_and_build() {
   local dir="$1" type="$2"
   shift 2
   step "Configuring $dir ($type${*:+; $*})"
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE="$type" "$@" ${EXTRA_CMAKE_ARGS[@]+"${EXTRA_CMAKE_ARGS[@]}"}
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE="$type" -DTRAINPACK_WERROR=ON "$@" ${EXTRA_CMAKE_ARGS[@]+"${EXTRA_CMAKE_ARGS[@]}"}
   step "Building $dir with $JOBS jobs"
   cmake --build "$dir" -j "$JOBS"
 }
@@ -138,6 +141,10 @@ run_tests() {
 SECONDS=0
 install_packages
 report_blas
+if [[ $INSTALL_ONLY -eq 1 ]]; then
+  step "Packages installed (--install-only: no build) in $((SECONDS / 60))m $((SECONDS % 60))s"
+  exit 0
+fi
 
 if [[ $DO_RELEASE -eq 1 ]]; then
   configure_and_build "$BUILD_DIR" Release
@@ -146,12 +153,14 @@ if [[ $DO_RELEASE -eq 1 ]]; then
 fi
 # Sanitizer builds: debug info for readable reports; benchmarks are not built there.
 if [[ $DO_ASAN -eq 1 ]]; then
-  configure_and_build build-asan RelWithDebInfo -DTRAINPACK_ASAN=ON -DTRAINPACK_BUILD_BENCHMARKS=OFF
-  run_tests build-asan
+  configure_and_build "$BUILD_DIR-asan" RelWithDebInfo -DTRAINPACK_ASAN=ON \
+    -DTRAINPACK_BUILD_BENCHMARKS=OFF
+  run_tests "$BUILD_DIR-asan"
 fi
 if [[ $DO_TSAN -eq 1 ]]; then
-  configure_and_build build-tsan RelWithDebInfo -DTRAINPACK_TSAN=ON -DTRAINPACK_BUILD_BENCHMARKS=OFF
-  run_tests build-tsan
+  configure_and_build "$BUILD_DIR-tsan" RelWithDebInfo -DTRAINPACK_TSAN=ON \
+    -DTRAINPACK_BUILD_BENCHMARKS=OFF
+  run_tests "$BUILD_DIR-tsan"
 fi
 
 step "Done in $((SECONDS / 60))m $((SECONDS % 60))s"

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>

@@ -1,6 +1,7 @@
 #include "trainpack/callbacks/monitor_base.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <exception>

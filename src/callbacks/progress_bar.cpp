@@ -1,6 +1,7 @@
 #include "trainpack/callbacks/progress_bar.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 

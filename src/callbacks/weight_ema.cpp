@@ -2,7 +2,9 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/core/GradMode.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/nn/module.h>
 
 #include <algorithm>
@@ -36,7 +38,7 @@ WeightEMA::WeightEMA(double decay, WeightEMAOptions options)
 void WeightEMA::_setup_graph() {
   tracked_.clear();
   shadows_.clear();
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (const auto& [name, tensor] : graph().trainable_variables()) {
     tracked_.push_back(tensor);
     shadows_.emplace_back(name, tensor.detach().clone());
@@ -61,7 +63,7 @@ void WeightEMA::_setup_graph() {
 
 void WeightEMA::_before_train() {
   if (loaded_) return;  // the shadows came from the checkpoint
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (size_t i = 0; i < tracked_.size(); ++i) shadows_[i].second.copy_(tracked_[i]);
   num_updates_ = 0;
 }
@@ -72,7 +74,7 @@ void WeightEMA::_trigger_step() {
     const double n = static_cast<double>(num_updates_);
     d = std::min(d, (1 + n) / (10 + n));
   }
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   // mul_ + add_ rather than lerp_ (one call): LibTorch 1.13's CPU lerp_ measured 2.6x slower
   // (bench/weight_ema.cpp, BENCHMARKS.md).
   for (size_t i = 0; i < tracked_.size(); ++i) {
@@ -82,7 +84,7 @@ void WeightEMA::_trigger_step() {
 }
 
 void WeightEMA::exchange() {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (size_t i = 0; i < tracked_.size(); ++i) {
     at::Tensor& shadow = shadows_[i].second;
     const at::Tensor value = tracked_[i].clone();
@@ -137,7 +139,7 @@ void WeightEMA::load_state(const CallbackState& state) {
     }
     saved.push_back(&t);
   }
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (size_t i = 0; i < shadows_.size(); ++i) {
     if (swapped == 1) {
       // The model entries (restored into the module) are the averages; the saved shadows are

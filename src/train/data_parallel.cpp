@@ -13,6 +13,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "trainpack/detail/torch_compat.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
@@ -149,10 +150,10 @@ std::vector<CallbackPtr> DataParallelTrainer::_setup_graph() {
       c10d::compute_bucket_assignment_by_size(params, limits, expect_sparse);
   std::reverse(buckets.begin(), buckets.end());  // gradients come in reverse order of definition
   std::reverse(bucket_limits.begin(), bucket_limits.end());
-  state_->reducer = std::make_unique<c10d::Reducer>(
+  state_->reducer = compat::make_reducer<c10d::Reducer>(
       params, std::move(buckets), std::move(bucket_limits), pg, expect_sparse,
-      static_cast<int64_t>(cap), options_.find_unused_parameters(),
-      /*gradient_as_bucket_view=*/false, std::move(names), static_cast<int64_t>(kFirstBucketBytes));
+      static_cast<int64_t>(cap), options_.find_unused_parameters(), std::move(names),
+      static_cast<int64_t>(kFirstBucketBytes));
   TP_LOG_INFO(
       "Building graph for data-parallel training on {} ranks: {} parameter tensors, "
       "gradient buckets of {} MiB",

@@ -41,7 +41,7 @@ const at::Tensor* first_gradient(const NamedGradients& grads) {
 GradientProcessor::~GradientProcessor() = default;
 
 void GradientProcessor::process(const NamedGradients& grads, StepContext& step) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   _process(grads, step);
 }
 

@@ -32,7 +32,7 @@ LossScaler::LossScaler(LossScalerOptions options) : options_(options) {
 at::Tensor LossScaler::scale(const at::Tensor& cost) const { return cost * scale_; }
 
 bool LossScaler::unscale(const NamedGradients& grads) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   const double inv_scale = 1.0 / scale_;
   bool on_cuda = false;
   for (const auto& g : grads) {

@@ -5,6 +5,7 @@
 #include "trainpack/train/optimizer_state.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/optim.h>
 #include <torch/serialize/archive.h>
 

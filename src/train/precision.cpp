@@ -1,5 +1,7 @@
 #include "trainpack/train/precision.h"
 
+#include "trainpack/detail/torch_compat.h"
+
 #include <ATen/autocast_mode.h>
 #include <fmt/format.h>
 
@@ -85,18 +87,13 @@ std::string describe_precision(Precision precision, const c10::Device& device) {
 AutocastGuard::AutocastGuard(c10::DeviceType device_type, std::optional<c10::ScalarType> dtype) {
   if (!dtype) return;
   engaged_ = true;
-  cuda_ = device_type == c10::DeviceType::CUDA;
-  if (cuda_) {
-    previous_enabled_ = at::autocast::is_enabled();
-    previous_dtype_ = at::autocast::get_autocast_gpu_dtype();
-    at::autocast::set_enabled(true);
-    at::autocast::set_autocast_gpu_dtype(*dtype);
-  } else {
-    previous_enabled_ = at::autocast::is_cpu_enabled();
-    previous_dtype_ = at::autocast::get_autocast_cpu_dtype();
-    at::autocast::set_cpu_enabled(true);
-    at::autocast::set_autocast_cpu_dtype(*dtype);
-  }
+  // Autocast has one state per device type: CUDA for a CUDA device, CPU otherwise.
+  device_type_ =
+      device_type == c10::DeviceType::CUDA ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  previous_enabled_ = compat::autocast_enabled(device_type_);
+  previous_dtype_ = compat::autocast_dtype(device_type_);
+  compat::set_autocast_enabled(device_type_, true);
+  compat::set_autocast_dtype(device_type_, *dtype);
   at::autocast::increment_nesting();
 }
 
@@ -105,13 +102,8 @@ AutocastGuard::~AutocastGuard() {
   // The cache holds the low-precision copies of the weights made inside the region; it must not
   // outlive the outermost region, or the next step would use last step's weights.
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  if (cuda_) {
-    at::autocast::set_enabled(previous_enabled_);
-    at::autocast::set_autocast_gpu_dtype(previous_dtype_);
-  } else {
-    at::autocast::set_cpu_enabled(previous_enabled_);
-    at::autocast::set_autocast_cpu_dtype(previous_dtype_);
-  }
+  compat::set_autocast_enabled(device_type_, previous_enabled_);
+  compat::set_autocast_dtype(device_type_, previous_dtype_);
 }
 
 }  // namespace trainpack

@@ -1,5 +1,7 @@
 // ProcessGroup: c10d's store and process group behind trainpack's small interface
-// (train/distributed.h). c10d stays out of the public headers (it needs Gloo's headers).
+// (train/distributed.h). c10d stays out of the public headers (its Gloo backend needs Gloo's
+// headers, which LibTorch does not ship: without them, TRAINPACK_WITH_GLOO is not defined and the
+// "gloo" backend says how to get it when asked for).
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
@@ -12,13 +14,17 @@
 
 #include <torch/cuda.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#ifdef TRAINPACK_WITH_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/comm.hpp>
 #ifdef USE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include "trainpack/detail/torch_compat.h"
 #include "trainpack/train/distributed.h"
 #include "trainpack/utils/error_file.h"
 #include "trainpack/utils/logger.h"
@@ -92,6 +98,7 @@ c10::intrusive_ptr<c10d::Store> make_store(const DistributedEnv& env,
   return c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
 }
 
+#ifdef TRAINPACK_WITH_GLOO
 std::shared_ptr<::gloo::transport::Device> gloo_device(const DistributedEnv& env) {
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname) {
     return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
@@ -102,6 +109,7 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const DistributedEnv& env
   }
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
+#endif
 
 // `for_group` false (a group of one, which uses no backend): only the name is checked.
 std::string choose_backend(const DistributedOptions& options, bool for_group) {
@@ -128,6 +136,15 @@ std::string choose_backend(const DistributedOptions& options, bool for_group) {
         "(CUDA) or \"\" for the default",
         backend));
   }
+#ifndef TRAINPACK_WITH_GLOO
+  if (for_group && backend == "gloo") {
+    throw std::invalid_argument(
+        "DistributedOptions: the Gloo backend (data-parallel training on the CPU) is not in this "
+        "build of trainpack: Gloo's headers (gloo/allreduce.h) were not found when it was "
+        "configured. Install them (Debian/Ubuntu: apt-get install libgloo-dev) and configure and "
+        "build trainpack again, or train on CUDA GPUs with \"nccl\"");
+  }
+#endif
   return backend;
 }
 
@@ -229,17 +246,23 @@ std::shared_ptr<ProcessGroup> ProcessGroup::from_environment(DistributedOptions 
   impl->store = c10::make_intrusive<c10d::PrefixStore>("trainpack", base);
   auto group_store = c10::make_intrusive<c10d::PrefixStore>("group", base);
   try {
+    const int rank = static_cast<int>(env.rank);
+    const int size = static_cast<int>(env.world_size);
     if (impl->backend == "gloo") {
+#ifdef TRAINPACK_WITH_GLOO
       auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout());
       gloo_options->devices.push_back(gloo_device(env));
-      impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(
-          group_store, static_cast<int>(env.rank), static_cast<int>(env.world_size), gloo_options);
+      impl->group = compat::wrap_backend<c10d::ProcessGroup>(
+          c10::make_intrusive<c10d::ProcessGroupGloo>(group_store, rank, size, gloo_options), rank,
+          size, /*gloo=*/true);
+#endif
     } else {
 #ifdef USE_C10D_NCCL
       auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
       nccl_options->timeout = options.timeout();
-      impl->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(
-          group_store, static_cast<int>(env.rank), static_cast<int>(env.world_size), nccl_options);
+      impl->group = compat::wrap_backend<c10d::ProcessGroup>(
+          c10::make_intrusive<c10d::ProcessGroupNCCL>(group_store, rank, size, nccl_options), rank,
+          size, /*gloo=*/false);
 #endif
     }
   } catch (const std::exception& e) {

@@ -1,5 +1,6 @@
 #include "trainpack/train/single_cost.h"
 
+#include <c10/core/GradMode.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/cuda.h>
@@ -320,7 +321,7 @@ at::Tensor SingleCostTrainer::run_micro_batch(StepContext& ctx,
     micro_batch_cost_sum_ = at::Tensor();
   }
   if (!tower_publishes_cost_ && ctx.is_requested("cost")) {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     micro_batch_cost_sum_ = micro_batch_cost_sum_.defined() ? micro_batch_cost_sum_ + cost.detach()
                                                             : cost.detach().clone();
   }

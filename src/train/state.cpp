@@ -9,6 +9,7 @@
 #include <ATen/core/Generator.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "trainpack/detail/torch_compat.h"
 #include "trainpack/graph.h"
 #include "trainpack/train/optimizer_state.h"
 #include "trainpack/train/trainer.h"
@@ -380,7 +382,7 @@ std::vector<std::pair<std::string, at::Generator>> generators() {
     const auto& hooks = at::detail::getCUDAHooks();
     for (int i = 0; i < hooks.getNumGPUs(); ++i) {
       out.emplace_back(fmt::format("rng/cuda:{}", i),
-                       hooks.getDefaultCUDAGenerator(static_cast<c10::DeviceIndex>(i)));
+                       compat::default_cuda_generator(static_cast<c10::DeviceIndex>(i)));
     }
   }
   return out;

@@ -1,6 +1,7 @@
 #include "trainpack/train/tower_registry.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -65,7 +66,7 @@ void TowerRegistry::record_moving(std::string_view name, const at::Tensor& value
     } else if (m.micro_batch != micro_batch_) {
       // A later micro-batch of the same step: the earlier values are summed, and
       // update_moving_averages takes the mean.
-      at::NoGradGuard no_grad;
+      c10::NoGradGuard no_grad;
       const at::Tensor previous = m.latest.detach();
       m.earlier = m.earlier.defined() ? m.earlier + previous.to(m.earlier.device()) : previous;
       ++m.recorded;
@@ -112,7 +113,7 @@ void TowerRegistry::record_update_op(std::string_view name, std::function<void()
 }
 
 size_t TowerRegistry::update_moving_averages() {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   size_t n = 0;
   for (auto& m : moving_) {
     if (!m.latest.defined()) continue;

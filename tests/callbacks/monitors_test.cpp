@@ -1,6 +1,7 @@
 // Monitors' put_scalar / put_image / put_summary / put_event: what every monitor
 // receives, in which order, and the shape and tag rules.
 #include <ATen/ATen.h>
+#include <fmt/ranges.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

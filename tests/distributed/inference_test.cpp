@@ -194,6 +194,7 @@ class DistributedInference : public testing::TempDirTest {
   void SetUp() override {
     testing::TempDirTest::SetUp();
     TRAINPACK_SKIP_UNDER_TSAN();
+    TRAINPACK_SKIP_WITHOUT_GLOO();
   }
 
  protected:

@@ -43,6 +43,7 @@ class TwoProcessTest : public testing::TempDirFixture<> {
   void SetUp() override {
     testing::TempDirFixture<>::SetUp();
     TRAINPACK_SKIP_UNDER_TSAN();
+    TRAINPACK_SKIP_WITHOUT_GLOO();
   }
 
  protected:

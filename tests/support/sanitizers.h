@@ -20,6 +20,18 @@
 #define TRAINPACK_SKIP_UNDER_TSAN() (void)0
 #endif
 
+// A build made without Gloo's headers has no CPU backend for a group of processes (the "gloo"
+// backend says so when asked for; DistributedOptionsTest checks the message there): the tests
+// whose ranks train together on the CPU are skipped, with this message. tests/CMakeLists.txt
+// defines TRAINPACK_WITH_GLOO for the tests when the library has the backend.
+#if defined(TRAINPACK_WITH_GLOO)
+#define TRAINPACK_SKIP_WITHOUT_GLOO() (void)0
+#else
+#define TRAINPACK_SKIP_WITHOUT_GLOO()                                                     \
+  GTEST_SKIP() << "trainpack was built without Gloo's headers (libgloo-dev): no CPU backend " \
+                  "for a group of processes"
+#endif
+
 // A test that forks a child which then starts threads (a trainer with writer threads, or a death
 // test) from a process that already has threads: ThreadSanitizer refuses that ("starting new
 // threads after multi-threaded fork is not supported") and kills the child, so under TSan such a

@@ -211,6 +211,16 @@ TEST(DistributedOptionsTest, Errors) {
   // Alone too: the program that runs alone today runs in a group tomorrow.
   EXPECT_HAS(options_error(DistributedOptions().backend("nccl")), "built without NCCL");
 #endif
+#ifndef TRAINPACK_WITH_GLOO
+  // A build without Gloo's headers: the CPU backend, asked for or the default, says how to get it.
+  for (const DistributedOptions& options :
+       {DistributedOptions().env(env).backend("gloo"), DistributedOptions().env(env)}) {
+    e = options_error(options);
+    EXPECT_HAS(e, "the Gloo backend (data-parallel training on the CPU) is not in this build");
+    EXPECT_HAS(e, "apt-get install libgloo-dev");
+    EXPECT_HAS(e, "or train on CUDA GPUs with \"nccl\"");
+  }
+#endif
   e = options_error(DistributedOptions().env(env).backend("mpi"));
   EXPECT_HAS(e, "DistributedOptions().backend(\"mpi\"): unknown backend; use \"gloo\"");
   e = options_error(DistributedOptions().env(env).timeout(std::chrono::milliseconds(0)));

@@ -15,6 +15,7 @@
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/saver.h"
 #include "trainpack/callbacks/trigger.h"
+#include "trainpack/detail/torch_compat.h"
 #include "trainpack/input/dataflow.h"
 #include "trainpack/train/config.h"
 #include "trainpack/train/gradproc.h"
@@ -61,22 +62,22 @@ TEST(Precision, TheStartLineSaysWhatRunsWhereAndTheCpusSupport) {
 TEST(AutocastGuard, ALinearLayerRunsInBfloat16InsideAndTheStateIsRestoredAfter) {
   torch::nn::Linear linear(4, 3);
   const at::Tensor x = torch::randn({2, 4});
-  ASSERT_FALSE(at::autocast::is_cpu_enabled());
-  const c10::ScalarType dtype_before = at::autocast::get_autocast_cpu_dtype();
+  ASSERT_FALSE(compat::autocast_enabled(c10::DeviceType::CPU));
+  const c10::ScalarType dtype_before = compat::autocast_dtype(c10::DeviceType::CPU);
   {
     AutocastGuard guard(c10::DeviceType::CPU, at::kBFloat16);
-    EXPECT_TRUE(at::autocast::is_cpu_enabled());
+    EXPECT_TRUE(compat::autocast_enabled(c10::DeviceType::CPU));
     EXPECT_EQ(linear->forward(x).scalar_type(), at::kBFloat16);
     {
       AutocastGuard float32(c10::DeviceType::CPU, std::nullopt);  // disengaged: changes nothing
       EXPECT_EQ(linear->forward(x).scalar_type(), at::kBFloat16);
     }
-    EXPECT_TRUE(at::autocast::is_cpu_enabled());
+    EXPECT_TRUE(compat::autocast_enabled(c10::DeviceType::CPU));
     // The parameters themselves are not converted.
     EXPECT_EQ(linear->weight.scalar_type(), at::kFloat);
   }
-  EXPECT_FALSE(at::autocast::is_cpu_enabled());
-  EXPECT_EQ(at::autocast::get_autocast_cpu_dtype(), dtype_before);
+  EXPECT_FALSE(compat::autocast_enabled(c10::DeviceType::CPU));
+  EXPECT_EQ(compat::autocast_dtype(c10::DeviceType::CPU), dtype_before);
   EXPECT_EQ(linear->forward(x).scalar_type(), at::kFloat);
 }
 
@@ -181,13 +182,13 @@ TEST(Precision, ABfloat16TowerRunsUnderAutocastWhileParametersAndGradientsStayFl
   for (const auto& p : model->net->parameters()) EXPECT_EQ(p.scalar_type(), at::kFloat);
   EXPECT_EQ(trainer.loss_scaler(), nullptr);  // bfloat16 needs no loss scaling
   // Outside the step, autocast is off again.
-  EXPECT_FALSE(at::autocast::is_cpu_enabled());
+  EXPECT_FALSE(compat::autocast_enabled(c10::DeviceType::CPU));
 
   // The predictors run under the trainer's precision too (as InferenceRunner's do).
   auto predict = trainer.get_predictor({"x"}, {"logits"});
   EXPECT_EQ(predict->precision(), Precision::kBFloat16);
   EXPECT_EQ((*predict)({torch::randn({3, 2})})[0].scalar_type(), at::kBFloat16);
-  EXPECT_FALSE(at::autocast::is_cpu_enabled());
+  EXPECT_FALSE(compat::autocast_enabled(c10::DeviceType::CPU));
 
   // float32 changes nothing.
   auto plain = train_ring(Precision::kFloat32, 1);

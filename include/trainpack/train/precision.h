@@ -68,7 +68,7 @@ class AutocastGuard {
 
  private:
   bool engaged_ = false;
-  bool cuda_ = false;
+  c10::DeviceType device_type_ = c10::DeviceType::CPU;
   bool previous_enabled_ = false;
   c10::ScalarType previous_dtype_ = c10::ScalarType::Undefined;
 };

@@ -48,22 +48,21 @@
 #include <string>
 #include <vector>
 
-#include <torch/arg.h>
-
+#include "trainpack/utils/arg.h"
 #include "trainpack/utils/summary.h"
 
 namespace trainpack {
 
 struct EventFileWriterOptions {
   // Write to the file once this many events are pending (>= 1).
-  TORCH_ARG(int64_t, max_queue) = 10;
+  TRAINPACK_ARG(int64_t, max_queue) = 10;
   // Write pending events at least this often, in seconds (> 0).
-  TORCH_ARG(double, flush_secs) = 120;
+  TRAINPACK_ARG(double, flush_secs) = 120;
   // What the error messages and log lines start with ("TFEventWriter" for the monitor).
-  TORCH_ARG(std::string, name) = "EventFileWriter";
+  TRAINPACK_ARG(std::string, name) = "EventFileWriter";
   // Called on the writer's thread with "write" before each write to the file and with "fsync"
   // before each fsync. For tests: a hook that blocks shows what the caller does not wait for.
-  TORCH_ARG(std::function<void(const char* what)>, io_hook) = nullptr;
+  TRAINPACK_ARG(std::function<void(const char* what)>, io_hook) = nullptr;
 };
 
 class EventFileWriter {

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Checks that a checkpoint written by trainpack on one LibTorch is read bit for bit, and resumed,
+# by trainpack on another, and by Python's torch.load on both.
+#
+#   bash scripts/checkpoints_across_versions.sh same BUILD WORKDIR
+#       One LibTorch: the main job trains 1 epoch into WORKDIR/run; the checkpoint as trainpack
+#       reads it (tests/tools/checkpoint_digest.cpp) must equal what torch.load reads (skipped
+#       with status 77 when Python's torch is missing). ctest runs this.
+#   bash scripts/checkpoints_across_versions.sh across HOST_BUILD SID_BUILD WORKDIR
+#       The machine's LibTorch (HOST_BUILD) and Debian sid's (SID_BUILD, a build made inside the
+#       root of scripts/debian_sid.sh). Each side trains epoch 1 and the other resumes it for
+#       epoch 2. Every checkpoint is read by both trainpacks and both torch.loads: the four
+#       digests must be the same text. WORKDIR must be inside the source tree (the root sees the
+#       tree at /src). CI runs this after both builds.
+#
+# A digest is one line per tensor: name, dtype, shape, bytes and zlib's CRC-32 of the elements.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# The main job with a few hundred images and 4 steps an epoch: seconds per run.
+JOB_FLAGS=(--train-limit 256 --val-limit 64 --batch-size 32 --val-batch-size 64
+           --steps-per-epoch 4 --lr 0.05 --threads 1 --max-val-error 1)
+
+# Debian's Python (python3-torch), not one that a PATH of pyenv or a venv puts first.
+PYTHON=python3
+[[ -x /usr/bin/python3 ]] && PYTHON=/usr/bin/python3
+
+die() {
+  echo "checkpoints_across_versions.sh: $*" >&2
+  exit 1
+}
+
+# on HOST|SID CMD...: runs CMD in the source tree, on this machine or in the sid root.
+on() {
+  local where=$1
+  shift
+  if [[ $where == HOST ]]; then
+    (cd "$ROOT" && "$@")
+  else
+    bash "$ROOT/scripts/debian_sid.sh" --exec "$@"
+  fi
+}
+
+# train WHERE BUILD LOGDIR MAX_EPOCH: the main job, resuming when LOGDIR has a checkpoint.
+train() {
+  local where=$1 build=$2 logdir=$3 epochs=$4 out
+  out="$(mktemp)"
+  if ! on "$where" "$build/examples/fashion_mnist/fashion_mnist" "${JOB_FLAGS[@]}" \
+      --logdir "$logdir" --max-epoch "$epochs" >"$out" 2>&1; then
+    cat "$out"
+    rm -f "$out"
+    die "the main job ($where, $build) failed training $logdir to epoch $epochs"
+  fi
+  if [[ $epochs -gt 1 ]] && ! grep -q "Resuming at epoch" "$out"; then
+    cat "$out"
+    rm -f "$out"
+    die "the main job ($where, $build) did not say that it resumed $logdir"
+  fi
+  rm -f "$out"
+}
+
+# digests WHERE BUILD CHECKPOINT OUT: trainpack's digest into OUT.trainpack, torch.load's into
+# OUT.torch_load (status 77 from the latter: Python's torch is not installed there).
+digests() {
+  local where=$1 build=$2 ckpt=$3 out=$4
+  on "$where" "$build/tests/trainpack_checkpoint_digest" "$ckpt" >"$out.trainpack" ||
+    die "trainpack ($where, $build) could not read $ckpt"
+  if ! on "$where" "$PYTHON" -c 'import torch' 2>/dev/null; then
+    return 77
+  fi
+  on "$where" "$PYTHON" tests/tools/torch_load_digest.py "$ckpt.data" >"$out.torch_load" ||
+    die "torch.load ($where) could not read $ckpt.data"
+}
+
+same_text() {
+  local a=$1 b=$2
+  if ! cmp -s "$a" "$b"; then
+    diff -u "$a" "$b" | head -40 >&2
+    die "$a and $b differ"
+  fi
+}
+
+latest() { sed -n 's/^model_checkpoint_path: "\(.*\)"$/\1/p' "$1/checkpoint"; }
+
+case "${1:-}" in
+  same)
+    [[ $# -eq 3 ]] || die "usage: same BUILD WORKDIR"
+    build=$2 work=$3
+    rm -rf "$work" && mkdir -p "$work"
+    train HOST "$build" "$work/run" 1
+    ckpt="$work/run/$(latest "$work/run")"
+    status=0
+    digests HOST "$build" "$ckpt" "$work/digest" || status=$?
+    [[ -s $work/digest.trainpack ]] || die "empty digest of $ckpt"
+    if [[ $status -eq 77 ]]; then
+      echo "Python's torch is not installed: trainpack's digest only (skipped)"
+      exit 77
+    fi
+    same_text "$work/digest.trainpack" "$work/digest.torch_load"
+    echo "OK: $ckpt reads the same in trainpack and torch.load ($(wc -l <"$work/digest.trainpack") tensors)"
+    ;;
+  across)
+    [[ $# -eq 4 ]] || die "usage: across HOST_BUILD SID_BUILD WORKDIR"
+    host_build=$2 sid_build=$3 work=$4
+    [[ $work == /* ]] || work="$ROOT/$work"
+    [[ $work == "$ROOT"/* ]] || die "WORKDIR must be inside $ROOT (the sid root sees only the tree)"
+    rel="${work#"$ROOT"/}"
+    rm -rf "$work" && mkdir -p "$work"
+    for first in HOST SID; do
+      if [[ $first == HOST ]]; then second=SID; else second=HOST; fi
+      declare -A builds=([HOST]="$host_build" [SID]="$sid_build")
+      run="$rel/from_${first,,}"
+      train "$first" "${builds[$first]}" "$run" 1
+      train "$second" "${builds[$second]}" "$run" 2
+      for ckpt in $(sed -n 's/^all_model_checkpoint_paths: "\(.*\)"$/\1/p' "$ROOT/$run/checkpoint"); do
+        for where in HOST SID; do
+          digests "$where" "${builds[$where]}" "$run/$ckpt" "$work/${first,,}_${ckpt}_${where,,}"
+        done
+        ref="$work/${first,,}_${ckpt}_host.trainpack"
+        for other in host.torch_load sid.trainpack sid.torch_load; do
+          same_text "$ref" "$work/${first,,}_${ckpt}_${other}"
+        done
+        echo "OK: $run/$ckpt (written on ${first,,} or resumed on ${second,,}) reads the same in" \
+             "both trainpacks and both torch.loads ($(wc -l <"$ref") tensors)"
+      done
+    done
+    ;;
+  *)
+    sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+    ;;
+esac
