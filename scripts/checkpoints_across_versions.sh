@@ -106,12 +106,14 @@ case "${1:-}" in
     [[ $work == "$ROOT"/* ]] || die "WORKDIR must be inside $ROOT (the sid root sees only the tree)"
     rel="${work#"$ROOT"/}"
     rm -rf "$work" && mkdir -p "$work"
+    declare -A builds=([HOST]="$host_build" [SID]="$sid_build")
     for first in HOST SID; do
       if [[ $first == HOST ]]; then second=SID; else second=HOST; fi
-      declare -A builds=([HOST]="$host_build" [SID]="$sid_build")
       run="$rel/from_${first,,}"
       train "$first" "${builds[$first]}" "$run" 1
       train "$second" "${builds[$second]}" "$run" 2
+      # Checkpoint names are model-<step>: no spaces.
+      # shellcheck disable=SC2013
       for ckpt in $(sed -n 's/^all_model_checkpoint_paths: "\(.*\)"$/\1/p' "$ROOT/$run/checkpoint"); do
         for where in HOST SID; do
           digests "$where" "${builds[$where]}" "$run/$ckpt" "$work/${first,,}_${ckpt}_${where,,}"

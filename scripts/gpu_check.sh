@@ -12,7 +12,7 @@
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
+cd "$ROOT" || exit 1
 OUT_DIR="${1:-gpu-check}"
 BUILD_DIR="${BUILD_DIR:-build-gpu}"
 JOBS="${JOBS:-$(nproc)}"

@@ -43,5 +43,9 @@ fi
 # redirection), is looked up by iterating the IntFlag Std, and since Python 3.11 that iteration
 # skips the zero member, so the lookup fails. A rule for local rank 9 ("9:1", which this run does
 # not have) avoids the default and changes nothing: every process still prints to this terminal.
+# USE_LIBUV=0: from PyTorch 2.4 torchrun's store asks for libuv, which a PyTorch built without it
+# (Debian's) refuses ("use_libuv was requested but PyTorch was built without libuv support"); the
+# classic store, which trainpack's ranks use too, works with every version.
+export USE_LIBUV="${USE_LIBUV:-0}"
 exec "$TORCHRUN" --standalone --nproc_per_node "$NPROC" --no_python \
   --redirects 9:1 --tee 9:1 "$FASHION_MNIST" "$@"

@@ -73,9 +73,12 @@ def read(path):
 
 def start(args, out, cwd=None):
     """Starts torchrun with `args`, its output (and its workers') in the file `out`."""
+    # USE_LIBUV=0: torchrun's own store asks for libuv by default (PyTorch 2.4 and later), which
+    # a PyTorch built without it (Debian's) refuses; the classic store works everywhere.
+    env = dict(os.environ, USE_LIBUV="0")
     with open(out, "wb") as f:
         return subprocess.Popen([TORCHRUN] + args, stdout=f, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True)
+                                stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True, env=env)
 
 
 def finish(proc, out):
@@ -245,6 +248,24 @@ def elastic(binary, workdir):
           f"{len(expected)} parameters and buffers equal the uninterrupted run's bitwise")
 
 
+def store_refusal():
+    """Why torchrun's Python cannot open the TCPStore that torchrun's rendezvous needs, or None.
+
+    Debian's PyTorch 2.x is built without libuv, yet its TCPStore asks for libuv by default, and
+    torchrun's rendezvous backends create their store with that default (USE_LIBUV=0 does not
+    reach them): there torchrun cannot start at all, whatever program it runs.
+    """
+    with open(TORCHRUN, "rb") as f:
+        first = f.readline().decode(errors="replace")
+    python = first[2:].strip().split()[0] if first.startswith("#!") else sys.executable
+    probe = ("import datetime, torch.distributed as d; "
+             "d.TCPStore('127.0.0.1', 0, 1, True, timeout=datetime.timedelta(seconds=10))")
+    r = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60)
+    if r.returncode != 0 and "libuv" in r.stderr:
+        return [line for line in r.stderr.splitlines() if "libuv" in line][-1].strip()
+    return None
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--binary", required=True)
@@ -254,6 +275,11 @@ def main():
     if not os.access(TORCHRUN, os.X_OK):
         print(f"distributed_test.py {args.mode}: SKIPPED: {TORCHRUN} is missing (Debian package "
               "python3-torch; scripts/setup.sh installs it)")
+        return
+    refusal = store_refusal()
+    if refusal:
+        print(f"distributed_test.py {args.mode}: SKIPPED: {TORCHRUN} cannot start on this PyTorch: "
+              f"its rendezvous store says: {refusal}")
         return
     workdir = os.path.abspath(args.workdir)
     shutil.rmtree(workdir, ignore_errors=True)

@@ -81,6 +81,7 @@ bool process_ended(int64_t pid) {
 c10::intrusive_ptr<c10d::Store> make_store(const DistributedEnv& env,
                                            std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions opts;
+  compat::use_classic_tcp_store(opts);
   opts.port = static_cast<std::uint16_t>(env.master_port);
   opts.timeout = timeout;
   if (env.agent_store) {

@@ -494,10 +494,16 @@ void write_checkpoint(const std::string& prefix, const TensorMap& tensors,
   // torch::jit::pickle_save, with the archive streamed into the file instead of built in memory
   // (a second copy of every tensor, in a vector that grows by doubling): the same bytes. The
   // pickle itself (names and tensor metadata, a few KB) is made first, before any file exists.
+  // One difference from pickle_save: the dict is not tagged with its type (tag_aggregates off),
+  // because the tag is a call of torch.jit._pickle.restore_type_tag, which Python's torch.load
+  // refuses by default from PyTorch 2.6 on (weights_only=True). LibTorch reads it the same.
   std::vector<char> pickle_bytes;
-  torch::jit::Pickler archive_pickler([&pickle_bytes](const char* bytes, size_t size) {
-    pickle_bytes.insert(pickle_bytes.end(), bytes, bytes + size);
-  });
+  torch::jit::Pickler archive_pickler(
+      [&pickle_bytes](const char* bytes, size_t size) {
+        pickle_bytes.insert(pickle_bytes.end(), bytes, bytes + size);
+      },
+      /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+      /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
   archive_pickler.protocol();
   archive_pickler.pushIValue(c10::IValue(std::move(dict)));
   archive_pickler.stop();

@@ -118,7 +118,12 @@ class TensorsTest : public testing::TempDirTest {
         "from PIL import Image\n"
         "for p in sys.argv[1:]:\n"
         "    im = Image.open(p)\n"
-        "    print(os.path.basename(p), im.format, im.size, im.mode, list(im.getdata()))\n",
+        // The pixels as Image.getdata() lists them (deprecated in newer Pillow): the values of
+        // a one-band image, tuples of the bands of any other.
+        "    data, n = im.tobytes(), len(im.getbands())\n"
+        "    px = list(data) if n == 1 else [tuple(data[i:i + n]) for i in range(0, len(data), "
+        "n)]\n"
+        "    print(os.path.basename(p), im.format, im.size, im.mode, px)\n",
         names, dir);
   }
 };

@@ -393,9 +393,8 @@ TEST_F(TFEventWriterTest, ImageEventDecodedByPil) {
   const int rc =
       run_command(py +
                       " -c \"import sys; from PIL import Image; im = Image.open(sys.argv[1]); "
-                      "print(im.size[0], im.size[1], im.mode); print(' '.join(str(c) for p in "
-                      "im.getdata() for c "
-                      "in p))\" " +
+                      "print(im.size[0], im.size[1], im.mode); print(' '.join(str(c) for c in "
+                      "im.tobytes()))\" " +
                       png_path,
                   &out);
   ASSERT_EQ(rc, 0) << out;

@@ -14,6 +14,7 @@
 // - 2.x: CUDAHooksInterface::getDefaultCUDAGenerator became getDefaultGenerator
 //   (default_cuda_generator).
 // - 2.x: c10d::Reducer's constructor changed its arguments (make_reducer).
+// - 2.4: a TCPStore uses libuv unless told otherwise (use_classic_tcp_store).
 // - 2.13: ATen's headers need C++20 (std::strong_ordering, requires-clauses); the build picks the
 //   standard from the LibTorch it finds, and this header says so if a consumer's does not.
 //
@@ -132,6 +133,25 @@ c10::intrusive_ptr<ProcessGroupT> wrap_backend(c10::intrusive_ptr<BackendT> back
   (void)gloo;
   return backend;
 #endif
+}
+
+// ---- c10d: the TCPStore's transport ----
+//
+// From 2.4 a TCPStore uses libuv by default, which not every LibTorch is built with (Debian's is
+// not: "use_libuv was requested but PyTorch was built without libuv support"). trainpack asks for
+// the classic transport, which every version has and which talks to a libuv store too.
+namespace detail {
+template <class Options>
+auto disable_libuv(Options& options, int) -> decltype(options.useLibUV, void()) {
+  options.useLibUV = false;
+}
+template <class Options>
+void disable_libuv(Options&, long) {}
+}  // namespace detail
+
+template <class TCPStoreOptions>
+void use_classic_tcp_store(TCPStoreOptions& options) {
+  detail::disable_libuv(options, 0);
 }
 
 // ---- c10d: DDP's gradient Reducer ----
