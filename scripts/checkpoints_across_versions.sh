@@ -107,24 +107,28 @@ case "${1:-}" in
     rel="${work#"$ROOT"/}"
     rm -rf "$work" && mkdir -p "$work"
     declare -A builds=([HOST]="$host_build" [SID]="$sid_build")
+    # check_latest RUN WHAT: the run's latest checkpoint, read by both trainpacks and both
+    # torch.loads (the main job keeps one checkpoint: each is checked while it is there).
+    check_latest() {
+      local run=$1 what=$2 ckpt where ref other
+      ckpt="$(latest "$ROOT/$run")"
+      for where in HOST SID; do
+        digests "$where" "${builds[$where]}" "$run/$ckpt" "$work/${run##*/}_${ckpt}_${where,,}"
+      done
+      ref="$work/${run##*/}_${ckpt}_host.trainpack"
+      for other in host.torch_load sid.trainpack sid.torch_load; do
+        same_text "$ref" "$work/${run##*/}_${ckpt}_${other}"
+      done
+      echo "OK: $run/$ckpt ($what) reads the same in both trainpacks and both torch.loads" \
+           "($(wc -l <"$ref") tensors)"
+    }
     for first in HOST SID; do
       if [[ $first == HOST ]]; then second=SID; else second=HOST; fi
       run="$rel/from_${first,,}"
       train "$first" "${builds[$first]}" "$run" 1
+      check_latest "$run" "epoch 1, written on ${first,,}"
       train "$second" "${builds[$second]}" "$run" 2
-      # Checkpoint names are model-<step>: no spaces.
-      # shellcheck disable=SC2013
-      for ckpt in $(sed -n 's/^all_model_checkpoint_paths: "\(.*\)"$/\1/p' "$ROOT/$run/checkpoint"); do
-        for where in HOST SID; do
-          digests "$where" "${builds[$where]}" "$run/$ckpt" "$work/${first,,}_${ckpt}_${where,,}"
-        done
-        ref="$work/${first,,}_${ckpt}_host.trainpack"
-        for other in host.torch_load sid.trainpack sid.torch_load; do
-          same_text "$ref" "$work/${first,,}_${ckpt}_${other}"
-        done
-        echo "OK: $run/$ckpt (written on ${first,,} or resumed on ${second,,}) reads the same in" \
-             "both trainpacks and both torch.loads ($(wc -l <"$ref") tensors)"
-      done
+      check_latest "$run" "epoch 2, resumed from it on ${second,,}"
     done
     ;;
   *)
