@@ -113,7 +113,8 @@ case "${1:-}" in
       local run=$1 what=$2 ckpt where ref other
       ckpt="$(latest "$ROOT/$run")"
       for where in HOST SID; do
-        digests "$where" "${builds[$where]}" "$run/$ckpt" "$work/${run##*/}_${ckpt}_${where,,}"
+        digests "$where" "${builds[$where]}" "$run/$ckpt" "$work/${run##*/}_${ckpt}_${where,,}" ||
+          die "Python's torch is not installed ($where): install python3-torch (setup.sh does)"
       done
       ref="$work/${run##*/}_${ckpt}_host.trainpack"
       for other in host.torch_load sid.trainpack sid.torch_load; do
