@@ -39,6 +39,7 @@ void SaverRestore::run_init(Trainer& trainer) {
                                        .ignore(options_.ignore())
                                        .restore_counters(options_.restore_counters())
                                        .partial(options_.partial())
+                                       .require_all(options_.require_all())
                                        .source("checkpoint " + path_));
 }
 

@@ -42,7 +42,10 @@
 //   2        a bad flag or missing data;
 //   130/143/129/131  stopped by SIGINT/SIGTERM/SIGHUP/SIGQUIT: training stops at the next step
 //            boundary, a checkpoint of that step is saved, and the log says where it stopped and
-//            how to resume.
+//            how to resume. A signal that arrives after the last step of the last epoch stops
+//            nothing: the run is complete and gets the verdict above. A closed terminal or pipe
+//            (`job | tee log` after the session ended, `job | head`) does not end the run: what
+//            cannot be printed is dropped, and log.log keeps every line.
 // A finished run run again (nothing left to train) takes its verdict from the val-error-top1 its
 // latest checkpoint holds (EpochSummary's state), not from stats.json.
 //
@@ -402,6 +405,7 @@ int main(int argc, char** argv) {
   double max_val_error = 0.10;
   std::string malloc_mode = "tuned";
   bool resume = true;
+  bool allow_missing_parameters = false;
   int64_t dist_timeout = 600;
 
   bool oversubscribe = false;
@@ -429,6 +433,9 @@ int main(int argc, char** argv) {
                "appending to stats.json; a --logdir without checkpoints starts at step 0. "
                "--no-resume: start over, moving an existing --logdir aside to "
                "<logdir>.<MMDD-HHMMSS>");
+  app.add_flag("--allow-missing-parameters", allow_missing_parameters,
+               "Resume from a checkpoint that lacks some of the model's parameters (they start "
+               "from fresh random weights). Without it such a checkpoint is refused, naming them");
   app.add_option("--data", data_dir,
                  "Directory of the gzipped IDX files (Debian package dataset-fashion-mnist)")
       ->capture_default_str();
@@ -672,7 +679,8 @@ int main(int argc, char** argv) {
       // is refused, one with other epochs, validation images or rates is warned about.
       std::make_shared<fashion_mnist::RunFlags>(fashion_mnist::RunFlagValues{
           train_size, batch_size, steps_per_epoch > 0 ? steps_per_epoch : *train->size(),
-          *test_points->size(), lr, weight_decay, static_cast<int64_t>(seed)}),
+          *test_points->size(), lr, weight_decay, static_cast<int64_t>(seed),
+          trainpack::precision_name(trainpack::parse_precision(precision_text))}),
       std::make_shared<trainpack::ScheduledHyperParamSetter>("learning_rate",
                                                              lr_schedule(lr, max_epoch)),
       std::make_shared<trainpack::HumanHyperParamSetter>("learning_rate"),
@@ -742,7 +750,8 @@ int main(int argc, char** argv) {
   if (resume && chief) {
     std::optional<trainpack::AutoResumeTrainConfig> auto_resume;
     try {
-      auto_resume.emplace(config);
+      auto_resume.emplace(config, trainpack::AutoResumeOptions().allow_missing_parameters(
+                                      allow_missing_parameters));
     } catch (const trainpack::AutoResumeError& e) {
       // Nothing in --logdir can be resumed, and training here would overwrite what is there.
       TP_LOG_ERROR("fashion_mnist: {}", e.what());
@@ -771,7 +780,7 @@ int main(int argc, char** argv) {
   } catch (const trainpack::WriteFailedError& e) {
     // Checkpoints or statistics were not written: never a success, whatever the val-error. (Only
     // the chief writes them; training ended together, so every rank takes this status.)
-    if (trainer.received_signal() != 0) log_stop(trainer, *saver, logdir);
+    if (trainer.received_signal() != 0 && !trainer.finished()) log_stop(trainer, *saver, logdir);
     TP_LOG_ERROR("fashion_mnist: FAILED: {}", e.what());
     return fashion_mnist::share_chief_status(*group, 1);
   } catch (const std::exception& e) {
@@ -794,10 +803,15 @@ int main(int argc, char** argv) {
   // Training ended on every rank at the same step. The verdict is the chief's: the others have
   // neither the monitors nor the checkpoints it is made of, and exit with its status.
   if (!chief) return fashion_mnist::share_chief_status(*group, 0);
-  if (trainer.received_signal() != 0) {
+  if (trainer.received_signal() != 0 && !trainer.finished()) {
     log_stop(trainer, *saver, logdir);
     return fashion_mnist::share_chief_status(
         *group, trainpack::exit_code_for_signal(trainer.received_signal()));
+  }
+  if (trainer.received_signal() != 0) {
+    // It came after the last step: it stopped nothing, and the run is complete.
+    TP_LOG_INFO("fashion_mnist: {} arrived after the last epoch had finished; the run is complete.",
+                trainpack::stop_signal_name(trainer.received_signal()));
   }
   return fashion_mnist::share_chief_status(
       *group, verdict(trainer, *summary, resumed_from, logdir, max_epoch, max_val_error,

@@ -214,17 +214,19 @@ case $MODE in
     ;;
 
   unwritable)
-    # Files larger than 100 KiB cannot be written (SIGXFSZ ignored, so a write fails with EFBIG,
-    # which binds root too): no checkpoint (0.9 MB) can be saved. Training goes on, and the run
-    # ends FAILED with status 1 and the files named, not OK.
+    # Files larger than 100 KiB cannot be written (a limit binds root too): no checkpoint (0.9 MB)
+    # can be saved. No trap hides SIGXFSZ: the job itself ignores it, so the write fails with
+    # EFBIG instead of killing it. Training goes on, and the run ends FAILED with status 1 and the
+    # files named, not OK.
     out="$LOGDIR.limited.out"
     OUTPUTS+=("$out")
     status=0
-    (trap '' XFSZ; ulimit -f 200; exec "$PROGRAM" "${COMMON[@]}" --max-epoch 2) >"$out" 2>&1 ||
+    (trap - XFSZ; ulimit -f 200; exec "$PROGRAM" "${COMMON[@]}" --max-epoch 2) >"$out" 2>&1 ||
       status=$?
     [[ $status == 1 ]] || fail "the run with a file-size limit exited with $status, expected 1"
     expect_in "$out" "Start Epoch 2 ..."
     expect_in "$out" "ERR Exception in ModelSaver!"
+    expect_in "$out" "EFBIG: this process may not write files larger than 102400 bytes"
     expect_in "$out" "could not be saved"  # MinSaver: the save failed, not a missing ModelSaver
     expect_not_in "$out" "Do you forget to use ModelSaver?"
     expect_in "$out" "fashion_mnist: FAILED: Training ended, but not everything it was to write was written: 4 writes failed (3 files): $LOGDIR/model-4.data (ModelSaver, 1 failure)"

@@ -3,7 +3,7 @@
 // (another batch size or another number of training images: "batch 12 of the shuffled pass" then
 // names other images) the resume is refused before the first step, with the flags to give; where
 // it only stops being exact (steps per epoch, validation images, learning rate, weight decay,
-// seed) a warning says so and training goes on.
+// seed, precision) a warning says so and training goes on.
 #pragma once
 
 #include <fmt/format.h>
@@ -26,7 +26,8 @@ struct RunFlagValues {
   int64_t val_images = 0;       // after --val-limit
   double lr = 0;
   double weight_decay = 0;
-  int64_t seed = 0;  // the bits of the uint64 seed
+  int64_t seed = 0;       // the bits of the uint64 seed
+  std::string precision;  // --precision as given (fp32, bf16, ...)
 };
 
 class RunFlags : public trainpack::Callback {
@@ -43,7 +44,8 @@ class RunFlags : public trainpack::Callback {
             {"val_images", state_scalar(flags_.val_images)},
             {"lr", state_scalar(flags_.lr)},
             {"weight_decay", state_scalar(flags_.weight_decay)},
-            {"seed", state_scalar(flags_.seed)}};
+            {"seed", state_scalar(flags_.seed)},
+            {"precision", trainpack::state_string(flags_.precision)}};
   }
 
   void load_state(const trainpack::CallbackState& state) override {
@@ -85,12 +87,20 @@ class RunFlags : public trainpack::Callback {
     compare_double("lr", "--lr", flags_.lr);
     compare_double("weight_decay", "--weight-decay", flags_.weight_decay);
     compare_int("seed", "--seed", flags_.seed);
+    // Absent from checkpoints of older versions, which trained in float32 only.
+    if (trainpack::find_state(state, "precision") != nullptr) {
+      const std::string saved = trainpack::state_string(name(), state, "precision");
+      if (saved != flags_.precision) {
+        inexact.push_back(fmt::format("--precision {} -> {}", saved, flags_.precision));
+      }
+    }
     if (!inexact.empty()) {
       TP_LOG_WARN(
           "[RunFlags] resuming with other flags than the run that saved the checkpoint: {}. "
           "Training continues, but it is no longer the run that one command would have made "
-          "(epoch lengths, the learning-rate schedule or the validation numbers differ from the "
-          "earlier epochs'; the seed does not matter any more: weights and shuffling continue "
+          "(epoch lengths, the learning-rate schedule, the arithmetic or the validation numbers "
+          "differ from the earlier epochs'; the seed does not matter any more: weights and "
+          "shuffling continue "
           "from the checkpoint).",
           fmt::join(inexact, ", "));
     }

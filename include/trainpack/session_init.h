@@ -60,6 +60,9 @@ struct SaverRestoreOptions {
   // tensorpack. Off (the default): such a checkpoint is refused as another model's
   // (RestoreOptions::partial, train/state.h).
   TORCH_ARG(bool, partial) = false;
+  // Refuse a checkpoint that lacks any of the model's parameter tensors (RestoreOptions::
+  // require_all). AutoResumeTrainConfig sets it unless allow_missing_parameters.
+  TORCH_ARG(bool, require_all) = false;
 };
 
 // Restores a checkpoint written by ModelSaver (tensorpack's SaverRestore).

@@ -6,6 +6,7 @@
 #include <exception>
 #include <stdexcept>
 
+#include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/utils/humanize.h"
 #include "trainpack/utils/logger.h"
 
@@ -57,12 +58,37 @@ void Callbacks::setup_graph(Trainer& trainer) {
 
 void Callbacks::trigger_epoch() {
   CallbackTimeLogger timer;
-  dispatch(Hook::kTriggerEpoch, [&timer](Callback& cb) {
+  const auto timed = [&timer](Callback& cb) {
     auto start = std::chrono::steady_clock::now();
     cb.trigger_epoch();
     std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     timer.add(cb.name(), took.count());
-  });
+  };
+  const auto& list = dispatch_list(Hook::kTriggerEpoch);
+  size_t i = 0;
+  try {
+    for (; i < list.size(); ++i) timed(*list[i]);
+  } catch (const StopTraining&) {
+    // The epoch was trained: the monitors after the callback that stopped (stats.json, the event
+    // file, the printer) still record it, or a stop at an epoch end (the console's `stop`,
+    // EarlyStopping) would leave the epoch out of the statistics for good. Nothing else runs.
+    for (size_t j = i + 1; j < list.size(); ++j) {
+      Callback& cb = *list[j];
+      if (dynamic_cast<MonitorBase*>(&cb) == nullptr && dynamic_cast<Monitors*>(&cb) == nullptr) {
+        continue;
+      }
+      try {
+        timed(cb);
+      } catch (const StopTraining&) {
+        // Stopping already.
+      } catch (...) {
+        rethrow_named(cb, Hook::kTriggerEpoch);
+      }
+    }
+    throw;
+  } catch (...) {
+    rethrow_named(*list[i], Hook::kTriggerEpoch);
+  }
   timer.log();
 }
 

@@ -8,13 +8,13 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
 
 #include "trainpack/exceptions.h"
 #include "trainpack/train/trainer.h"
+#include "trainpack/utils/file_io.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
@@ -35,8 +35,9 @@ InjectShell::InjectShell(std::string file, std::string shell, InjectShellOptions
 }
 
 bool InjectShell::file_exists() const {
+  // lstat: a symbolic link is not followed (see _trigger).
   struct stat st {};
-  return ::stat(file_.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  return ::lstat(file_.c_str(), &st) == 0 && (S_ISREG(st.st_mode) || S_ISLNK(st.st_mode));
 }
 
 void InjectShell::_setup_graph() {
@@ -45,6 +46,19 @@ void InjectShell::_setup_graph() {
 
 void InjectShell::_trigger() {
   if (!file_exists()) return;
+  struct stat st {};
+  if (::lstat(file_.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    // Planted in a shared directory, a link would make the job read (and echo) a file its log's
+    // readers may not see. It is removed, as the file is once acted on, and nothing is run.
+    TP_LOG_WARN(
+        "[InjectShell] {} is a symbolic link and is not followed; removed it. Create a plain file "
+        "to open the shell.",
+        file_);
+    if (::unlink(file_.c_str()) != 0 && errno != ENOENT) {
+      TP_LOG_WARN("[InjectShell] Cannot remove {} ({}).", file_, std::strerror(errno));
+    }
+    return;
+  }
   TP_LOG_INFO("File {} exists, entering shell.", file_);
   if (shell_ == "gdb") {
     stop_for_debugger();
@@ -55,21 +69,20 @@ void InjectShell::_trigger() {
 
 namespace {
 
-// Reads at most `max` bytes of `path` as lines; nullopt (with a warning) when it cannot be read.
+// The lines of `path`, a regular file of at most `max` bytes, opened without following a link
+// and without blocking (file_io.h); nullopt (with a warning that names the file, not its content)
+// when it cannot be read.
 std::optional<std::vector<std::string>> read_commands(const std::string& path, int64_t max) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    TP_LOG_WARN("[InjectShell] Cannot read {} ({}); no commands are run.", path,
-                std::strerror(errno));
+  ReadFileOptions options;
+  options.max_bytes = static_cast<uint64_t>(max);
+  options.kind = "console command file";
+  options.follow_symlinks = false;
+  std::string text;
+  try {
+    text = read_file(path, options);
+  } catch (const std::exception& e) {
+    TP_LOG_WARN("[InjectShell] {}; no commands are run.", e.what());
     return std::nullopt;
-  }
-  std::string text(static_cast<size_t>(max) + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
-  if (static_cast<int64_t>(text.size()) > max) {
-    text.resize(static_cast<size_t>(max));
-    TP_LOG_WARN("[InjectShell] {} is larger than {} bytes; only its first {} bytes are read.", path,
-                max, max);
   }
   std::vector<std::string> lines;
   std::istringstream lines_in(text);

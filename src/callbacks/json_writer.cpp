@@ -23,6 +23,7 @@
 #include <thread>
 #include <utility>
 
+#include "trainpack/callbacks/callback_state.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/atomic_file.h"
 #include "trainpack/utils/file_io.h"
@@ -71,6 +72,13 @@ std::string backup_path(const std::string& path, const std::string& label) {
 // "cannot back up <from> to <to>: <reason>"; the caller then leaves `from` as it is.
 void write_backup(const std::string& from, const std::string& data, const std::string& to,
                   const std::string& dir) {
+  // A second name for the file as found: nothing is copied, so the backup is exactly the file
+  // (a sparse one stays sparse) and costs no space; link() never replaces a name that is taken.
+  // Where the file system has no hard links, the bytes read are copied.
+  if (::link(from.c_str(), to.c_str()) == 0) {
+    fsync_directory(dir);
+    return;
+  }
   try {
     AtomicFileWriter file(to);
     file.write(data);
@@ -89,6 +97,97 @@ ReadFileOptions stats_read_options() {
   options.kind = "stats file";
   options.follow_symlinks = false;
   return options;
+}
+
+// stats.json as found, without the NUL bytes at its end, and the file's size. A power loss can
+// leave a file extended by NUL bytes (or by a hole, on a file system that makes one), and a
+// tool can pad one: the text is read only up to its last byte that is not NUL, found from the
+// end (holes are skipped with SEEK_DATA/SEEK_HOLE without reading them), so a file padded with
+// gigabytes of NULs is neither refused as too large nor read whole. The 1 GiB limit applies to
+// the text.
+std::string read_stats_text(const std::string& path, uint64_t* file_size) {
+  const ReadFileOptions options = stats_read_options();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW);
+  if (fd < 0) {
+    const int err = errno;
+    struct stat lst {};
+    if (err == ELOOP && ::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)) {
+      throw FileRefusedError(EINVAL, path, "is not a regular file (a symbolic link)");
+    }
+    throw_file_error("open", path, err);
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw_file_error("stat", path, errno);
+  if (!S_ISREG(st.st_mode)) {
+    throw FileRefusedError(EINVAL, path,
+                           "is not a regular file (" + file_type_name(st.st_mode) + ")");
+  }
+  *file_size = static_cast<uint64_t>(st.st_size);
+  // The end of the last data region (the file's size where SEEK_DATA is not supported).
+  off_t end = st.st_size;
+  {
+    off_t at = 0, data_end = 0;
+    bool supported = true;
+    while (at < st.st_size) {
+      const off_t data = ::lseek(fd, at, SEEK_DATA);
+      if (data < 0) {
+        supported = errno == ENXIO;  // no data after `at`
+        break;
+      }
+      const off_t hole = ::lseek(fd, data, SEEK_HOLE);
+      if (hole < 0) {
+        supported = false;
+        break;
+      }
+      data_end = hole;
+      at = hole;
+    }
+    if (supported) end = std::min<off_t>(end, data_end);
+  }
+  // Back over NUL bytes written as data, a chunk at a time.
+  constexpr off_t kChunk = 64 * 1024;
+  std::string chunk;
+  while (end > 0) {
+    const off_t from = std::max<off_t>(0, end - kChunk);
+    chunk.resize(static_cast<size_t>(end - from));
+    size_t got = 0;
+    while (got < chunk.size()) {
+      const ssize_t n =
+          ::pread(fd, chunk.data() + got, chunk.size() - got, from + static_cast<off_t>(got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw_file_error("read", path, errno);
+      if (n == 0) break;
+      got += static_cast<size_t>(n);
+    }
+    chunk.resize(got);
+    const size_t last = chunk.find_last_not_of('\0');
+    if (last != std::string::npos) {
+      end = from + static_cast<off_t>(last) + 1;
+      break;
+    }
+    end = from;
+  }
+  if (static_cast<uint64_t>(end) > options.max_bytes) {
+    throw FileRefusedError(EFBIG, path,
+                           fmt::format("holds {} bytes of text, more than the {}-byte limit for a "
+                                       "stats file",
+                                       static_cast<long long>(end), options.max_bytes));
+  }
+  std::string text(static_cast<size_t>(end), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::pread(fd, text.data() + got, text.size() - got, static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw_file_error("read", path, errno);
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  text.resize(got);
+  return text;
 }
 
 void move_file(const std::string& from, const std::string& to, const std::string& dir) {
@@ -400,7 +499,8 @@ std::optional<std::vector<StatsEntry>> JSONWriter::load_existing_json(
   if (!fs::exists(fs::symlink_status(path, ec))) return std::nullopt;
   std::string text;
   try {
-    text = read_file(path, stats_read_options());
+    uint64_t file_size = 0;
+    text = read_stats_text(path, &file_size);
   } catch (const std::system_error& e) {
     throw std::runtime_error(fmt::format("JSONWriter: {}", e.what()));
   }
@@ -494,7 +594,88 @@ void JSONWriter::_setup_graph() {
   disabled_ = false;
 }
 
+CallbackState JSONWriter::state() const {
+  // Only at an epoch end (the next step starts an epoch), before this writer made the entry.
+  if (!is_set_up() || !put_since_entry_ || current_.empty()) return {};
+  if (trainer().resume_point().step_in_epoch != 0 || epoch_num() < 1) return {};
+  std::string names;
+  std::vector<double> values;
+  for (const Slot& slot : current_) {
+    if (!names.empty() || !values.empty()) names.push_back('\0');
+    names += names_[slot.id];
+    values.push_back(slot.value);
+  }
+  return {{"record_epoch", state_scalar(epoch_num())},
+          {"record_step", state_scalar(global_step())},
+          {"record_names", state_string(names)},
+          {"record_values", state_vector(values)}};
+}
+
+void JSONWriter::load_state(const CallbackState& state) {
+  check_state_keys(name(), state, {"record_epoch", "record_step", "record_names", "record_values"});
+  Record r;
+  r.epoch = state_int(name(), state, "record_epoch");
+  r.step = state_int(name(), state, "record_step");
+  const std::string names = state_string(name(), state, "record_names");
+  const std::vector<double> values = state_doubles(name(), state, "record_values");
+  std::vector<std::string> split;
+  size_t start = 0;
+  for (size_t i = 0; i <= names.size(); ++i) {
+    if (i == names.size() || names[i] == '\0') {
+      split.push_back(names.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  if (split.size() != values.size()) {
+    throw std::invalid_argument(fmt::format("{}: the recorded entry has {} names but {} values",
+                                            name(), split.size(), values.size()));
+  }
+  for (size_t i = 0; i < values.size(); ++i) r.values.emplace_back(split[i], values[i]);
+  record_ = std::move(r);
+}
+
+void JSONWriter::fill_from_record() {
+  const auto& resumed = trainer().restored_resume_point();
+  if (!resumed || resumed->step_in_epoch != 0) return;
+  const int64_t ended = resumed->epoch - 1;  // the epoch the checkpoint ended
+  const double last = last_kept_epoch_.value_or(0);
+  if (last >= static_cast<double>(ended)) return;  // no hole
+  const bool usable = record_ && record_->epoch == ended && record_->step == resumed->global_step;
+  const int64_t first_missing = static_cast<int64_t>(last) + 1;
+  const int64_t last_lost = usable ? ended - 1 : ended;
+  if (first_missing <= last_lost && last_kept_epoch_) {
+    TP_LOG_WARN(
+        "{} has no entry for epoch{} {}, which the checkpoint this run resumes from does not "
+        "record{}: {} missing.",
+        path_, first_missing == last_lost ? "" : "s",
+        first_missing == last_lost ? fmt::format("{}", first_missing)
+                                   : fmt::format("{} to {}", first_missing, last_lost),
+        usable ? fmt::format(" (it records epoch {} only)", ended) : std::string(),
+        first_missing == last_lost ? "it stays" : "they stay");
+  }
+  if (!usable) return;
+  for (const auto& [stat, value] : record_->values) process_scalar(stat, value);
+  // The entry of the epoch the checkpoint ended, with its counters (not the current ones).
+  put_since_entry_ = false;
+  previous_puts_.swap(puts_);
+  puts_.clear();
+  Background& b = *bg_;
+  {
+    std::lock_guard<std::mutex> lk(b.mu);
+    for (const Slot& slot : current_) {
+      b.queue.push_back(Background::Item{Background::Kind::kValue, slot.id, slot.value, 0, 0});
+    }
+    b.queue.push_back(
+        Background::Item{Background::Kind::kEntryEnd, 0, 0.0, record_->epoch, record_->step});
+  }
+  current_.clear();
+  TP_LOG_INFO(
+      "{} had no entry for epoch {} (global_step {}); added it from the checkpoint's record.",
+      path_, record_->epoch, record_->step);
+}
+
 void JSONWriter::_before_train() {
+  last_kept_epoch_.reset();
   adopt_existing_file();
   if (disabled_) {
     // The ERROR line is logged; the run ends with an error saying stats.json was not written.
@@ -506,6 +687,14 @@ void JSONWriter::_before_train() {
   Background* b = bg_.get();
   b->stop = false;
   b->thread = std::thread([b] { b->run(); });
+  // What earlier callbacks put in before_train waits for the recorded entry, which comes first.
+  std::vector<Slot> put_before;
+  put_before.swap(current_);
+  const bool had_puts = put_since_entry_;
+  fill_from_record();
+  record_.reset();
+  current_.swap(put_before);
+  put_since_entry_ = had_puts;
   _trigger();
   request_sync();
 }
@@ -579,9 +768,10 @@ void JSONWriter::adopt_existing_file() {
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path_, ec))) return;
   std::string text;
+  uint64_t file_size = 0;
   ParsedStats p;
   try {
-    text = read_file(path_, stats_read_options());
+    text = read_stats_text(path_, &file_size);
     p = parse_stats_file(text);
   } catch (const std::system_error& e) {
     p.status = ParsedStats::Status::kMalformed;
@@ -611,9 +801,12 @@ void JSONWriter::adopt_existing_file() {
     }
 
     TP_LOG_INFO("Found existing JSON inside {}, will append to it.", dir_);
+    last_kept_epoch_ =
+        p.entries.empty() ? std::nullopt : entry_number(p.entries.back(), "epoch_num");
     Background& b = *bg_;
     b.num_entries = p.entries.size();
-    if (p.status == ParsedStats::Status::kValid && text.back() == ']' && !drop_entries) {
+    if (p.status == ParsedStats::Status::kValid && !text.empty() && text.back() == ']' &&
+        !drop_entries && file_size == text.size()) {
       // Appended to as it is: the bytes already there are never touched.
       // O_NOFOLLOW: a symlink put there since the read is not written through.
       b.fd = ::open(path_.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
@@ -622,9 +815,10 @@ void JSONWriter::adopt_existing_file() {
       b.text = std::move(text);
       return;
     }
-    // Truncated, followed by white space, or with entries dropped on resume: keep a copy of the
-    // file as found, then rewrite it once (temporary file and rename) with the entries kept. The
-    // copy is complete before the file is rewritten; when it cannot be made, nothing is changed.
+    // Truncated, followed by white space or NUL bytes, or with entries dropped on resume: keep a
+    // copy of the file as found, then rewrite it once (temporary file and rename) with the entries
+    // kept. The copy is complete before the file is rewritten; when it cannot be made, nothing is
+    // changed.
     const char* label = p.status == ParsedStats::Status::kTruncated ? "truncated-"
                         : drop_entries                              ? "before-resume-"
                                                                     : "orig-";

@@ -56,19 +56,6 @@ std::optional<double> parse_double(const std::string& text) {
   return value;
 }
 
-// `text` as a log line can show it: printable ASCII as it is, every other byte as \xNN, at most
-// `max_chars` characters (then "..."). A file's bytes never reach the log raw.
-std::string printable_excerpt(const std::string& text, size_t max_chars = 80) {
-  std::string out;
-  for (const char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    std::string piece = (u >= 0x20 && u < 0x7f) ? std::string(1, c) : fmt::format("\\x{:02x}", u);
-    if (out.size() + piece.size() > max_chars) return out + "...";
-    out += piece;
-  }
-  return out;
-}
-
 HyperParamPtr checked_param(const HyperParamRef& ref, const char* class_name) {
   HyperParamPtr p = ref.get();
   if (!p) throw std::invalid_argument(fmt::format("{}: param is null", class_name));
@@ -158,6 +145,7 @@ std::optional<double> HyperParamSetter::get_value_to_set() {
     return std::nullopt;
   }
   if (ret && ret != last_value_) {
+    own_value_changed_ = true;
     if (epoch_num() != last_epoch_set_) {  // at most one line per epoch
       if (!last_value_) {
         TP_LOG_INFO("[HyperParamSetter] At global_step={}, {} is set to {:.6f}", global_step(),
@@ -191,7 +179,18 @@ double HyperParamSetter::get_current_value() const { return param_->get_value();
 
 void HyperParamSetter::set_param() {
   applied_epoch_ = epoch_num();
-  if (std::optional<double> v = get_value_to_set()) param_->set_value(*v);
+  const double before = param_->get_value();
+  own_value_changed_ = false;
+  const std::optional<double> v = get_value_to_set();
+  if (!v) return;
+  param_->set_value(*v);
+  // Another setter changed the param at this boundary and this one, running later, puts its own
+  // value back (hyper.txt over a schedule): the log's last word on the param must be what is in
+  // effect, so the change is logged here too, naming this setter.
+  if (!own_value_changed_ && !is_close(before, *v)) {
+    TP_LOG_INFO("[HyperParamSetter] At global_step={}, {} changes from {:.6f} to {:.6f} ({})",
+                global_step(), param_->readable_name(), before, *v, name());
+  }
 }
 
 void HyperParamSetter::_setup_graph() { param_->setup_graph(graph()); }
@@ -279,42 +278,27 @@ std::optional<double> HumanHyperParamSetter::_get_value_to_set() {
   const std::string keeping =
       fmt::format("keeping {} = {}", name, python_float_repr(get_current_value()));
 
-  // Checked before reading, so that a huge file, a FIFO or a device is never read.
-  struct stat st {};
-  if (::stat(path_.c_str(), &st) != 0) {
-    const int err = errno;
-    if (err == ENOENT) {  // no file: no change
+  // Opened without following a symbolic link and without blocking, and checked with fstat before
+  // a byte is read: a huge file, a FIFO or a device is never read, and a link planted in a shared
+  // directory cannot make the job read (and quote) a file it was not meant to.
+  ReadFileOptions options;
+  options.max_bytes = static_cast<uint64_t>(kMaxFileSize);
+  options.kind = "hyper-parameter file";
+  options.follow_symlinks = false;
+  std::string text;
+  try {
+    std::optional<std::string> read = read_file_if_exists(path_, options);
+    if (!read) {  // no file: no change
       warned_state_.reset();
       return std::nullopt;
     }
-    warn_once(fmt::format("stat error {}", err),
-              fmt::format("cannot read {}: {}; {}", path_, std::generic_category().message(err),
-                          keeping));
+    text = std::move(*read);
+  } catch (const FileRefusedError& e) {
+    // The reason names the kind of file or its size, never its content.
+    warn_once(e.what(), fmt::format("{} {} and is not read; {}", path_, e.reason(), keeping));
     return std::nullopt;
-  }
-  const std::string file_id = fmt::format("{}:{}:{}:{}.{}", st.st_mode, st.st_size, st.st_ino,
-                                          st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
-  if (!S_ISREG(st.st_mode)) {
-    warn_once(file_id, fmt::format("{} is not a regular file and is not read; {}", path_, keeping));
-    return std::nullopt;
-  }
-  const auto too_big = [&](int64_t size) {
-    warn_once(file_id, fmt::format("{} is {} bytes, larger than the {} bytes that are read; {}",
-                                   path_, size, kMaxFileSize, keeping));
-  };
-  if (st.st_size > kMaxFileSize) {
-    too_big(st.st_size);
-    return std::nullopt;
-  }
-  std::string text;
-  try {
-    text = read_file(path_);
   } catch (const std::exception& e) {
-    warn_once(file_id, fmt::format("{}; {}", e.what(), keeping));
-    return std::nullopt;
-  }
-  if (static_cast<int64_t>(text.size()) > kMaxFileSize) {  // it grew since stat
-    too_big(static_cast<int64_t>(text.size()));
+    warn_once(e.what(), fmt::format("{}; {}", e.what(), keeping));
     return std::nullopt;
   }
   const std::string& file_state = text;  // warnings repeat only when the content changes
@@ -354,9 +338,10 @@ std::optional<double> HumanHyperParamSetter::_get_value_to_set() {
                                    ? ""
                                    : fmt::format(" ({} more line{} malformed)", bad_count - 1,
                                                  bad_count == 2 ? " is" : "s are");
-    warn_once(file_state,
-              fmt::format("{} line {}: '{}' is not 'name: value'{}; {}", path_, first_bad,
-                          printable_excerpt(strip(lines[first_bad - 1])), others, keeping));
+    // The line is named, not quoted: the file may hold what the log should not (log.log can be
+    // more readable than the file).
+    warn_once(file_state, fmt::format("{} line {} is not 'name: value'{}; {}", path_, first_bad,
+                                      others, keeping));
     return std::nullopt;
   }
   if (!found) {
@@ -440,8 +425,15 @@ std::optional<double> ScheduledHyperParamSetter::_get_value_to_set() {
 }
 
 void ScheduledHyperParamSetter::_before_train() {
+  const bool resumed = resumed_from_state();
   HyperParamSetter::_before_train();
-  check_value_at_beginning();
+  check_value_at_beginning(resumed);
+}
+
+std::string ScheduledHyperParamSetter::state_key() const {
+  // Not name(), which lists the schedule: a run resumed with another schedule (a larger
+  // --max-epoch) must find the state of the schedule it continues.
+  return fmt::format("ScheduledHyperParamSetter({})", param_->readable_name());
 }
 
 void ScheduledHyperParamSetter::_trigger_epoch() {
@@ -452,7 +444,7 @@ void ScheduledHyperParamSetter::_trigger_step() {
   if (options_.step_based()) trigger();
 }
 
-void ScheduledHyperParamSetter::check_value_at_beginning() {
+void ScheduledHyperParamSetter::check_value_at_beginning(bool resumed) {
   // The value the schedule has given by now: tensorpack takes the last value of value_at(p) over
   // p = 0..point, which is value_at(point) when that exists (an exact or interpolated point), and
   // otherwise the value of the last scheduled point before it. Computed directly here, so that a
@@ -475,6 +467,26 @@ void ScheduledHyperParamSetter::check_value_at_beginning() {
   const std::string pname = param_->readable_name();
   const std::string where =
       options_.step_based() ? fmt::format("step {}", point) : fmt::format("epoch{}", point);
+  if (resumed) {
+    // The checkpoint's value is where the schedule it was trained with had got to; this schedule
+    // differs (another --max-epoch, say). The run continues by epoch: what was applied stands, and
+    // this schedule takes over from its next point, rather than starting over from its first.
+    std::optional<std::pair<int64_t, double>> next;
+    for (const auto& entry : schedule_) {
+      if (entry.first > point) {
+        next = entry;
+        break;
+      }
+    }
+    TP_LOG_WARN(
+        "[{}] resumed at {} with '{}' = {} as the checkpoint's schedule left it; this schedule "
+        "gives {} there (it is not the schedule the checkpoint was trained with). Keeping {}; {}",
+        name(), where, pname, format_g(actual, 7), format_g(*v, 7), format_g(actual, 7),
+        next ? fmt::format("this schedule sets {} at {} {}.", format_g(next->second, 7),
+                           options_.step_based() ? "step" : "the end of epoch", next->first)
+             : std::string("this schedule sets nothing more."));
+    return;
+  }
   TP_LOG_WARN(
       "According to scheduler {}, parameter '{}' should become {} at the current point ({}). "
       "However its current value is {}. ",

@@ -372,17 +372,55 @@ void MinSaver::_setup_graph() {
 
 bool MinSaver::is_better(double value) const {
   if (std::isnan(value)) return false;
-  if (!best_) return true;
-  return options_.reverse() ? value > best_->second : value < best_->second;
+  // A best whose copy is owed counts: a worse value does not replace it.
+  const auto& best = unsaved_ ? unsaved_ : best_;
+  if (!best) return true;
+  return options_.reverse() ? value > best->second : value < best->second;
+}
+
+void MinSaver::_before_train() {
+  // A copy the previous run owed (see the header): made before training goes on.
+  if (!unsaved_) return;
+  const std::string original = join(dir_, fmt::format("model-{}", unsaved_->first));
+  if (!checkpoint_fingerprint(original)) {
+    TP_LOG_WARN(
+        "[{}] The checkpoint records a new {} '{}'={:.5g} at global_step={} whose copy was not "
+        "made, but {}.data is missing or damaged: the copy cannot be made; {} keeps {}.",
+        name(), options_.reverse() ? "maximum" : "minimum", stat_, unsaved_->second,
+        unsaved_->first, original, best_checkpoint_prefix() + ".data",
+        best_ ? fmt::format("global_step={}", best_->first) : std::string("what it holds"));
+    unsaved_.reset();
+    return;
+  }
+  TP_LOG_INFO(
+      "[{}] The previous run found a new {} '{}' at global_step={} but did not copy its "
+      "checkpoint; copying it now.",
+      name(), options_.reverse() ? "maximum" : "minimum", stat_, unsaved_->first);
+  retry_unsaved();
+}
+
+bool MinSaver::retry_unsaved() {
+  if (!unsaved_) return false;
+  const auto [step, value] = *unsaved_;
+  if (!copy_from(step, value)) return false;
+  best_ = unsaved_;
+  unsaved_.reset();
+  return true;
 }
 
 void MinSaver::_trigger() {
   last_trigger_step_ = global_step();
   const Monitors::History& history = trainer().monitors().get_history(stat_);
-  if (history.empty()) return;
+  const bool has_new = !history.empty() && is_better(history.back().second);
+  if (!has_new) {
+    retry_unsaved();  // a copy that failed before, while it is still the best
+    return;
+  }
   const auto [step, value] = history.back();
-  if (!is_better(value)) return;
-  if (save(step, value)) best_ = std::make_pair(step, value);
+  if (save(step, value)) {
+    best_ = std::make_pair(step, value);
+    unsaved_.reset();
+  }
 }
 
 bool MinSaver::save(int64_t step, double value) {
@@ -427,6 +465,14 @@ bool MinSaver::save(int64_t step, double value) {
         "wrong order.");
     return false;
   }
+  if (copy_from(step, value)) return true;
+  // The checkpoint is there: the copy is owed, and retried (see the header).
+  unsaved_ = std::make_pair(step, value);
+  return false;
+}
+
+bool MinSaver::copy_from(int64_t step, double value) {
+  const std::string path = join(dir_, fmt::format("model-{}", step));
   try {
     copy_checkpoint(path, best_checkpoint_prefix(),
                     CheckpointWriteOptions().fsync(options_.fsync()));
@@ -435,7 +481,8 @@ bool MinSaver::save(int64_t step, double value) {
     trainer().report_write_failure(name(), best_checkpoint_prefix() + ".data", e.what());
     return false;
   }
-  TP_LOG_INFO("Model at global_step={} with {} {}={:.5g} saved.", step, extreme, stat_, value);
+  TP_LOG_INFO("Model at global_step={} with {} {}={:.5g} saved.", step,
+              options_.reverse() ? "maximum" : "minimum", stat_, value);
   return true;
 }
 
@@ -464,7 +511,12 @@ CallbackState MinSaver::state() const {
         is_better(history.back().second)) {
       s["pending_step"] = at::scalar_tensor(gs, at::kLong);
       s["pending_value"] = at::scalar_tensor(history.back().second, at::kDouble);
+      return s;
     }
+  }
+  if (unsaved_) {  // a copy owed from an earlier step
+    s["pending_step"] = at::scalar_tensor(unsaved_->first, at::kLong);
+    s["pending_value"] = at::scalar_tensor(unsaved_->second, at::kDouble);
   }
   return s;
 }
@@ -499,13 +551,19 @@ void MinSaver::load_state(const CallbackState& state) {
     }
   }
   best_ = state_pair(name(), state, "best");
+  unsaved_.reset();
   const auto pending = state_pair(name(), state, "pending");
   if (pending) {
-    // Taken as the best only if this trigger did copy the checkpoint of that step.
+    // Taken as the best if the copy of that step's checkpoint was made; otherwise the copy is
+    // owed, and before_train makes it.
     const auto copy = checkpoint_fingerprint(best_checkpoint_prefix());
     const auto original =
         checkpoint_fingerprint(join(dir_, fmt::format("model-{}", pending->first)));
-    if (copy && original && *copy == *original) best_ = pending;
+    if (copy && original && *copy == *original) {
+      best_ = pending;
+    } else {
+      unsaved_ = pending;
+    }
   }
   last_trigger_step_.reset();
 }

@@ -56,6 +56,11 @@ const TrackingOptions& checked(const std::string& service, const TrackingOptions
     fail("flush_timeout", std::to_string(o.flush_timeout().count()) + " ms", ">= 0",
          "flush_timeout(std::chrono::seconds(30))");
   }
+  if (o.flush_timeout_after_signal().count() < 0) {
+    fail("flush_timeout_after_signal",
+         std::to_string(o.flush_timeout_after_signal().count()) + " ms", ">= 0",
+         "flush_timeout_after_signal(std::chrono::seconds(3))");
+  }
   return o;
 }
 
@@ -206,6 +211,10 @@ void TrackingMonitor::_after_train() {
   } else if (trainer().received_signal() != 0 || detail::pending_signal() != 0) {
     status = TrackingStatus::kKilled;
   }
+  const std::chrono::milliseconds timeout =
+      status == TrackingStatus::kKilled
+          ? std::min(options_.flush_timeout(), options_.flush_timeout_after_signal())
+          : options_.flush_timeout();
   int64_t unsent = 0;
   bool timed_out = false;
   {
@@ -213,8 +222,7 @@ void TrackingMonitor::_after_train() {
     status_ = status;
     ending_ = true;
     wake_.notify_all();
-    if (worker_.joinable() &&
-        !done_.wait_for(lock, options_.flush_timeout(), [this] { return worker_done_; })) {
+    if (worker_.joinable() && !done_.wait_for(lock, timeout, [this] { return worker_done_; })) {
       timed_out = true;
       unsent = static_cast<int64_t>(queue_.size()) + in_flight_;
       stop_ = true;
@@ -245,8 +253,10 @@ void TrackingMonitor::_after_train() {
   if (timed_out) {
     line += fmt::format(
         ", {} records were not sent within the flush timeout ({} ms; "
-        "TrackingOptions::flush_timeout) and the run's end ({}) was not sent",
-        unsent, options_.flush_timeout().count(), tracking_status_name(status));
+        "TrackingOptions::{}) and the run's end ({}) was not sent",
+        unsent, timeout.count(),
+        status == TrackingStatus::kKilled ? "flush_timeout_after_signal" : "flush_timeout",
+        tracking_status_name(status));
   } else if (unsent > 0) {
     line += fmt::format(", {} records were not sent", unsent);
   }

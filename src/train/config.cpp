@@ -317,7 +317,12 @@ std::optional<std::string> AutoResumeTrainConfig::find_latest_valid_checkpoint(
 }
 
 AutoResumeTrainConfig::AutoResumeTrainConfig(TrainConfig config, bool always_resume)
+    : AutoResumeTrainConfig(std::move(config), AutoResumeOptions().always_resume(always_resume)) {}
+
+AutoResumeTrainConfig::AutoResumeTrainConfig(TrainConfig config, AutoResumeOptions options)
     : TrainConfig(std::move(config)) {
+  const bool always_resume = options.always_resume();
+  const bool allow_missing_parameters = options.allow_missing_parameters();
   const std::optional<std::string> dir = logger::get_logger_dir();
   if (!dir) {
     throw std::invalid_argument(
@@ -334,7 +339,8 @@ AutoResumeTrainConfig::AutoResumeTrainConfig(TrainConfig config, bool always_res
     } else {
       TP_LOG_INFO("Will load checkpoint at {}.", *found);
     }
-    session_init(std::make_shared<SaverRestore>(*found));
+    session_init(std::make_shared<SaverRestore>(
+        *found, SaverRestoreOptions().require_all(!allow_missing_parameters)));
   }
 }
 

@@ -248,6 +248,13 @@ class ModulesRestore {
     } else if (!mismatches.empty()) {
       throw std::invalid_argument(
           fmt::format("restoring from {}: {}", in->source(), mismatches.front()));
+    } else if (in->options().require_all() && !unmatched.empty()) {
+      throw std::invalid_argument(fmt::format(
+          "restoring from {}: it lacks {} of the model's {} parameter tensors: {}. Resumed, they "
+          "would train on from fresh random weights; nothing was restored. If the model gained "
+          "these layers on purpose, allow it (AutoResumeOptions().allow_missing_parameters(true); "
+          "the main job's --allow-missing-parameters), or start over.",
+          in->source(), unmatched.size(), considered, sample_names(unmatched)));
     }
     return out;
   }
@@ -407,12 +414,12 @@ void restore_rng(Reader* in) {
 
 // ---- Callback states: callback/<key>/<entry> (the input's position among them) ----
 
-// The callbacks with their checkpoint keys: name(), then name#2, name#3 for repeats.
+// The callbacks with their checkpoint keys: state_key(), then key#2, key#3 for repeats.
 std::vector<std::pair<std::string, Callback*>> keyed_callbacks(const Trainer& trainer) {
   std::vector<std::pair<std::string, Callback*>> out;
   std::map<std::string, int> seen;
   for (const auto& cb : trainer.registered_callbacks()) {
-    const std::string name = cb->name();
+    const std::string name = cb->state_key();
     const int n = ++seen[name];
     out.emplace_back(n == 1 ? name : fmt::format("{}#{}", name, n), cb.get());
   }

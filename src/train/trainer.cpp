@@ -15,6 +15,7 @@
 #include "trainpack/utils/demangle.h"
 #include "trainpack/utils/humanize.h"
 #include "trainpack/utils/logger.h"
+#include "trainpack/utils/process_io.h"
 
 namespace trainpack {
 
@@ -287,12 +288,14 @@ void Trainer::main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t
   local_step_ = -1;
   next_ = start;
 
+  protect_process_io();
   detail::SignalHandlerScope signals(handle_signals_);
   try {
     check_same_loop_on_every_rank(steps_per_epoch, max_epoch);
     run_stoppable([&] { callbacks_->before_train(); });
     const bool finished = run_epochs(start);
     if (finished && held_stop_) throw StopTraining(*held_stop_);  // held in the last epoch's end
+    finished_ = finished;
     if (finished) TP_LOG_INFO("Training has finished!");
   } catch (const StopTraining& e) {
     log_stop(e);

@@ -4,6 +4,7 @@
 #include "trainpack/utils/atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "trainpack/utils/file_io.h"
 
@@ -186,6 +188,38 @@ void replace_file_by_swap(const std::string& path, const std::string& swap_path,
     }
   }
   if (durable) fsync_directory(parent_directory(path));
+}
+
+std::vector<std::string> remove_stale_temporary_files(const std::string& dir) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  std::filesystem::directory_iterator it(dir, ec);
+  if (ec) return removed;
+  for (; it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    if (ec) break;
+    const std::string name = it->path().filename().string();
+    // <name>.tmp.<pid>.<n>: the last two dot-separated parts are numbers, ".tmp" before them.
+    const size_t last_dot = name.rfind('.');
+    if (last_dot == std::string::npos || last_dot == 0) continue;
+    const size_t pid_dot = name.rfind('.', last_dot - 1);
+    if (pid_dot == std::string::npos || pid_dot < 4 || name.compare(pid_dot - 4, 4, ".tmp") != 0) {
+      continue;
+    }
+    const std::string pid_text = name.substr(pid_dot + 1, last_dot - pid_dot - 1);
+    const std::string n_text = name.substr(last_dot + 1);
+    const auto digits = [](const std::string& t) {
+      return !t.empty() && t.size() <= 10 && t.find_first_not_of("0123456789") == std::string::npos;
+    };
+    if (!digits(pid_text) || !digits(n_text)) continue;
+    const long pid = std::stol(pid_text);
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // still running
+    struct stat st {};
+    const std::string path = it->path().string();
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (::unlink(path.c_str()) == 0) removed.push_back(name);
+  }
+  return removed;
 }
 
 }  // namespace trainpack

@@ -1,7 +1,10 @@
 // The read and write loops of trainpack/utils/file_io.h, and the checks made before a file is read.
 #include "trainpack/utils/file_io.h"
 
+#include <fmt/format.h>
+
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -147,6 +150,19 @@ void throw_file_error(std::string_view action, const std::string& path, int err)
   what += action;
   what += ' ';
   what += path;
+  if (err == EFBIG) {
+    // Past the process's file-size limit (SIGXFSZ is ignored: process_io.h), or the file system's
+    // largest file: say which, since the fix differs.
+    struct rlimit limit {};
+    if (::getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+      what += fmt::format(
+          " (EFBIG: this process may not write files larger than {} bytes, its file-size limit "
+          "`ulimit -f`; raise the limit or free the run from it)",
+          static_cast<unsigned long long>(limit.rlim_cur));
+    } else {
+      what += " (EFBIG: larger than the file system allows)";
+    }
+  }
   throw std::system_error(err, std::generic_category(), what);
 }
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -19,11 +20,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <stdexcept>
 #include <system_error>
 #include <vector>
 
+#include "trainpack/utils/atomic_file.h"
 #include "trainpack/utils/file_io.h"
+#include "trainpack/utils/process_io.h"
 
 namespace trainpack {
 namespace logger {
@@ -36,6 +40,41 @@ struct FileCloser {
 };
 using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
 
+// Owns the locks of one log directory until released (closing the descriptors releases them).
+class DirLock {
+ public:
+  DirLock() = default;
+  DirLock(int dir_fd, int file_fd) : dir_fd_(dir_fd), file_fd_(file_fd) {}
+  DirLock(DirLock&& other) noexcept : dir_fd_(other.dir_fd_), file_fd_(other.file_fd_) {
+    other.dir_fd_ = other.file_fd_ = -1;
+  }
+  DirLock& operator=(DirLock&& other) noexcept {
+    if (this != &other) {
+      reset();
+      std::swap(dir_fd_, other.dir_fd_);
+      std::swap(file_fd_, other.file_fd_);
+    }
+    return *this;
+  }
+  ~DirLock() { reset(); }
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+  // Takes the lock file's descriptor (the directory's stays).
+  void adopt_file(int fd) {
+    if (file_fd_ >= 0) ::close(file_fd_);
+    file_fd_ = fd;
+  }
+  void reset() {
+    if (file_fd_ >= 0) ::close(file_fd_);
+    if (dir_fd_ >= 0) ::close(dir_fd_);
+    file_fd_ = dir_fd_ = -1;
+  }
+
+ private:
+  int dir_fd_ = -1;
+  int file_fd_ = -1;
+};
+
 struct State {
   std::mutex mutex;
   std::map<int, Sink> sinks;
@@ -43,7 +82,7 @@ struct State {
   std::optional<std::string> logger_dir;
   FilePtr log_file;            // <logger_dir>/log.log, open while logger_dir is set
   std::string message_prefix;  // set_message_prefix
-  int lock_fd = -1;            // <logger_dir>/.trainpack.lock, flock-ed while logger_dir is set
+  DirLock lock;  // of logger_dir (the directory and its .trainpack.lock), while it is set
 };
 
 State& state() {
@@ -195,29 +234,53 @@ void detach() {
   std::lock_guard<std::mutex> lock(state().mutex);
   state().log_file.reset();
   state().logger_dir.reset();
-  if (state().lock_fd >= 0) ::close(state().lock_fd);
-  state().lock_fd = -1;
+  state().lock.reset();
 }
 
 // ---- Ownership of a log directory: one run at a time ----
 //
-// The owner holds flock(LOCK_EX) on `<dir>/.trainpack.lock` (a hidden name: a directory holding
-// only it counts as empty) for as long as the directory is its logger directory. The kernel
-// releases the lock when the process dies however it dies, so a stale file from a killed run
-// blocks nothing. The file's text, "<pid> <start time>", is only for the message of a run that
-// finds the directory taken. O_CLOEXEC: a program the run executes does not inherit the lock.
+// The owner holds flock(LOCK_EX) on the directory itself and on `<dir>/.trainpack.lock` (a hidden
+// name: a directory holding only it counts as empty) for as long as the directory is its logger
+// directory. The directory's lock is the one that counts: deleting the lock file (a clean-up
+// script, a user tidying up) does not let a second run in. The file is kept for its text, "<pid>
+// <start time>", which names the holder in the message of a run that finds the directory taken
+// (and for runs of older trainpack versions, which lock only the file). The kernel releases both
+// locks when the process dies however it dies, so a stale file from a killed run blocks nothing.
+// O_CLOEXEC: a program the run executes does not inherit the locks.
 
 constexpr const char* kLockFile = ".trainpack.lock";
 
-// What the holder wrote into the lock file at `path`: "process 1234 (since ...)".
-std::string lock_holder(int fd) {
+// The process id that holds a flock on the file with `st`'s device and inode, from /proc/locks
+// ("1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"); 0 when not found.
+long flock_holder_pid(const struct stat& st) {
+  std::ifstream locks("/proc/locks");
+  const std::string id = fmt::format("{:02x}:{:02x}:{}", major(st.st_dev), minor(st.st_dev),
+                                     static_cast<unsigned long long>(st.st_ino));
+  std::string line;
+  while (std::getline(locks, line)) {
+    std::istringstream fields(line);
+    std::string number, kind, mode, access, pid, file;
+    fields >> number >> kind;
+    if (kind == "->") fields >> kind;  // a waiter's line: "1: -> FLOCK ..."
+    fields >> mode >> access >> pid >> file;
+    if (kind == "FLOCK" && file == id) return std::strtol(pid.c_str(), nullptr, 10);
+  }
+  return 0;
+}
+
+// What the holder wrote into the lock file: "process 1234 (since ...)", or, when the file holds
+// no process id (deleted and made again since), the holder of the directory's lock.
+std::string lock_holder(int fd, const struct stat& dir_st) {
   char buf[256];
-  const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  const ssize_t n = fd >= 0 ? ::pread(fd, buf, sizeof buf - 1, 0) : -1;
   std::string text = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   const auto space = text.find(' ');
   const std::string pid = text.substr(0, space);
   if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) {
+    if (const long holder = flock_holder_pid(dir_st); holder > 0) {
+      return fmt::format("process {}", holder);
+    }
     return "another process (its process id is not recorded yet)";
   }
   if (space == std::string::npos) return "process " + pid;
@@ -228,66 +291,71 @@ std::string lock_holder(int fd) {
   return fmt::format("process {} (since {})", pid, since);
 }
 
-// Takes the lock of log directory `dir` (which exists) and returns its file descriptor, or
-// throws std::runtime_error naming the directory and the process that holds it.
-int lock_directory(const std::string& dir) {
+// Takes the locks of log directory `dir` (which exists), or throws std::runtime_error naming the
+// directory and the process that holds it.
+DirLock lock_directory(const std::string& dir) {
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) fail("lock (open the directory)", dir, std::strerror(errno));
+  DirLock lock(dir_fd, -1);
+  struct stat dir_st {};
+  if (::fstat(dir_fd, &dir_st) != 0) fail("lock (stat the directory)", dir, std::strerror(errno));
+  const bool dir_taken = ::flock(dir_fd, LOCK_EX | LOCK_NB) != 0;
+  if (dir_taken && errno != EWOULDBLOCK)
+    fail("lock (flock the directory)", dir, std::strerror(errno));
+
   const std::string path = (fs::path(dir) / kLockFile).string();
   // O_NOFOLLOW: a planted symlink is not followed; O_NONBLOCK: a FIFO does not block the open.
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
-  if (fd < 0) fail("lock (open its lock file '" + path + "')", dir, std::strerror(errno));
+  if (fd < 0) {
+    if (dir_taken) {
+      throw std::runtime_error(fmt::format(
+          "logger::set_logger_dir: log directory {} is in use by {}; wait for it to finish or "
+          "use another directory",
+          dir, lock_holder(-1, dir_st)));
+    }
+    fail("lock (open its lock file '" + path + "')", dir, std::strerror(errno));
+  }
+  lock.adopt_file(fd);
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
     fail("lock", dir, "its lock file '" + path + "' is not a regular file; remove it");
   }
   // A hard link planted there would make the owner line below truncate another name's file.
   if (st.st_nlink != 1) {
-    ::close(fd);
     fail("lock", dir,
          fmt::format("its lock file '{}' has {} hard links (another name shares the file, which "
                      "the lock would overwrite); remove it",
                      path, static_cast<unsigned long long>(st.st_nlink)));
   }
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    if (err == EWOULDBLOCK) {
-      const std::string holder = lock_holder(fd);
-      ::close(fd);
-      throw std::runtime_error(fmt::format(
-          "logger::set_logger_dir: log directory {} is in use by {}; wait for it to finish or "
-          "use another directory",
-          dir, holder));
-    }
-    ::close(fd);
-    fail("lock (flock '" + path + "')", dir, std::strerror(err));
+  const bool file_taken = ::flock(fd, LOCK_EX | LOCK_NB) != 0;
+  if (file_taken && errno != EWOULDBLOCK) {
+    fail("lock (flock '" + path + "')", dir, std::strerror(errno));
+  }
+  if (dir_taken || file_taken) {
+    throw std::runtime_error(fmt::format(
+        "logger::set_logger_dir: log directory {} is in use by {}; wait for it to finish or "
+        "use another directory",
+        dir, lock_holder(fd, dir_st)));
   }
   const std::string owner = fmt::format("{} {}\n", ::getpid(), local_time("%Y-%m-%d %H:%M:%S %Z"));
   if (::ftruncate(fd, 0) != 0 ||
       ::pwrite(fd, owner.data(), owner.size(), 0) != static_cast<ssize_t>(owner.size())) {
     // The lock holds all the same; only the message of a second run loses the process id.
   }
-  return fd;
+  return lock;
 }
 
-// Owns a lock fd until released (closing it releases the lock).
-class DirLock {
- public:
-  DirLock() = default;
-  explicit DirLock(int fd) : fd_(fd) {}
-  ~DirLock() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  DirLock(const DirLock&) = delete;
-  DirLock& operator=(const DirLock&) = delete;
-  int release() {
-    const int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-
- private:
-  int fd_ = -1;
-};
+// log.log's permission bits: read and write for the owner, and read for the group or others
+// only where the directory lets them in (read and search) too. Lines can quote what the program
+// read (paths, values): a log in a private directory stays private even where the umask is 022.
+mode_t log_file_mode(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return 0600;
+  mode_t mode = 0600;
+  if ((st.st_mode & 0050) == 0050) mode |= 0040;
+  if ((st.st_mode & 0005) == 0005) mode |= 0004;
+  return mode;
+}
 
 // True when `inner` is `outer` or inside it (both made absolute and free of symlinks).
 bool contains(const fs::path& outer, const fs::path& inner) {
@@ -420,6 +488,8 @@ std::optional<std::string> get_logger_dir() {
 void set_logger_dir(const std::string& dir, std::optional<char> action) {
   if (dir.empty())
     throw std::invalid_argument("logger::set_logger_dir: the directory name is empty");
+  // Before any file is opened: a closed stdout must not become log.log (process_io.h).
+  protect_process_io();
   if (action) action = parse_action(*action);
   std::string d = normalise(dir);
   if (const int rank = rank_in_a_group(); rank > 0) {
@@ -464,7 +534,7 @@ void set_logger_dir(const std::string& dir, std::optional<char> action) {
     switch (*action) {
       case 'b': {
         // Held while the directory is moved: a directory another run holds is never moved.
-        DirLock old(lock_directory(d));
+        const DirLock old = lock_directory(d);
         const std::string backup = free_name(d + "." + time_str());
         fs::rename(d, backup, ec);
         if (ec) fail("back up (rename to '" + backup + "')", d, ec.message());
@@ -474,7 +544,7 @@ void set_logger_dir(const std::string& dir, std::optional<char> action) {
         break;
       }
       case 'd': {
-        DirLock old(lock_directory(d));  // a directory another run holds is never deleted
+        const DirLock old = lock_directory(d);  // a directory another run holds is never deleted
         fs::remove_all(d, ec);
         if (ec) fail("delete", d, ec.message());
         break;
@@ -492,7 +562,7 @@ void set_logger_dir(const std::string& dir, std::optional<char> action) {
   fs::create_directories(d, ec);
   if (ec) fail("create", d, ec.message());
   // Taken before log.log is touched: the log of a run that holds the directory stays as it is.
-  DirLock owned(lock_directory(d));
+  DirLock owned = lock_directory(d);
 
   const std::string log_path = (fs::path(d) / "log.log").string();
   if (fs::exists(fs::symlink_status(log_path, ec))) {
@@ -503,8 +573,8 @@ void set_logger_dir(const std::string& dir, std::optional<char> action) {
   }
   // A new file (any log.log was moved aside above): O_EXCL|O_NOFOLLOW, so that a file or symlink
   // put there since is not written through.
-  const int log_fd =
-      ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                            log_file_mode(d));
   if (log_fd < 0) fail("create", log_path, std::strerror(errno));
   FilePtr file(::fdopen(log_fd, "w"));
   if (!file) {
@@ -516,11 +586,16 @@ void set_logger_dir(const std::string& dir, std::optional<char> action) {
     std::lock_guard<std::mutex> lock(state().mutex);
     state().log_file = std::move(file);
     state().logger_dir = d;
-    state().lock_fd = owned.release();
+    state().lock = std::move(owned);
   }
   std::string argv;
   for (const auto& arg : command_line()) argv += (argv.empty() ? "" : " ") + arg;
   TP_LOG_INFO("Argv: {}", argv);
+  // The directory is this run's now: what a killed run left half-written goes.
+  for (const std::string& name : remove_stale_temporary_files(d)) {
+    TP_LOG_INFO("Removed {}, a temporary file left by a process that no longer runs.",
+                (fs::path(d) / name).string());
+  }
 }
 
 void set_logger_dir(const std::string& dir, const std::string& action) {

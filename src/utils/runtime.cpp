@@ -16,6 +16,7 @@
 #include <ATen/Parallel.h>
 
 #include "trainpack/utils/logger.h"
+#include "trainpack/utils/process_io.h"
 
 namespace trainpack {
 namespace {
@@ -140,6 +141,7 @@ void RuntimeReport::log() const {
 }
 
 RuntimeReport configure_runtime(int argc, char** argv, const RuntimeOptions& options) {
+  protect_process_io();
   check_threads("intra_op_threads", options.intra_op_threads());
   check_threads("blas_threads", options.blas_threads());
   if (options.passive_omp_wait() && (argc < 1 || argv == nullptr || argv[argc] != nullptr)) {

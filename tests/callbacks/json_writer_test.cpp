@@ -27,6 +27,8 @@
 #include "support/sanitizers.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/monitor.h"
+#include "trainpack/callbacks/saver.h"
+#include "trainpack/session_init.h"
 #include "trainpack/testing.h"
 
 namespace trainpack {
@@ -376,7 +378,7 @@ TEST_F(JSONWriterTest, MovesAMalformedFileAside) {
 
 // A full disk at resume: the backup of the file as found cannot be written. No empty or partial
 // backup is left, and the file is left as it is.
-TEST_F(JSONWriterTest, ABackupThatCannotBeWrittenLeavesNoBackupAndTheFileAsItWas) {
+TEST_F(JSONWriterTest, ARewriteThatCannotBeWrittenLeavesTheFileAsItWas) {
   const std::string cut = R"([{"a": 0.5, "epoch_num": 1, "global_step": 10}, {"a": 1)";
   write_text(stats_path(), cut);
   LogCapture log;
@@ -385,11 +387,13 @@ TEST_F(JSONWriterTest, ABackupThatCannotBeWrittenLeavesNoBackupAndTheFileAsItWas
     // Training goes on without statistics, and the run ends failed: they were not written.
     EXPECT_THROW(train(1, 2, 2), WriteFailedError);
   }
-  EXPECT_EQ(backups(dir(), "stats.json.truncated-"), std::vector<fs::path>{});
+  // The backup is a second name of the file as found (a hard link: nothing is copied), so the
+  // limit does not stop it; the rewrite fails, and the file stays as it was.
+  const auto copies = backups(dir(), "stats.json.truncated-");
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(read_text(copies[0]), cut);
   EXPECT_EQ(testing::temporary_files(dir()), std::vector<std::string>{});
   EXPECT_EQ(read_text(stats_path()), cut);
-  EXPECT_TRUE(log.contains("cannot back up " + stats_path().string() + " to " +
-                           stats_path().string() + ".truncated-"));
   EXPECT_TRUE(log.contains("File too large"));
   EXPECT_TRUE(log.contains(stats_path().string() + " is left as it is"));
 }
@@ -767,6 +771,114 @@ TEST_F(JSONWriterTest, AProcessKilledWhileWritingLeavesValidJson) {
       }
     }
   }
+}
+
+// A run killed between an epoch's checkpoint and its stats.json entry: the checkpoint records the
+// entry (JSONWriter's state), and the resumed run adds it before its own.
+TEST_F(JSONWriterTest, AResumeAddsTheEntryTheCheckpointRecordsWhenTheFileLacksIt) {
+  const auto saver = [&] {
+    return std::make_shared<ModelSaver>(
+        ModelSaverOptions().checkpoint_dir(dir().string()).fsync(false));
+  };
+  {
+    NoOpTrainer trainer;
+    trainer.set_handle_signals(false);
+    trainer.train({std::make_shared<PutScalars>(), saver()}, {std::make_shared<JSONWriter>()}, 2, 1,
+                  2);
+  }
+  ASSERT_EQ(read_text(stats_path()), kTwoEpochs);
+  const TensorMap saved = read_checkpoint((dir() / "model-4").string());
+  EXPECT_EQ(saved.at("callback/JSONWriter/record_epoch").item<int64_t>(), 2);
+  EXPECT_EQ(saved.at("callback/JSONWriter/record_step").item<int64_t>(), 4);
+  // The entry of epoch 2's end is lost (and the step entry of epoch 2 with it).
+  const std::string first_epoch = R"([{"cost": 1.0, "epoch_num": 1, "global_step": 1}, )"
+                                  R"({"cost": 0.5, "lr": 0.1, "epoch_num": 1, "global_step": 2}])";
+  write_text(stats_path(), first_epoch);
+  LogCapture log;
+  {
+    NoOpTrainer trainer;
+    trainer.set_handle_signals(false);
+    trainer.train({std::make_shared<PutScalars>(), saver()}, {std::make_shared<JSONWriter>()}, 2, 1,
+                  3, std::make_shared<SaverRestore>(dir().string()));
+  }
+  EXPECT_TRUE(log.contains(stats_path().string() +
+                           " had no entry for epoch 2 (global_step 4); added it from the "
+                           "checkpoint's record."));
+  EXPECT_EQ(read_text(stats_path()),
+            std::string(first_epoch, 0, first_epoch.size() - 1) +
+                R"(, {"cost": 0.25, "lr": 0.2, "epoch_num": 2, "global_step": 4}, )"
+                R"({"cost": 0.2, "epoch_num": 3, "global_step": 5}, )"
+                R"({"cost": 0.16666666666666666, "lr": 0.30000000000000004, "epoch_num": 3, )"
+                R"("global_step": 6}])");
+}
+
+// Holes that no checkpoint records are named, not invented.
+TEST_F(JSONWriterTest, AResumeNamesTheEpochsNoCheckpointRecords) {
+  const auto saver = [&] {
+    return std::make_shared<ModelSaver>(
+        ModelSaverOptions().checkpoint_dir(dir().string()).fsync(false));
+  };
+  {
+    NoOpTrainer trainer;
+    trainer.set_handle_signals(false);
+    trainer.train({std::make_shared<PutScalars>(), saver()}, {std::make_shared<JSONWriter>()}, 1, 1,
+                  3);
+  }
+  write_text(stats_path(), R"([{"cost": 1.0, "lr": 0.1, "epoch_num": 1, "global_step": 1}])");
+  LogCapture log;
+  {
+    NoOpTrainer trainer;
+    trainer.set_handle_signals(false);
+    trainer.train({std::make_shared<PutScalars>(), saver()}, {std::make_shared<JSONWriter>()}, 1, 1,
+                  3, std::make_shared<SaverRestore>(dir().string()));
+  }
+  EXPECT_TRUE(log.contains(stats_path().string() +
+                           " has no entry for epoch 2, which the checkpoint this run resumes from "
+                           "does not record (it records epoch 3 only): it stays missing."));
+  const auto entries = JSONWriter::load_existing_json();
+  ASSERT_TRUE(entries.has_value());
+  std::vector<int64_t> epochs;
+  for (const auto& e : *entries) epochs.push_back(std::get<int64_t>(*e.find("epoch_num")));
+  EXPECT_EQ(epochs, (std::vector<int64_t>{1, 3}));
+}
+
+// A StopTraining at an epoch end (the console's `stop`, EarlyStopping) ends the round, but the
+// epoch was trained: the monitors still record it.
+TEST_F(JSONWriterTest, AStopAtAnEpochEndStillWritesThatEpochsEntry) {
+  auto stopper = std::make_shared<testing::ActionCallback>();
+  stopper->trigger_epoch_fn = [](testing::ActionCallback& self) {
+    if (self.epoch_num() == 2) throw StopTraining("stop from the console");
+  };
+  auto after = std::make_shared<testing::ActionCallback>();
+  int after_calls = 0;
+  after->trigger_epoch_fn = [&](testing::ActionCallback&) { ++after_calls; };
+  NoOpTrainer trainer;
+  trainer.set_handle_signals(false);
+  trainer.train({std::make_shared<PutScalars>(), stopper, after}, {std::make_shared<JSONWriter>()},
+                2, 1, 5);
+  EXPECT_EQ(read_text(stats_path()), kTwoEpochs);
+  EXPECT_EQ(after_calls, 1);  // a callback that is not a monitor does not run after the stop
+  EXPECT_FALSE(trainer.finished());
+}
+
+// NUL bytes after the entries (a power loss; here 64 MiB of hole): the file is read up to its
+// last other byte, rewritten, and its backup is a second name of the file, as sparse as it was.
+TEST_F(JSONWriterTest, AFilePaddedWithNulBytesIsReadWithoutTheThemAndItsBackupStaysSparse) {
+  write_text(stats_path(), kTwoEpochs);
+  const uintmax_t padded = std::strlen(kTwoEpochs) + (uintmax_t{64} << 20);
+  fs::resize_file(stats_path(), padded);
+  LogCapture log;
+  train(2, 3, 3);
+  EXPECT_EQ(read_text(stats_path()),
+            std::string(kTwoEpochs, std::strlen(kTwoEpochs) - 1) +
+                R"(, {"cost": 1.0, "epoch_num": 3, "global_step": 1}, )"
+                R"({"cost": 0.5, "lr": 0.30000000000000004, "epoch_num": 3, "global_step": 2}])");
+  const auto copies = backups(dir(), "stats.json.orig-");
+  ASSERT_EQ(copies.size(), 1u);
+  struct stat st {};
+  ASSERT_EQ(::stat(copies[0].c_str(), &st), 0);
+  EXPECT_EQ(static_cast<uintmax_t>(st.st_size), padded);
+  EXPECT_LT(static_cast<int64_t>(st.st_blocks) * 512, int64_t{1} << 20);
 }
 
 }  // namespace

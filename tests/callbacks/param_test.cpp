@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -280,6 +281,42 @@ TEST_F(ScheduledHyperParamSetterSchedule, NameIsTensorpacksStr) {
 }
 
 // ---- the start-up check (docs/tensorpack-differences.md #3) ----
+
+// The state is saved under a key without the schedule's values, so a run resumed with another
+// schedule (a larger max_epoch) finds it; the run then continues by epoch: the value the
+// checkpoint holds stands, and the new schedule takes over at its next point.
+TEST_F(ScheduledHyperParamSetterSchedule, AResumeWithAnotherScheduleContinuesByEpoch) {
+  auto first = std::make_shared<ScheduledHyperParamSetter>(
+      param(), Schedule{{0, 0.1}, {1, 0.01}, {2, 0.001}});
+  train({first}, 1, 3);
+  ASSERT_EQ(value_, 0.001);
+  const CallbackState saved = first->state();
+  EXPECT_EQ(first->state_key(), "ScheduledHyperParamSetter(param)");
+
+  NoOpTrainer resumed;
+  resumed.set_handle_signals(false);
+  auto second = std::make_shared<ScheduledHyperParamSetter>(
+      param(), Schedule{{0, 0.1}, {6, 0.01}, {8, 0.001}});
+  EXPECT_EQ(second->state_key(), first->state_key());
+  sets_.clear();
+  value_ = 0.5;  // the param as constructed: the state brings the checkpoint's value back
+  second->load_state(saved);
+  EXPECT_EQ(value_, 0.001);
+  resumed.train({second}, {}, 1, 4, 7);
+  // The values set (the steps recorded are the fixture trainer's): load_state's, then the point
+  // (6, 0.01) at the end of epoch 6; not 0.1 at the start.
+  std::vector<double> values;
+  for (const auto& set : sets_) values.push_back(set.second);
+  EXPECT_EQ(values, (std::vector<double>{0.001, 0.01}));
+  EXPECT_EQ(value_, 0.01);
+  EXPECT_EQ(log_.containing("resumed at epoch3").size(), 1u);
+  EXPECT_FALSE(
+      log_.containing("resumed at epoch3 with 'param' = 0.001 as the checkpoint's schedule "
+                      "left it; this schedule gives 0.1 there (it is not the schedule the "
+                      "checkpoint was trained with). Keeping 0.001; this schedule sets 0.01 "
+                      "at the end of epoch 6.")
+          .empty());
+}
 
 class ScheduledHyperParamSetterStartup : public ParamFixture {};
 
@@ -699,6 +736,22 @@ class HumanHyperParamSetterTest : public testing::TempDirFixture<ParamFixture> {
   }
 };
 
+// hyper.txt over a schedule at the same epoch end: the schedule logs its change, and the value the
+// file puts back is logged after it, naming the setter, so the log's last word is what is in
+// effect.
+TEST_F(HumanHyperParamSetterTest, TheLastSetterToRunSaysWhatIsInEffect) {
+  write("param: 0.05\n");
+  train({std::make_shared<ScheduledHyperParamSetter>(param(), Schedule{{1, 0.01}}), setter()}, 1,
+        1);
+  EXPECT_EQ(value_, 0.05);
+  const auto lines = log_.containing("[HyperParamSetter] At global_step=1");
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "[HyperParamSetter] At global_step=1, param is set to 0.010000");
+  EXPECT_EQ(lines[1],
+            "[HyperParamSetter] At global_step=1, param changes from 0.010000 to 0.050000 "
+            "(HumanHyperParamSetter)");
+}
+
 TEST_F(HumanHyperParamSetterTest, ReadsTheValueFromTheFile) {
   write("other: 3\nparam: 1e-4\n");
   train({setter()}, 1, 1);
@@ -726,20 +779,19 @@ TEST_F(HumanHyperParamSetterTest, MissingFileChangesNothingSilently) {
 }
 
 TEST_F(HumanHyperParamSetterTest, NonNumericValueWarnsNamingFileAndLineAndKeepsTheValue) {
-  expect_kept("other: 3\nparam: abc\n",
-              "HumanHyperParamSetter: " + hyper_path() +
-                  " line 2: 'param: abc' is not 'name: value'; keeping param = 1.0");
+  expect_kept("other: 3\nparam: abc\n", "HumanHyperParamSetter: " + hyper_path() +
+                                            " line 2 is not 'name: value'; keeping param = 1.0");
 }
 
 TEST_F(HumanHyperParamSetterTest, TwoColonsWarnNamingFileAndLineAndKeepTheValue) {
   expect_kept("param: 0.5:1\n", "HumanHyperParamSetter: " + hyper_path() +
-                                    " line 1: 'param: 0.5:1' is not 'name: value'; keeping "
+                                    " line 1 is not 'name: value'; keeping "
                                     "param = 1.0");
 }
 
 TEST_F(HumanHyperParamSetterTest, LineWithoutColonWarnsNamingFileAndLineAndKeepsTheValue) {
   expect_kept("param 0.5\n", "HumanHyperParamSetter: " + hyper_path() +
-                                 " line 1: 'param 0.5' is not 'name: value'; keeping param = 1.0");
+                                 " line 1 is not 'name: value'; keeping param = 1.0");
 }
 
 TEST_F(HumanHyperParamSetterTest, BlankAndCommentLinesAreSkipped) {
@@ -751,7 +803,7 @@ TEST_F(HumanHyperParamSetterTest, BlankAndCommentLinesAreSkipped) {
 
 TEST_F(HumanHyperParamSetterTest, EmptyNameWarnsNamingFileAndLineAndKeepsTheValue) {
   expect_kept("param: 0.5\n: 0.3\n", "HumanHyperParamSetter: " + hyper_path() +
-                                         " line 2: ': 0.3' is not 'name: value'; keeping "
+                                         " line 2 is not 'name: value'; keeping "
                                          "param = 1.0");
 }
 
@@ -846,11 +898,38 @@ TEST_F(HumanHyperParamSetterTest, ALargeFileIsNotReadAndWarnedOnce) {
   const std::string size = std::to_string(HumanHyperParamSetter::kMaxFileSize + 11);
   EXPECT_EQ(log_.warnings(),
             std::vector<std::string>{"HumanHyperParamSetter: " + hyper_path() + " is " + size +
-                                     " bytes, larger than the 65536 bytes that are read; keeping "
-                                     "param = 1.0"});
+                                     " bytes, more than the 65536-byte limit for a hyper-parameter "
+                                     "file and is not read; keeping param = 1.0"});
 }
 
-TEST_F(HumanHyperParamSetterTest, BinaryContentIsEscapedCappedAndWarnedOncePerChange) {
+// A hyper.txt planted as a link (in a shared directory, to a file the job may read but the log's
+// readers may not) is not followed, and nothing of the linked file reaches the log.
+TEST_F(HumanHyperParamSetterTest, ASymbolicLinkIsNotFollowedAndNothingOfItsTargetIsLogged) {
+  std::filesystem::create_directories(dir());
+  const std::string secret = (dir() / "secret.txt").string();
+  {
+    std::ofstream out(secret);
+    out << "param: 0.5 SECRET-value\nSECRET-line\n";
+  }
+  ASSERT_EQ(::symlink(secret.c_str(), hyper_path().c_str()), 0);
+  train({setter()}, 1, 2);
+  EXPECT_TRUE(sets_.empty());
+  EXPECT_EQ(log_.warnings(),
+            std::vector<std::string>{"HumanHyperParamSetter: " + hyper_path() +
+                                     " is not a regular file (a symbolic link) and is not read; "
+                                     "keeping param = 1.0"});
+  EXPECT_TRUE(log_.containing("SECRET").empty());
+}
+
+// A malformed line is named by its number, never quoted: the file may hold what the log (more
+// readable than the file) should not.
+TEST_F(HumanHyperParamSetterTest, AMalformedLineIsNamedNotQuoted) {
+  expect_kept("param: 0.5\nthis is SECRET-junk\n",
+              "HumanHyperParamSetter: " + hyper_path() +
+                  " line 2 is not 'name: value'; keeping param = 1.0");
+}
+
+TEST_F(HumanHyperParamSetterTest, BinaryContentIsNamedByLineNotQuotedAndWarnedOncePerChange) {
   std::string binary = "param: 0.5\n";
   for (int i = 0; i < 2000; ++i) {
     if (i % 256 != '\n') binary += static_cast<char>(i % 256);  // one long line
@@ -861,9 +940,8 @@ TEST_F(HumanHyperParamSetterTest, BinaryContentIsEscapedCappedAndWarnedOncePerCh
   EXPECT_TRUE(sets_.empty());
   const std::vector<std::string> warnings = log_.warnings();
   ASSERT_EQ(warnings.size(), 2u);  // one for each version of the file, over five reads
-  EXPECT_THAT(warnings[0], HasSubstr(" line 2: '\\x00\\x01\\x02"));
-  EXPECT_THAT(warnings[0], HasSubstr("...' is not 'name: value'; keeping param = 1.0"));
-  EXPECT_LT(warnings[0].size(), 300u);  // the quoted line is cut
+  EXPECT_THAT(warnings[0], HasSubstr(" line 2 is not 'name: value'; keeping param = 1.0"));
+  EXPECT_LT(warnings[0].size(), 300u);  // the line is named, not quoted
   for (const std::string& w : warnings) {
     for (const char c : w) {
       EXPECT_TRUE(static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f)
@@ -871,14 +949,14 @@ TEST_F(HumanHyperParamSetterTest, BinaryContentIsEscapedCappedAndWarnedOncePerCh
     }
   }
   EXPECT_EQ(warnings[1], "HumanHyperParamSetter: " + hyper_path() +
-                             " line 2: 'param 0.25' is not 'name: value'; keeping param = 1.0");
+                             " line 2 is not 'name: value'; keeping param = 1.0");
 }
 
 TEST_F(HumanHyperParamSetterTest, ManyBadLinesGiveOneWarning) {
   std::string text;
   for (int i = 0; i < 1000; ++i) text += "garbage\n";
   expect_kept(text, "HumanHyperParamSetter: " + hyper_path() +
-                        " line 1: 'garbage' is not 'name: value' (999 more lines are "
+                        " line 1 is not 'name: value' (999 more lines are "
                         "malformed); keeping param = 1.0");
 }
 
@@ -887,10 +965,10 @@ TEST_F(HumanHyperParamSetterTest, AFifoIsNotReadAndWarnedOnce) {
   ASSERT_EQ(::mkfifo(hyper_path().c_str(), 0600), 0);
   train({setter()}, 1, 2);
   EXPECT_TRUE(sets_.empty());
-  EXPECT_EQ(log_.warnings(),
-            std::vector<std::string>{"HumanHyperParamSetter: " + hyper_path() +
-                                     " is not a regular file and is not read; keeping param = "
-                                     "1.0"});
+  EXPECT_EQ(log_.warnings(), std::vector<std::string>{
+                                 "HumanHyperParamSetter: " + hyper_path() +
+                                 " is not a regular file (a FIFO) and is not read; keeping param = "
+                                 "1.0"});
 }
 
 class SetterRangeTest : public ParamFixture {

@@ -622,6 +622,88 @@ TEST_F(SaverTest, AResumedRunKeepsTheBestOfTheRunItResumes) {
   EXPECT_EQ(count_lines(log, "Model at global_step="), 0);
 }
 
+// A run killed while MinSaver copied a new best (after ModelSaver saved that step): the
+// checkpoint records the best as pending, the copy on disk is older. The resumed run makes the
+// copy at its start instead of keeping the stale one for good.
+TEST_F(SaverTest, ACopyTheCheckpointOwesIsMadeAtTheNextStart) {
+  const auto callbacks = [&](std::shared_ptr<MinSaver> min) {
+    return std::vector<CallbackPtr>{stat_putter("val-error", {{1, 0.5}, {2, 0.25}, {3, 0.375}}),
+                                    std::make_shared<ModelSaver>(options()), min};
+  };
+  {
+    ModelTrainer run1;
+    run1.train(callbacks(std::make_shared<MinSaver>(
+                   "val-error", MinSaverOptions().checkpoint_dir(dir().string()))),
+               2, 2);
+  }
+  // As if the copy of model-4 never happened: the best copy is still epoch 1's.
+  fs::copy_file(prefix("model-2") + ".data", prefix("min-val-error") + ".data",
+                fs::copy_options::overwrite_existing);
+  ModelTrainer run2;
+  auto min =
+      std::make_shared<MinSaver>("val-error", MinSaverOptions().checkpoint_dir(dir().string()));
+  LogCapture log;
+  run2.train(callbacks(min), 2, 3, std::make_shared<SaverRestore>(dir().string()));
+  EXPECT_TRUE(
+      log.contains("[MinSaver] The previous run found a new minimum 'val-error' at "
+                   "global_step=4 but did not copy its checkpoint; copying it now."));
+  EXPECT_TRUE(log.contains("Model at global_step=4 with minimum val-error=0.25 saved."));
+  EXPECT_EQ(read_text(prefix("min-val-error") + ".data"), read_text(prefix("model-4") + ".data"));
+  EXPECT_EQ(*min->best(), std::make_pair(int64_t{4}, 0.25));
+}
+
+// The owed copy's checkpoint is gone: the run says the copy cannot be made, and goes on.
+TEST_F(SaverTest, AnOwedCopyWhoseCheckpointIsGoneIsNamed) {
+  ModelTrainer m;
+  auto owed =
+      std::make_shared<MinSaver>("val-error", MinSaverOptions().checkpoint_dir(dir().string()));
+  owed->load_state({{"best_step", at::scalar_tensor(2, at::kLong)},
+                    {"best_value", at::scalar_tensor(0.5, at::kDouble)},
+                    {"pending_step", at::scalar_tensor(4, at::kLong)},
+                    {"pending_value", at::scalar_tensor(0.25, at::kDouble)}});
+  LogCapture log;
+  m.train({std::make_shared<ModelSaver>(options()), owed}, 2, 1);
+  EXPECT_TRUE(
+      log.contains("[MinSaver] The checkpoint records a new minimum 'val-error'=0.25 at "
+                   "global_step=4 whose copy was not made, but " +
+                   prefix("model-4") +
+                   ".data is missing or damaged: the copy cannot be "
+                   "made; " +
+                   prefix("min-val-error") + ".data keeps global_step=2."));
+  EXPECT_EQ(*owed->best(), std::make_pair(int64_t{2}, 0.5));
+}
+
+// A copy that failed (here: a directory stands at the copy's name) is retried at the next trigger
+// while no better value comes, and recorded as owed in the checkpoints meanwhile; the failure
+// still ends the run with WriteFailedError.
+TEST_F(SaverTest, AFailedCopyIsRetriedAtTheNextTrigger) {
+  const std::string copy = prefix("min-val-error") + ".data";
+  auto block = std::make_shared<ActionCallback>();
+  block->trigger_fn = [&](ActionCallback& self) {
+    if (self.epoch_num() == 2) {
+      fs::remove(copy);
+      fs::create_directory(copy);
+    } else if (self.epoch_num() == 3) {
+      fs::remove(copy);
+    }
+  };
+  ModelTrainer m;
+  auto min =
+      std::make_shared<MinSaver>("val-error", MinSaverOptions().checkpoint_dir(dir().string()));
+  LogCapture log;
+  EXPECT_THROW(m.train({stat_putter("val-error", {{1, 0.5}, {2, 0.25}, {3, 0.375}}),
+                        std::make_shared<ModelSaver>(options()), block, min},
+                       2, 3),
+               WriteFailedError);
+  EXPECT_TRUE(log.contains("[MinSaver] Cannot copy " + prefix("model-4") + " to " +
+                           prefix("min-val-error")));
+  EXPECT_EQ(read_text(copy), read_text(prefix("model-4") + ".data"));
+  EXPECT_EQ(*min->best(), std::make_pair(int64_t{4}, 0.25));
+  // Saved before the retry at epoch 3: the copy is owed there.
+  const TensorMap at6 = read_checkpoint(prefix("model-6"));
+  EXPECT_EQ(at6.at("callback/MinSaver/pending_step").item<int64_t>(), 4);
+}
+
 TEST_F(SaverTest, StatNamesAreMadeSafeForFileNames) {
   MinSaverOptions o = MinSaverOptions().checkpoint_dir(dir().string());
   EXPECT_EQ(MinSaver("tower0/val-error", o).best_checkpoint_prefix(),

@@ -433,6 +433,38 @@ TEST(TrackingMonitor, ASignalEndsTheRunKilled) {
   EXPECT_EQ(monitor->status(), TrackingStatus::kKilled);
 }
 
+// After a stop signal, a scheduler's grace period is short: a server that hangs holds after_train
+// for flush_timeout_after_signal, not for the long flush_timeout.
+TEST(TrackingMonitor, AfterAStopSignalTheFlushTimeoutIsShort) {
+  FakeHttpServer server([](const RecordedRequest& r) {
+    return r.path == "/batch" ? FakeResponse{200, "", {}, true} : ok();
+  });
+  auto monitor = std::make_shared<TestMonitor>(
+      server.url(), fast()
+                        .flush_timeout(std::chrono::seconds(60))
+                        .flush_timeout_after_signal(std::chrono::milliseconds(150))
+                        .http(HttpClientOptions().timeout(std::chrono::hours(1))));
+  auto raiser = std::make_shared<ActionCallback>();
+  raiser->trigger_step_fn = [](ActionCallback& self) {
+    if (self.global_step() == 2) std::raise(SIGTERM);
+  };
+  LogCapture log;
+  NoOpTrainer trainer;
+  trainer.set_handle_signals(true);
+  trainer.train({put_loss(), raiser}, {monitor}, 3, 1, 2);
+  EXPECT_EQ(trainer.received_signal(), SIGTERM);
+  EXPECT_TRUE(
+      log.contains("within the flush timeout (150 ms; "
+                   "TrackingOptions::flush_timeout_after_signal) and the run's end "
+                   "(KILLED) was not sent"));
+}
+
+TEST(TrackingMonitor, ANegativeFlushTimeoutAfterSignalIsRefused) {
+  EXPECT_THROW(TestMonitor("http://127.0.0.1:1",
+                           fast().flush_timeout_after_signal(std::chrono::milliseconds(-1))),
+               std::invalid_argument);
+}
+
 TEST(TrackingMonitor, AStopRequestEndsTheRunFinished) {
   FakeHttpServer server([](const RecordedRequest&) { return ok(); });
   auto monitor = std::make_shared<TestMonitor>(server.url(), fast());

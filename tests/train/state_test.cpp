@@ -208,6 +208,29 @@ TEST(TrainingState, ResumePointErrors) {
   }
 }
 
+// require_all (what auto-resume asks for): a map that lacks any parameter is refused, naming it,
+// and nothing is restored.
+TEST(TrainingState, RequireAllRefusesAMapThatLacksAParameter) {
+  ModelTrainer source(1);
+  TensorMap state = collect_training_state(source.trainer);
+  state.erase("0.bias");
+  ModelTrainer target(2);
+  const TensorMap before = collect_training_state(target.trainer);
+  try {
+    restore_training_state(target.trainer, state,
+                           RestoreOptions().require_all(true).source("the test map"));
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("restoring from the test map: it lacks 1 of the model's"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find(": 0.bias."), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("allow_missing_parameters(true)"), std::string::npos);
+  }
+  EXPECT_TRUE(torch::equal(target.net->weight, before.at("0.weight")));  // nothing restored
+  EXPECT_FALSE(torch::equal(target.net->weight, source.net->weight));
+}
+
 TEST(TrainingState, PartialRestoreReportsMissingUnusedAndIgnoredNames) {
   ModelTrainer source(1);
   source.sgd_step();  // BatchNorm in training mode moves its running mean

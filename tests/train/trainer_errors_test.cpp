@@ -366,6 +366,16 @@ TEST(TrainerSignals, ASignalDuringTheLastStepIsStillReported) {
   trainer.train({std::make_shared<SignalAt>(SIGTERM, 2)}, {}, 2, 1, 1);
   EXPECT_TRUE(log.contains("Training has finished!"));
   EXPECT_EQ(trainer.received_signal(), SIGTERM);
+  // It stopped nothing: the run is complete, which finished() tells the caller.
+  EXPECT_TRUE(trainer.finished());
+}
+
+TEST(TrainerSignals, ARunStoppedByASignalIsNotFinished) {
+  NoOpTrainer trainer;
+  trainer.train({std::make_shared<SignalAt>(SIGTERM, 2)}, {}, 2, 1, 3);
+  EXPECT_EQ(trainer.received_signal(), SIGTERM);
+  EXPECT_EQ(trainer.global_step(), 2);
+  EXPECT_FALSE(trainer.finished());
 }
 
 TEST(TrainerSignals, ASignalWinsOverAStopRequestInTheSameStep) {

@@ -73,7 +73,10 @@ TEST_F(AtomicFileTest, AWriteBeyondTheFileSizeLimitFailsAndChangesNothing) {
         [&] { write_file_atomically(p.string(), std::string(5000, 'x')); });
   }
   EXPECT_TRUE(std::regex_match(
-      msg, std::regex("cannot write " + temporary_name_pattern(p.string()) + ": File too large")))
+      msg, std::regex("cannot write " + temporary_name_pattern(p.string()) +
+                      " \\(EFBIG: this process may not write files larger than 1000 bytes, its "
+                      "file-size limit `ulimit -f`; raise the limit or free the run from it\\): "
+                      "File too large")))
       << msg;
   EXPECT_EQ(read_text(p), "old content");
   EXPECT_EQ(temporary_files(dir()), Names{});
@@ -269,7 +272,10 @@ TEST_F(AtomicFileTest, ReplaceBySwapBeyondTheFileSizeLimitFailsAndKeepsTheFile) 
     msg = message_of<std::runtime_error>(
         [&] { replace_file_by_swap(p.string(), swap.string(), std::string(5000, 'x')); });
   }
-  EXPECT_EQ(msg, "cannot write " + swap.string() + ": File too large");
+  EXPECT_EQ(msg, "cannot write " + swap.string() +
+                     " (EFBIG: this process may not write files larger than 1000 bytes, its "
+                     "file-size limit `ulimit -f`; raise the limit or free the run from it): File "
+                     "too large");
   EXPECT_EQ(read_text(p), "current");
   replace_file_by_swap(p.string(), swap.string(),
                        "next");  // the partly written swap file is reused

@@ -423,7 +423,9 @@ TEST_F(CheckpointTest, AFailedWriteLeavesTheExistingCheckpointAsItWas) {
   }
   EXPECT_TRUE(std::regex_match(
       msg, std::regex("cannot write " + temporary_name_pattern(prefix() + ".data") +
-                      ": File too large")))
+                      " \\(EFBIG: this process may not write files larger than [0-9]+ bytes, "
+                      "its file-size limit `ulimit -f`; raise the limit or free the run from "
+                      "it\\): File too large")))
       << msg;
   EXPECT_EQ(read_text(prefix() + ".data"), before);
   expect_same(small, read_checkpoint(prefix()));
@@ -483,7 +485,9 @@ TEST_F(CheckpointTest, AWriteThatFailsInsideALargeTensorReplacesNothing) {
   }
   EXPECT_TRUE(std::regex_match(
       msg, std::regex("cannot write " + temporary_name_pattern(prefix() + ".data") +
-                      ": File too large")))
+                      " \\(EFBIG: this process may not write files larger than [0-9]+ bytes, "
+                      "its file-size limit `ulimit -f`; raise the limit or free the run from "
+                      "it\\): File too large")))
       << msg;
   expect_same(small, read_checkpoint(prefix()));
   EXPECT_EQ(files_in(dir()), (std::vector<std::string>{"model-600.data"}));

@@ -151,6 +151,11 @@ TEST_F(FileIoTest, ASymlinkIsFollowedUnlessTheCallerSaysNot) {
   EXPECT_EQ(read_file_if_exists((dir() / "missing").string(), options), std::nullopt);
 }
 
+// What a write past the file-size limit of 100 bytes adds to the message.
+const char* const kEfbig100 =
+    " (EFBIG: this process may not write files larger than 100 bytes, its file-size limit "
+    "`ulimit -f`; raise the limit or free the run from it)";
+
 TEST_F(FileIoTest, AFailedWriteNamesTheFileAndTheReason) {
   const std::string p = (dir() / "f").string();
   const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -158,9 +163,9 @@ TEST_F(FileIoTest, AFailedWriteNamesTheFileAndTheReason) {
   {
     FileSizeLimit limit(100);
     EXPECT_EQ(message_of<std::runtime_error>([&] { write_all(fd, std::string(1000, 'x'), p); }),
-              "cannot write " + p + ": File too large");
+              "cannot write " + p + kEfbig100 + ": File too large");
     EXPECT_EQ(message_of<std::runtime_error>([&] { pwrite_all(fd, "abc", 200, p); }),
-              "cannot write " + p + ": File too large");
+              "cannot write " + p + kEfbig100 + ": File too large");
     // The loop without the exception: what was written before the failure, and the errno.
     int err = 0;
     ASSERT_EQ(::ftruncate(fd, 0), 0);

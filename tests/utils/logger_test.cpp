@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -468,6 +469,12 @@ TEST_F(LoggerDir, AutoSetDirUsesTrainLogAndTheProgramName) {
 
 // ---- one run per log directory ----
 
+mode_t current_umask() {
+  const mode_t mask = ::umask(022);
+  ::umask(mask);
+  return mask;
+}
+
 // A child process that makes `dir` its logger directory and then waits to be killed.
 class LockHolder {
  public:
@@ -537,6 +544,69 @@ TEST_F(LoggerDir, ADirectoryAnotherRunHoldsIsRefusedNamingItsProcessAndNeverMove
   EXPECT_EQ(logger::get_logger_dir(), dir_);
   logger::set_logger_dir(dir_, 'b');
   EXPECT_EQ(logger::get_logger_dir(), dir_);
+}
+
+// The directory itself is locked: deleting the lock file (a clean-up script) does not let a second
+// run in, and the refusal still names the holder (from the kernel's lock table).
+TEST_F(LoggerDir, DeletingTheLockFileDoesNotReleaseTheDirectory) {
+  LockHolder holder(dir_);
+  ASSERT_TRUE(fs::remove(fs::path(dir_) / ".trainpack.lock"));
+  try {
+    logger::set_logger_dir(dir_, 'k');
+    FAIL() << "expected std::runtime_error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("log directory " + dir_ + " is in use by process " +
+                                    std::to_string(holder.pid())));
+  }
+  EXPECT_FALSE(logger::get_logger_dir().has_value());
+  holder.kill();
+  logger::set_logger_dir(dir_, 'k');
+  EXPECT_EQ(logger::get_logger_dir(), dir_);
+}
+
+// The temporary file of a write that a killed process left (a checkpoint's can be large) is removed
+// by the next run that takes the directory; those of running processes, links and other names
+// stay.
+TEST_F(LoggerDir, TemporaryFilesOfProcessesThatNoLongerRunAreRemoved) {
+  fs::create_directories(dir_);
+  // A process id that no longer runs: a child that has exited and been waited for.
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  ASSERT_GT(gone, 0);
+  ::waitpid(gone, nullptr, 0);
+  const std::string dead = "model-8.data.tmp." + std::to_string(gone) + ".3";
+  const std::string alive = "model-8.data.tmp." + std::to_string(::getppid()) + ".0";
+  write_file(fs::path(dir_) / dead, "half a checkpoint");
+  write_file(fs::path(dir_) / alive, "being written");
+  write_file(fs::path(dir_) / "notes.tmp.txt", "mine");
+  write_file(path("outside.txt"), "outside");
+  fs::create_symlink(path("outside.txt"),
+                     fs::path(dir_) / ("x.tmp." + std::to_string(gone) + ".1"));
+  LogCapture log;
+  logger::set_logger_dir(dir_, 'k');
+  EXPECT_FALSE(fs::exists(fs::path(dir_) / dead));
+  EXPECT_TRUE(fs::exists(fs::path(dir_) / alive));
+  EXPECT_TRUE(fs::exists(fs::path(dir_) / "notes.tmp.txt"));
+  EXPECT_TRUE(fs::is_symlink(fs::path(dir_) / ("x.tmp." + std::to_string(gone) + ".1")));
+  EXPECT_EQ(read_file(path("outside.txt")), "outside");
+  EXPECT_TRUE(log.contains("Removed " + (fs::path(dir_) / dead).string() +
+                           ", a temporary file left by a process that no longer runs."));
+}
+
+// log.log is no more readable than its directory: a private directory keeps a private log even
+// with the usual umask 022.
+TEST_F(LoggerDir, TheLogIsNoMoreReadableThanItsDirectory) {
+  fs::create_directories(dir_);
+  ::chmod(dir_.c_str(), 0700);
+  logger::set_logger_dir(dir_, 'k');
+  struct stat st {};
+  ASSERT_EQ(::stat((fs::path(dir_) / "log.log").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  logger::unset_logger_dir();
+  ::chmod(dir_.c_str(), 0755);
+  logger::set_logger_dir(dir_, 'k');
+  ASSERT_EQ(::stat((fs::path(dir_) / "log.log").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0044, 0044u & ~static_cast<unsigned>(current_umask()));
 }
 
 TEST_F(LoggerDir, TheLockFileNamesTheOwnerAndASecondCallOfTheSameProcessMayRetakeIt) {

@@ -2,21 +2,27 @@
 """The main job's chaos suite: fashion_mnist runs on a bad day, checked from the outside.
 
     python3 chaos_test.py --binary build/examples/fashion_mnist/fashion_mnist [--workdir DIR]
-                          [--trials N] [--seed S] [--only NAME[,NAME...]] [--list] [--keep]
+                          [--fault-lib LIB] [--trials N] [--seed S] [--only NAME[,NAME...]]
+                          [--list] [--keep]
 
 Each scenario (--list names them) starts the job with small flags on a log directory, does one
 bad thing to it (a signal at a random moment, a full disk, a read-only directory, a second run,
-corrupt or foreign checkpoints, bad hyper.txt values, planted links and FIFOs) and ends with the
-invariant check of invariants.py: the best copy and every checkpoint that was valid before the
-run are still there and unchanged, or replaced by a newer valid one; stats.json is valid JSON;
-the exit code tells the truth (0 only when every checkpoint and statistic the run promised was
-written). Each scenario prints PASS, FAIL (with the reasons and the job's output) or SKIP.
+corrupt or foreign checkpoints, bad hyper.txt values, planted links and FIFOs, a write that fails
+or kills the job, a file size limit, a pipe or terminal that goes away, closed standard
+descriptors, the console's stop) and ends with the invariant check of invariants.py: the best
+copy and every checkpoint that was valid before the run are still there and unchanged, or
+replaced by a newer valid one; stats.json is valid JSON; every event file is a valid TFRecord
+stream; the exit code tells the truth (0 only when every checkpoint and statistic the run
+promised was written). Each scenario prints PASS, FAIL (with the reasons and the job's output)
+or SKIP.
 
 The short mode (the default, what ctest runs) does one trial of each; --trials N (or the
 environment's TRAINPACK_CHAOS_TRIALS) repeats the randomised scenarios N times. The seed is
 printed first: --seed S (or TRAINPACK_CHAOS_SEED) replays a run's random choices.
 Needs only the Python 3 standard library. The disk-full and read-only scenarios mount a tmpfs or
-a read-only bind mount, so they run as root only and are skipped otherwise.
+a read-only bind mount, so they run as root only and are skipped otherwise. The scenarios that
+make one particular write fail preload the fault library (--fault-lib, built from
+tests/tools/fault_injection.c as the target trainpack_fault_injection) and are skipped without it.
 """
 
 import argparse
@@ -38,6 +44,9 @@ def main():
     parser.add_argument("--binary", required=True, help="the fashion_mnist program")
     parser.add_argument("--workdir", default=None, help="scratch directory (default: a new one "
                         "under $TMPDIR); emptied first")
+    parser.add_argument("--fault-lib", default=None,
+                        help="the LD_PRELOAD fault library (tests/tools/fault_injection.c); the "
+                        "scenarios that need it are skipped without it")
     parser.add_argument("--trials", type=int,
                         default=int(os.environ.get("TRAINPACK_CHAOS_TRIALS", "1")),
                         help="trials of each randomised scenario (default 1, or "
@@ -67,6 +76,13 @@ def main():
     if seed is None:
         seed = random.SystemRandom().randrange(1 << 31)
     binary = os.path.abspath(args.binary)
+    fault_lib = None
+    if args.fault_lib:
+        # A path that is wrong must not turn those scenarios into silent skips.
+        fault_lib = os.path.abspath(args.fault_lib)
+        if not os.path.isfile(fault_lib):
+            print(f"chaos: --fault-lib {fault_lib}: no such file", file=sys.stderr)
+            return 2
     workdir = os.path.abspath(args.workdir or os.path.join(
         os.environ.get("TMPDIR", "/tmp"), f"trainpack-chaos-{os.getpid()}"))
     shutil.rmtree(workdir, ignore_errors=True)
@@ -74,7 +90,7 @@ def main():
     print(f"chaos: seed {seed} (replay with --seed {seed} --trials {args.trials}"
           f"{''.join(' --only ' + n for n in only)}); workdir {workdir}", flush=True)
 
-    job = Job(binary, workdir)
+    job = Job(binary, workdir, fault_lib=fault_lib)
     names = only or list(scenarios.ALL)
     results = []
     start = time.monotonic()

@@ -8,21 +8,30 @@ then requires:
   - every checkpoint there after the run is valid, but for files the scenario damaged and the
     run left as they were;
   - stats.json, when there, is a regular file holding valid JSON (a list of entries with
-    strictly increasing epochs), and one that was there before is still there;
+    strictly increasing epochs), and one that was there before is still there; a copy of it
+    (stats.json.<label><time>) is valid JSON too, or exactly the file as it was before the run;
+  - every event file (events.out.tfevents.*) the run wrote or changed is a valid TFRecord stream
+    that ends at a record boundary (read_tfrecords); a run killed by a signal may leave a final
+    record unfinished;
   - the exit code tells the truth: 0 only with "fashion_mnist: OK", a valid checkpoint of every
     epoch the run trained (the last ten: ModelSaver keeps ten), the `checkpoint` index naming the
-    last, a valid best copy, and a stats.json entry for every epoch the run trained.
+    last, a valid best copy of the step with the lowest val-error-top1 in stats.json, and a
+    stats.json entry for every epoch the run trained.
 """
 
+import hashlib
 import json
+import math
 import os
 import re
 import stat
+import struct
 
 import checkpoint_file
 from job import STEPS_PER_EPOCH
 
 CHECKPOINT = re.compile(r"^(model-(\d+)|(min|max)-.+)\.data$")
+EVENTS = "events.out.tfevents."
 _cache = {}
 
 
@@ -60,8 +69,6 @@ def _is_regular(path):
 
 def file_digests(d):
     """name -> sha256 (or a description of a special file) of everything in the directory."""
-    import hashlib
-
     out = {}
     for n in sorted(os.listdir(d)):
         p = os.path.join(d, n)
@@ -76,15 +83,133 @@ def file_digests(d):
     return out
 
 
+def _digest(path):
+    """sha256 of a regular file, read in pieces (a stats.json padded with 64 MiB of NULs); None
+    for anything else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        h = hashlib.sha256()
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return h.hexdigest()
+            h.update(chunk)
+    finally:
+        os.close(fd)
+
+
+def _identity(path):
+    st = os.lstat(path)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def event_files(d):
+    """name -> (inode, size, mtime) of the event files in d."""
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return {}
+    return {n: _identity(os.path.join(d, n)) for n in sorted(names)
+            if n.startswith(EVENTS) and _is_regular(os.path.join(d, n))}
+
+
 class Snapshot:
     def __init__(self, d):
         self.dir = d
         self.checkpoints = checkpoints(d)
         self.stats_existed = _stats_ok(d)[0] is not None
+        self.stats_digest = _digest(os.path.join(d, "stats.json"))
+        self.events = event_files(d)
 
 
 def snapshot(d):
     return Snapshot(d)
+
+
+# ---- TFRecord streams (the event files) ----
+
+def _masked_crc(data):
+    # TFRecord's masking of a CRC-32C: rotated right by 15 bits, plus a constant, mod 2**32.
+    crc = checkpoint_file.crc32c(data)
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def read_tfrecords(path, allow_partial_tail=False, limit=256 << 20):
+    """(records, problem) of a TFRecord file, read strictly: each record is a uint64 length
+    (little-endian), the masked CRC-32C of those 8 bytes, the data, the masked CRC-32C of the
+    data; the file ends exactly where a record does. With allow_partial_tail, an unfinished last
+    record (what a killed writer leaves) is dropped instead of being a problem. problem is None
+    when the file is valid."""
+    try:
+        data = checkpoint_file._read_regular(path, limit)
+    except OSError as e:
+        return [], f"cannot read: {e.strerror}"
+    if data is None:
+        return [], "not a regular file of a sensible size"
+    records = []
+    pos = 0
+    while pos < len(data):
+        header = data[pos:pos + 12]
+        if len(header) < 12:
+            if allow_partial_tail:
+                break
+            return records, (f"ends inside the header of record {len(records)} at byte {pos} "
+                             f"({len(data)} bytes in all)")
+        length, length_crc = struct.unpack("<QI", header)
+        if _masked_crc(header[:8]) != length_crc:
+            return records, (f"record {len(records)} at byte {pos}: the CRC of its length does "
+                             f"not match (not a record boundary: {header[:12]!r})")
+        end = pos + 12 + length + 4
+        if end > len(data):
+            if allow_partial_tail:
+                break
+            return records, (f"record {len(records)} at byte {pos} ({length} bytes of data) "
+                             f"runs past the end of the file ({len(data)} bytes)")
+        body = data[pos + 12:pos + 12 + length]
+        (body_crc,) = struct.unpack_from("<I", data, pos + 12 + length)
+        if _masked_crc(body) != body_crc:
+            return records, (f"record {len(records)} at byte {pos}: the CRC of its data does "
+                             f"not match")
+        records.append(body)
+        pos = end
+    return records, None
+
+
+def _check_event_files(case, before, status):
+    """Every event file the run created or changed is a valid TFRecord stream; one left as it was
+    before the run was checked after the run that wrote it."""
+    d = before.dir
+    for name, identity in event_files(d).items():
+        if before.events.get(name) == identity:
+            continue
+        _, problem = read_tfrecords(os.path.join(d, name), allow_partial_tail=status < 0)
+        if problem:
+            case.fail(f"event file {name} is not a valid TFRecord stream: {problem}")
+
+
+def _check_best_copy(case, best, entries):
+    """The best copy is the checkpoint of the step with the lowest val-error-top1 in stats.json
+    (the first of several equal ones, as MinSaver keeps the first)."""
+    lowest = None
+    for entry in entries or []:
+        value = entry.get("val-error-top1")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if not math.isfinite(value):
+            continue
+        if lowest is None or value < lowest[0]:
+            lowest = (value, entry.get("global_step"), entry.get("epoch_num"))
+    if lowest is None or best is None or not best.valid:
+        return
+    if best.global_step != lowest[1]:
+        case.fail(f"exit status 0, but min-val-error-top1.data is of global_step {best.global_step}"
+                  f", while stats.json's lowest val-error-top1, {lowest[0]}, is of global_step "
+                  f"{lowest[1]} (epoch {lowest[2]})")
 
 
 def _stats_ok(d):
@@ -144,11 +269,18 @@ def check(case, before, run, status, max_epoch=None):
             # block.
             if not _is_regular(os.path.join(d, name)):
                 continue
+            # A damaged stats.json kept as it was found (before the job rewrote it) is a faithful
+            # copy, not a broken one.
+            if before.stats_digest is not None and _digest(
+                    os.path.join(d, name)) == before.stats_digest:
+                continue
             try:
                 with open(os.path.join(d, name), "rb") as f:
                     json.load(f)
             except (OSError, ValueError, UnicodeDecodeError) as e:
-                case.fail(f"{name}, a copy of stats.json, is not valid JSON: {e}")
+                case.fail(f"{name}, a copy of stats.json, is neither valid JSON ({e}) nor the "
+                          f"file as it was before the run")
+    _check_event_files(case, before, status)
 
     if status != 0 or run is None:
         return
@@ -182,6 +314,7 @@ def check(case, before, run, status, max_epoch=None):
     best = after.get("min-val-error-top1.data")
     if best is None or not best.valid:
         case.fail("exit status 0, but min-val-error-top1.data is missing or invalid")
+    _check_best_copy(case, best, entries)
     epochs = {e.get("epoch_num") for e in entries or []}
     missing = [e for e in range(first, max_epoch + 1) if e not in epochs]
     if missing:

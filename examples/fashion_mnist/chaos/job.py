@@ -18,21 +18,37 @@ RUN_TIMEOUT = 120
 
 
 class Run:
-    """A started job: its process, its output file (stdout and stderr), its flags."""
+    """A started job: its process, its output file (stdout and stderr), its flags.
 
-    def __init__(self, job, logdir, flags, out, extra_env=None, preexec_fn=None):
+    extra_env is added to the environment (LD_PRELOAD and the fault library's variables);
+    wrapper goes before the program (["/bin/sh", "-c", 'exec "$0" "$@" ...']: the shell's own
+    redirections); stdout replaces the output file (a pipe into tee or head, which then writes
+    `out`), and process_group puts the job into that group (a pipeline's) instead of a new
+    session of its own; cwd is the job's working directory (where InjectShell looks for
+    INJECT_SHELL.tmp)."""
+
+    def __init__(self, job, logdir, flags, out, extra_env=None, preexec_fn=None, wrapper=None,
+                 stdout=None, process_group=None, cwd=None):
         self.logdir = logdir
         self.flags = flags
         self.out = out
         self.started = time.monotonic()
         env = dict(os.environ)
         env.update(extra_env or {})
-        with open(out, "wb") as f:
+        argv = list(wrapper or []) + [job.binary, "--logdir", logdir] + SMALL_FLAGS + flags
+        group = {"start_new_session": True} if process_group is None else {
+            "process_group": process_group}
+        out_file = open(out, "wb") if stdout is None else None
+        try:
             self.proc = subprocess.Popen(
-                [job.binary, "--logdir", logdir] + SMALL_FLAGS + flags, stdout=f,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                start_new_session=True, preexec_fn=preexec_fn)
+                argv, stdout=out_file or stdout, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, env=env, preexec_fn=preexec_fn, cwd=cwd, **group)
+        finally:
+            if out_file:
+                out_file.close()
         self.pid = self.proc.pid
+        # The group to kill on a timeout or at the cleanup: the job's own, or the pipeline's.
+        self.pgid = self.pid if process_group is None else process_group
         self.timed_out = False
 
     def output(self):
@@ -75,17 +91,31 @@ class Run:
                 return self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 try:
-                    os.killpg(self.pid, signal.SIGKILL)
+                    os.killpg(self.pgid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
                 return self.proc.wait()
 
 
 class Job:
-    def __init__(self, binary, workdir):
+    def __init__(self, binary, workdir, fault_lib=None):
         self.binary = binary
         self.workdir = workdir
+        # The LD_PRELOAD library of tests/tools/fault_injection.c (--fault-lib), or None.
+        self.fault_lib = fault_lib
         self._base = None
+
+    def fault_env(self, fault, path, skip=0):
+        """The environment that makes the job's writes to files whose path contains `path` fail
+        (fault: kill, enospc or efbig) from the (skip+1)-th on; None without --fault-lib."""
+        if self.fault_lib is None:
+            return None
+        # A job built with AddressSanitizer refuses to start when a preloaded library comes
+        # before the sanitizer's runtime, unless told that the order is intended.
+        asan = os.environ.get("ASAN_OPTIONS", "")
+        return {"LD_PRELOAD": self.fault_lib, "TRAINPACK_FAULT": fault,
+                "TRAINPACK_FAULT_PATH": path, "TRAINPACK_FAULT_SKIP": str(skip),
+                "ASAN_OPTIONS": (asan + ":" if asan else "") + "verify_asan_link_order=0"}
 
     def start(self, logdir, flags, out, **kw):
         return Run(self, logdir, flags, out, **kw)

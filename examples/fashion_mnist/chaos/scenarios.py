@@ -2,9 +2,12 @@
 where its failures go. Most start from a copy of a finished 3-epoch run (model-4, -8, -12, the
 best copy min-val-error-top1, stats.json) and run the job on with a larger --max-epoch."""
 
+import json
 import os
+import re
 import resource
 import signal
+import stat
 import subprocess
 import time
 
@@ -46,7 +49,7 @@ class Case:
         for run in self.runs:
             if run.running():
                 try:
-                    os.killpg(run.pid, signal.SIGKILL)
+                    os.killpg(run.pgid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
                 run.proc.wait()
@@ -214,7 +217,7 @@ def readonly_dir(case):
 
 # ---- two runs on one directory ----
 
-def _two_runs(case, second_flags):
+def _two_runs(case, second_flags, while_stopped=None):
     d = case.base_copy()
     before = invariants.snapshot(d)
     first = case.start(d, _max_epoch(6), "first")
@@ -222,6 +225,8 @@ def _two_runs(case, second_flags):
     # Stopped, the first run holds the directory for as long as the second needs to notice.
     first.signal(signal.SIGSTOP)
     try:
+        if while_stopped:
+            while_stopped(d)
         second, status = case.run(d, _max_epoch(6) + second_flags, "second", timeout=60)
     finally:
         first.signal(signal.SIGCONT)
@@ -244,6 +249,18 @@ def two_runs(case):
 def two_runs_no_resume(case):
     """--no-resume on a directory another run holds: refused, nothing moved."""
     _two_runs(case, ["--no-resume"])
+
+
+def lock_deleted(case):
+    """.trainpack.lock deleted under a running job: a second run is still refused, naming it.
+
+    The first run is stopped (SIGSTOP) while the lock file is removed and the second runs; once
+    continued it must finish."""
+    def delete_lock(d):
+        os.remove(os.path.join(d, ".trainpack.lock"))
+        case.note("removed .trainpack.lock while the first run was stopped (SIGSTOP)")
+
+    _two_runs(case, [], while_stopped=delete_lock)
 
 
 # ---- damaged and foreign checkpoints ----
@@ -442,10 +459,404 @@ def dev_zero_checkpoint(case):
                                      preexec_fn=_limit_memory))
 
 
+# ---- a write that fails or kills the job (the fault library) ----
+
+BEST = "min-val-error-top1.data"
+
+
+def _fault_env(case, fault, path):
+    env = case.job.fault_env(fault, path)
+    if env is None:
+        raise Skip("SKIP: needs the fault library (--fault-lib LIB; the CMake target "
+                   "trainpack_fault_injection builds it from tests/tools/fault_injection.c)")
+    case.note(f"TRAINPACK_FAULT={fault} on writes to paths containing {path!r}")
+    return env
+
+
+def _expect_best_copy(case, d, step):
+    info = invariants.inspect(os.path.join(d, BEST))
+    if info is None:
+        case.fail(f"{BEST} is missing after the second run (the copy of model-{step} owed since "
+                  f"the first)")
+    elif not info.valid:
+        case.fail(f"{BEST} after the second run is not a valid checkpoint ({info.why})")
+    elif info.global_step != step:
+        case.fail(f"{BEST} after the second run is of global_step {info.global_step}, not {step}")
+
+
+def _best_copy_fault(case, fault):
+    """A new log directory, one epoch (always a new best), the write of the best copy failing;
+    then the same command without the fault must make the copy it owes."""
+    env = _fault_env(case, fault, BEST)
+    d = os.path.join(case.dir, "log")
+    before = invariants.snapshot(d)
+    run, status = case.run(d, _max_epoch(1), "faulty", extra_env=env)
+    if fault == "kill":
+        case.expect_status("faulty", status, -signal.SIGKILL)
+    else:
+        case.expect_status("faulty", status, 1)
+        if BEST not in run.output():
+            case.fail(f"the failed run's output does not name {BEST}, the file it could not write")
+    invariants.check(case, before, run, status, max_epoch=1)
+    if not os.path.exists(os.path.join(d, f"model-{STEPS_PER_EPOCH}.data")):
+        case.fail(f"the scenario is mis-built: the faulty run left no model-{STEPS_PER_EPOCH}.data "
+                  f"to copy (it should fail at the copy, after the checkpoint)")
+    middle = invariants.snapshot(d)
+    again, status = case.run(d, _max_epoch(1), "again")
+    case.expect_status("again", status, 0)
+    _expect_best_copy(case, d, STEPS_PER_EPOCH)
+    invariants.check(case, middle, again, status, max_epoch=1)
+
+
+def best_copy_killed(case):
+    """SIGKILL while writing the first best copy: the next run makes the copy it owes."""
+    _best_copy_fault(case, "kill")
+
+
+def best_copy_enospc(case):
+    """The best copy's write fails (ENOSPC): exit 1 naming it; the next run makes the copy."""
+    _best_copy_fault(case, "enospc")
+
+
+# ---- a file size limit ----
+
+def file_size_limit(case):
+    """RLIMIT_FSIZE below a checkpoint's size: no death by SIGXFSZ; exit 1 saying EFBIG."""
+    d = case.base_copy()
+    limit = os.path.getsize(os.path.join(d, "model-12.data")) // 2
+
+    def limit_file_size():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        # The default action (death, with a core) whatever the parent ignores: the job itself
+        # must not be killed by it.
+        signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+
+    case.note(f"RLIMIT_FSIZE {limit} bytes (half a checkpoint)")
+    for tag in ("limited", "resumed"):
+        before = invariants.snapshot(d)
+        run, status = case.run(d, _max_epoch(5), tag, preexec_fn=limit_file_size)
+        if status in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
+            case.fail(f"run '{tag}' was killed by SIGXFSZ (status {status}) writing past the file "
+                      f"size limit, instead of failing the write with EFBIG")
+        else:
+            case.expect_status(tag, status, 1)
+        lines = [line for line in run.output().splitlines() if "File too large" in line]
+        if not lines:
+            case.fail(f"run '{tag}''s output does not say 'File too large' (EFBIG)")
+        elif not any("model-16" in line for line in lines):
+            case.fail(f"run '{tag}''s 'File too large' lines do not name model-16.data, the first "
+                      f"checkpoint over the limit: {lines[0][:200]!r}")
+        left = sorted(n for n in os.listdir(d) if ".tmp." in n)
+        if left:
+            case.fail(f"run '{tag}' left temporary files in the log directory: {left}")
+        invariants.check(case, before, run, status, max_epoch=5)
+
+
+# ---- a closed terminal or pipe, closed standard descriptors ----
+
+def _default_sighup():
+    # The suite may itself run under nohup, whose ignored SIGHUP every child would inherit.
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+def _pipeline(case, d, flags, tag, reader_argv, reader_stdout):
+    """Starts `job | reader` the way a shell starts a pipeline: the job's stdout and stderr
+    into a pipe read by reader_argv, both in one new process group (the reader's). Not a new
+    session: a process can only join a group of its own session."""
+    reader = subprocess.Popen(reader_argv, stdin=subprocess.PIPE, stdout=reader_stdout,
+                              stderr=subprocess.DEVNULL, process_group=0,
+                              preexec_fn=_default_sighup)
+
+    def stop_reader():
+        if reader.poll() is None:
+            reader.kill()
+        reader.wait()
+
+    case.on_cleanup(stop_reader)
+    try:
+        run = case.start(d, flags, tag, stdout=reader.stdin, process_group=reader.pid,
+                         preexec_fn=_default_sighup)
+    finally:
+        # The job holds the pipe's writing end alone: the reader's end of input is the job's.
+        reader.stdin.close()
+    return reader, run
+
+
+def _log_text(d):
+    try:
+        with open(os.path.join(d, "log.log"), "rb") as f:
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def sighup_tee(case):
+    """`job | tee FILE`, SIGHUP to the group: the job stops (129) and saves; then it resumes.
+
+    tee dies of the SIGHUP, so what the job prints while it stops goes to a pipe nobody reads:
+    that must not kill it (SIGPIPE) before its checkpoint and log.log's last lines."""
+    d = case.base_copy()
+    before = invariants.snapshot(d)
+    out = os.path.join(case.dir, "tee.out")
+    reader, run = _pipeline(case, d, _max_epoch(6), "tee", ["tee", out], subprocess.DEVNULL)
+    if not run.wait_for("Start Epoch 5 ..."):
+        case.fail("the job never reached epoch 5 (the scenario could not send SIGHUP)")
+    delay = case.rng.uniform(0, 0.2)
+    time.sleep(delay)
+    case.note(f"SIGHUP to the pipeline's process group {reader.pid} at epoch 5 (+{delay:.3f} s)")
+    try:
+        os.killpg(reader.pid, signal.SIGHUP)
+    except ProcessLookupError:
+        pass
+    status = run.wait()
+    reader.wait()
+    if status == -signal.SIGPIPE:
+        case.fail("the job died of SIGPIPE: it wrote to its stdout, the pipe into tee, after tee "
+                  "had died of SIGHUP")
+    else:
+        case.expect_status("tee", status, 128 + signal.SIGHUP)
+    log = _log_text(d)
+    m = re.search(r"stopped by SIGHUP at global_step (\d+)", log)
+    if not m:
+        case.fail("log.log does not say where the job stopped ('stopped by SIGHUP at "
+                  "global_step N')")
+    else:
+        step = int(m.group(1))
+        if f"/model-{step} holds that point" not in log:
+            case.fail(f"log.log does not say which checkpoint holds global_step {step} "
+                      f"('.../model-{step} holds that point')")
+        info = invariants.inspect(os.path.join(d, f"model-{step}.data"))
+        if info is None:
+            case.fail(f"no checkpoint of the stop step: model-{step}.data is missing")
+        elif not info.valid:
+            case.fail(f"model-{step}.data, the checkpoint of the stop step, is invalid: {info.why}")
+        elif info.global_step != step:
+            case.fail(f"model-{step}.data, the checkpoint of the stop step, is of global_step "
+                      f"{info.global_step}")
+    invariants.check(case, before, run, status, max_epoch=6)
+    middle = invariants.snapshot(d)
+    resumed, status = case.run(d, _max_epoch(6), "resumed")
+    case.expect_status("resumed", status, 0)
+    invariants.check(case, middle, resumed, status, max_epoch=6)
+
+
+def head_pipe(case):
+    """`job | head -n 3`: once head is gone, the job carries on to the end (0), all in log.log."""
+    d = case.base_copy()
+    before = invariants.snapshot(d)
+    with open(os.path.join(case.dir, "head-output"), "wb") as f:
+        reader, run = _pipeline(case, d, _max_epoch(5), "head", ["head", "-n", "3"], f)
+    status = run.wait()
+    reader.wait()
+    # What head printed is three lines; the run's record is log.log.
+    run.out = os.path.join(d, "log.log")
+    if status == -signal.SIGPIPE:
+        case.fail("the job died of SIGPIPE once head had read its three lines and exited")
+    else:
+        case.expect_status("head", status, 0)
+    log = _log_text(d)
+    for text in ("Start Epoch 4 ...", "Start Epoch 5 ...", "Training has finished!",
+                 "fashion_mnist: OK"):
+        if text not in log:
+            case.fail(f"log.log lacks {text!r}: the run did not carry on once head was gone")
+    invariants.check(case, before, run, status, max_epoch=5)
+
+
+def _lock_shape(text):
+    # The owner line with its numbers (process id, date, time) blanked.
+    return re.sub(r"\d+", "N", text)
+
+
+def closed_std_fds(case):
+    """stdin, stdout and stderr closed: the job ends OK, its files keep their content.
+
+    A file the job opens must not take descriptor 1 or 2, where its log lines would go into it
+    (log.log twice, the event file, the lock file)."""
+    d = case.base_copy()
+    with open(os.path.join(d, ".trainpack.lock"), encoding="utf-8", errors="replace") as f:
+        normal_lock = f.read()
+    before = invariants.snapshot(d)
+    run, status = case.run(d, _max_epoch(5), "closed",
+                           wrapper=["/bin/sh", "-c", 'exec "$0" "$@" <&- >&- 2>&-'])
+    # Nothing reaches the output file: the run's record is log.log.
+    run.out = os.path.join(d, "log.log")
+    case.expect_status("closed", status, 0)
+    log = _log_text(d)
+    for epoch in (4, 5):
+        n = log.count(f"Start Epoch {epoch} ...")
+        if n != 1:
+            case.fail(f"log.log holds 'Start Epoch {epoch} ...' {n} times, not once (stdout "
+                      f"written into log.log?)")
+    try:
+        with open(os.path.join(d, ".trainpack.lock"), encoding="utf-8", errors="replace") as f:
+            lock = f.read()
+    except OSError as e:
+        lock = f"<{e.strerror}>"
+    if _lock_shape(lock) != _lock_shape(normal_lock):
+        case.fail(f".trainpack.lock holds {lock[:200]!r}, not an owner line like a normal run's "
+                  f"{normal_lock!r}")
+    elif re.match(r"\d+ ", normal_lock) and not lock.startswith(f"{run.pid} "):
+        case.fail(f".trainpack.lock names {lock.split()[0]}, not the job's process id {run.pid}")
+    invariants.check(case, before, run, status, max_epoch=5)
+
+
+# ---- what the job reads must not reach its log ----
+
+def hyper_symlink_secret(case):
+    """hyper.txt, INJECT_SHELL.tmp links to private files: nothing of them in output or log.
+
+    The directory is private (700), so log.log must be too; the files behind the links are left
+    as they were."""
+    d = case.base_copy()
+    os.chmod(d, 0o700)
+    outside = os.path.join(case.dir, "outside")
+    os.makedirs(outside)
+    secrets = {}
+    for name, content in (("secret-hyper", b"learning_rate: 0.5 SECRET-hyper-1a2b\n"
+                                           b"SECRET-hyper-line-2\n"),
+                          ("secret-shell", b"SECRET-shell-3c4d\n")):
+        p = os.path.join(outside, name)
+        with open(p, "wb") as f:
+            f.write(content)
+        os.chmod(p, 0o600)
+        secrets[p] = content
+    os.symlink(os.path.join(outside, "secret-hyper"), os.path.join(d, "hyper.txt"))
+    os.symlink(os.path.join(outside, "secret-shell"), os.path.join(d, "INJECT_SHELL.tmp"))
+    before = invariants.snapshot(d)
+    # In the log directory: InjectShell looks for INJECT_SHELL.tmp in the working directory.
+    run, status = case.run(d, _max_epoch(5), "hyper", cwd=d)
+    case.expect_status("hyper", status, 0)
+    if "SECRET" in run.output():
+        case.fail("the job's output quotes a file behind a link: "
+                  + next(line for line in run.output().splitlines() if "SECRET" in line)[:200])
+    if "SECRET" in _log_text(d):
+        case.fail("log.log quotes a file behind a link")
+    try:
+        mode = stat.S_IMODE(os.stat(os.path.join(d, "log.log")).st_mode)
+        if mode & 0o077:
+            case.fail(f"log.log has mode {mode:o} in a directory of mode 700: readable by others")
+    except OSError as e:
+        case.fail(f"log.log: {e.strerror}")
+    for p, content in secrets.items():
+        try:
+            with open(p, "rb") as f:
+                now = f.read()
+            if now != content:
+                case.fail(f"{p} (outside the log directory) was changed")
+        except OSError as e:
+            case.fail(f"{p} (outside the log directory): {e.strerror}")
+    invariants.check(case, before, run, status, max_epoch=5)
+
+
+def hyper_malformed_quiet(case):
+    """A bad line in hyper.txt: the warning names its line number, not its text."""
+    d = case.base_copy()
+    with open(os.path.join(d, "hyper.txt"), "wb") as f:
+        f.write(b"learning_rate: 0.01\nthis line is SECRET-junk\n")
+    before = invariants.snapshot(d)
+    run, status = case.run(d, _max_epoch(4), "hyper")
+    case.expect_status("hyper", status, 0)
+    out, log = run.output(), _log_text(d)
+    if "SECRET-junk" in out or "SECRET-junk" in log:
+        case.fail("the output or log.log quotes hyper.txt's bad line")
+    if "line 2" not in out and "line 2" not in log:
+        case.fail("neither the output nor log.log names the bad line of hyper.txt ('line 2')")
+    invariants.check(case, before, run, status, max_epoch=4)
+
+
+# ---- the console's stop, a stats.json that lacks or pads ----
+
+def _stats_epochs(d):
+    try:
+        with open(os.path.join(d, "stats.json"), "rb") as f:
+            return [e.get("epoch_num") for e in json.load(f)]
+    except (OSError, ValueError, AttributeError, TypeError):
+        return None
+
+
+def console_stop(case):
+    """`stop` in INJECT_SHELL.tmp: the run ends at epoch 4 with its stats; the resume goes on.
+
+    Without a terminal, InjectShell runs the file's lines as console commands. stats.json must
+    hold epoch 4 after the stop, and epochs 1 to 6 once each after the resume."""
+    d = case.base_copy()
+    with open(os.path.join(d, "INJECT_SHELL.tmp"), "wb") as f:
+        f.write(b"stop\n")
+    before = invariants.snapshot(d)
+    # In the log directory: InjectShell looks for INJECT_SHELL.tmp in the working directory.
+    run, status = case.run(d, _max_epoch(6), "stopped", cwd=d)
+    # A stop from the console is not a signal: main.cpp's exit statuses give it the verdict of
+    # the epochs trained (0 within --max-val-error, everything written).
+    case.note(f"the console's stop ended the run with status {status}")
+    case.expect_status("stopped", status, 0)
+    if "Start Epoch 5 ..." in run.output():
+        case.fail("the run went on to epoch 5: the console's stop at epoch 4's end was not taken")
+    epochs = _stats_epochs(d)
+    if epochs is None or 4 not in epochs:
+        case.fail(f"stats.json has no entry for epoch 4, which the stopped run trained "
+                  f"(epochs: {epochs})")
+    invariants.check(case, before, run, status, max_epoch=4)
+    middle = invariants.snapshot(d)
+    resumed, status = case.run(d, _max_epoch(6), "resumed", cwd=d)
+    case.expect_status("resumed", status, 0)
+    epochs = _stats_epochs(d)
+    if epochs != list(range(1, 7)):
+        case.fail(f"stats.json after the resume holds the epochs {epochs}, not 1 to 6 once each")
+    invariants.check(case, middle, resumed, status, max_epoch=6)
+
+
+def stats_hole(case):
+    """stats.json lacks the last epoch its checkpoint holds: the resume fills it in."""
+    d = case.base_copy()
+    p = os.path.join(d, "stats.json")
+    with open(p, "rb") as f:
+        text = f.read()
+    entries = json.loads(text)
+    # The text cut before the last entry, so that the others keep their bytes exactly.
+    cut = text.rstrip(b"]").rindex(b", {")
+    shorter = text[:cut] + b"]"
+    if json.loads(shorter) != entries[:-1] or entries[-1].get("epoch_num") != 3:
+        raise RuntimeError(f"stats.json of the base run is not the expected layout: {text[:200]!r}")
+    with open(p, "wb") as f:
+        f.write(shorter)
+    before = invariants.snapshot(d)
+    run, status = case.run(d, _max_epoch(4), "resumed")
+    case.expect_status("resumed", status, 0)
+    epochs = _stats_epochs(d)
+    if epochs != [1, 2, 3, 4]:
+        case.fail(f"stats.json holds the epochs {epochs}, not 1, 2, 3 (from the checkpoint's "
+                  f"record) and 4")
+    invariants.check(case, before, run, status, max_epoch=4)
+
+
+def stats_nul_padded(case):
+    """stats.json padded by 64 MiB of NULs (a hole): the resume ends OK, copies stay sparse."""
+    d = case.base_copy()
+    p = os.path.join(d, "stats.json")
+    size = os.path.getsize(p)
+    with open(p, "r+b") as f:
+        f.truncate(size + (64 << 20))
+    before = invariants.snapshot(d)
+    run, status = case.run(d, _max_epoch(4), "resumed", preexec_fn=_limit_memory)
+    case.expect_status("resumed", status, 0)
+    epochs = _stats_epochs(d)
+    if epochs != [1, 2, 3, 4]:
+        case.fail(f"stats.json holds the epochs {epochs}, not 1 to 4")
+    for name in sorted(os.listdir(d)):
+        if name.startswith("stats.json"):
+            st = os.lstat(os.path.join(d, name))
+            if st.st_blocks * 512 >= 1 << 20:
+                case.fail(f"{name} takes {st.st_blocks * 512} bytes on disk: the NUL padding "
+                          f"was written out instead of staying a hole")
+    invariants.check(case, before, run, status, max_epoch=4)
+
 ALL = {f.__name__: f for f in (
-    sigterm, sigkill, disk_full, readonly_dir, two_runs, two_runs_no_resume, corrupt_truncate,
-    corrupt_bitflip, all_corrupt, foreign_checkpoint, hyper_nan, hyper_inf, hyper_negative,
-    hyper_garbage, tmp_symlink, fifo_checkpoint, fifo_index, fifo_stats, dev_zero_checkpoint)}
+    sigterm, sigkill, disk_full, readonly_dir, two_runs, two_runs_no_resume, lock_deleted,
+    corrupt_truncate, corrupt_bitflip, all_corrupt, foreign_checkpoint, hyper_nan, hyper_inf,
+    hyper_negative, hyper_garbage, hyper_symlink_secret, hyper_malformed_quiet, tmp_symlink,
+    fifo_checkpoint, fifo_index, fifo_stats, dev_zero_checkpoint, best_copy_killed,
+    best_copy_enospc, file_size_limit, sighup_tee, head_pipe, closed_std_fds, console_stop,
+    stats_hole, stats_nul_padded)}
 # Those whose moment or damage is drawn at random: --trials N runs them N times.
 RANDOMISED = {"sigterm", "sigkill", "corrupt_truncate", "corrupt_bitflip", "all_corrupt",
-              "hyper_garbage"}
+              "hyper_garbage", "sighup_tee"}

@@ -109,6 +109,11 @@ class Callback : public std::enable_shared_from_this<Callback> {
 
   // What logs print for this callback: the class name (tensorpack's `__str__`).
   virtual std::string name() const;
+  // The name its state is saved under in a checkpoint (`callback/<state_key>/<entry>`; a repeat
+  // gets `#2`, `#3`). Default: name(). A callback whose name() shows its configuration (a
+  // schedule's values) returns a stable key, so that a run resumed with another configuration
+  // still finds its state.
+  virtual std::string state_key() const { return name(); }
 
   // The name scope that setup_graph enters (at the graph's root): the one set, or the class
   // name without '_'.
@@ -194,7 +199,17 @@ class ProxyCallback : public Callback {
   // A hook is dispatched to the proxy when the inner callback needs it (or a subclass of the
   // proxy overrides it): wrapping an idle callback costs nothing either.
   bool overrides(Hook hook) const override;
-  // The wrapped callback's state: wrapping changes when a callback runs, not what it keeps.
+  // The wrapped callback's state: wrapping changes when a callback runs, not what it keeps. Its key
+  // is name() with the inner callback's state_key() in place of its name ("PeriodicTrigger-" +
+  // the inner key), so that a stable inner key stays stable wrapped.
+  std::string state_key() const override {
+    const std::string outer = name(), inner = callback_->name();
+    if (outer.size() < inner.size() ||
+        outer.compare(outer.size() - inner.size(), inner.size(), inner) != 0) {
+      return outer;
+    }
+    return outer.substr(0, outer.size() - inner.size()) + callback_->state_key();
+  }
   CallbackState state() const override { return callback_->state(); }
   void load_state(const CallbackState& state) override { callback_->load_state(state); }
 

@@ -10,8 +10,14 @@
 // <name>.after_train(): <what>` and the others still run. Users need this class only to write a
 // trainer-like driver.
 //
+// A StopTraining thrown in trigger_epoch ends the round there, but the monitors later in the list
+// (and the Monitors collector) still run their trigger_epoch first: the epoch was trained, so it
+// gets its stats.json entry and its event-file scalars.
+//
 // Differences from tensorpack: an exception thrown by a hook reaches the trainer as a
-// CallbackError naming the callback and the hook (StopTraining passes through unchanged).
+// CallbackError naming the callback and the hook (StopTraining passes through unchanged); the
+// monitors record an epoch whose end was stopped (tensorpack skips them, losing that epoch's
+// statistics).
 #pragma once
 
 #include <array>

@@ -31,16 +31,19 @@ struct InjectShellOptions {
 // tensorpack (the command a person types next to the running job: `touch INJECT_SHELL.tmp`).
 // Give an absolute path (e.g. in the logger directory) to tell several runs apart.
 // When: setup_graph logs `Create a file 'INJECT_SHELL.tmp' to open console shell.`. At each
-// trigger (every epoch end by default) it checks whether the file exists as a regular file (one
-// stat(); nothing else happens while it does not); if it does, INFO
+// trigger (every epoch end by default) it checks whether the file exists (one lstat(); nothing
+// else happens while it does not). A symbolic link there is not followed: it is removed with a
+// warning and nothing runs (in a shared directory, a link planted by someone else would make the
+// job read, and echo into its log, a file the log's readers may not see). A regular file: INFO
 // `File INJECT_SHELL.tmp exists, entering shell.`, the file is removed (so that the shell opens
 // once per creation) and, by `shell`:
 // - "console": on a terminal (stdin_is_terminal()), the training console (trainpack/callbacks/
 //   console.h: stats, history, params, set, save, stop, continue, help) on stdin/stdout, until
 //   `continue`, `stop` or end of input. Without a terminal (nohup, a batch job), the file's lines
-//   are the commands (`continue` implied at the end; at most 64 KiB are read) and their output
-//   goes to the log (run_console_commands). `stop` throws StopTraining: training ends cleanly at
-//   this boundary (every after_train runs).
+//   are the commands (`continue` implied at the end; a file over 64 KiB, or one that is not a
+//   regular file when it is opened, is not read: a warning names it and no command runs) and
+//   their output goes to the log (run_console_commands). `stop` throws StopTraining: training ends
+//   cleanly at this boundary (every after_train runs).
 // - "gdb": logs `[InjectShell] To attach a debugger: gdb -p <pid>` and how to resume, allows
 //   any process of the same user to attach (PR_SET_PTRACER, which Yama's ptrace_scope=1 needs;
 //   reset after), then stops the process with SIGSTOP; it resumes on SIGCONT (`kill -CONT <pid>`,
@@ -62,7 +65,7 @@ struct InjectShellOptions {
 // construction).
 class InjectShell : public Callback {
  public:
-  // The most of the file that is read as commands.
+  // The largest command file that is read.
   static constexpr int64_t kMaxFileSize = 64 * 1024;
 
   explicit InjectShell(std::string file = "INJECT_SHELL.tmp", std::string shell = "console",

@@ -39,6 +39,12 @@
 //   warning that names both steps; the file as found is copied to
 //   `stats.json.before-resume-<MMDD-HHMMSS>` first and stats.json is rewritten once. A last entry
 //   whose epoch_num is neither the checkpoint's epoch nor the one before is a warning naming both;
+// - when the run resumes from a checkpoint saved at an epoch end whose entry the file lacks (the
+// run
+//   that wrote it stopped between the save and the entry: a kill, a crash), the entry is added
+//   from the checkpoint's record of it (see State below), with INFO `<path> had no entry for epoch
+//   N (global_step S); added it from the checkpoint's record.`; epochs missing before that one
+//   cannot be recovered, and a WARN names them;
 // - if it is malformed (not JSON, not an array, an entry that is not an object of numbers), moved
 //   to `stats.json.malformed-<MMDD-HHMMSS>` with the warning `<path> is not a valid stats file
 //   (<reason>); moved it to <backup> and starting a new stats.json.`, and a new file is started;
@@ -86,6 +92,12 @@
 //   (Trainer::report_write_failure, on the training thread: at the first epoch end after the
 //   writer's thread met it, or in after_train at the latest), so the run ends with
 //   WriteFailedError naming stats.json instead of a success.
+//
+// State (checkpoints): at an epoch end, a checkpoint is saved (ModelSaver) before the monitors
+// make the epoch's entry; the checkpoint records that entry as gathered so far (`record_epoch`,
+// `record_step`, `record_names`: the names joined by NUL bytes, `record_values`), so that a
+// resumed run can add it to a stats.json that lacks it. Nothing is recorded in the middle of an
+// epoch.
 #pragma once
 
 #include <cstdint>
@@ -151,6 +163,10 @@ class JSONWriter : public MonitorBase {
   // Notes the value for the next entry (no system call, no allocation for a name seen before).
   void process_scalar(const std::string& name, double value) override;
 
+  // See "State" above.
+  CallbackState state() const override;
+  void load_state(const CallbackState& state) override;
+
   // Returns once every entry made so far is written to stats.json (in the page cache, not
   // necessarily on the disk), for a reader of the file during training (the file is valid JSON
   // then). A write that failed meanwhile is reported at the next epoch end as usual. Call it on
@@ -192,6 +208,8 @@ class JSONWriter : public MonitorBase {
   void report_failures();
   // Stops and joins the writer's thread after it wrote and fdatasynced everything queued.
   void stop_background();
+  // Queues the recorded entry of the checkpoint this run resumes from when the file lacks it.
+  void fill_from_record();
 
   std::string dir_;
   std::string path_;
@@ -215,6 +233,16 @@ class JSONWriter : public MonitorBase {
   std::vector<uint32_t> previous_puts_;
   std::vector<uint32_t> puts_;
   bool disabled_ = false;  // the file found at start could not be adopted safely
+
+  // The epoch-end entry that the restored checkpoint recorded (load_state), and the epoch_num of
+  // the last entry kept from the file found at start (adopt_existing_file).
+  struct Record {
+    int64_t epoch = 0;
+    int64_t step = 0;
+    std::vector<std::pair<std::string, double>> values;
+  };
+  std::optional<Record> record_;
+  std::optional<double> last_kept_epoch_;
 };
 
 }  // namespace trainpack

@@ -149,6 +149,11 @@ class HyperParamRef {
 // Every change is logged, at most once per epoch:
 //   [HyperParamSetter] At global_step=0, learning_rate is set to 0.100000
 //   [HyperParamSetter] At global_step=300, learning_rate changes from 0.100000 to 0.010000
+// and when a setter puts back a value another setter changed at the same boundary (hyper.txt over
+// a schedule), that is logged too, naming the setter, so that the last line about a param says
+// what is in effect:
+//   [HyperParamSetter] At global_step=300, learning_rate changes from 0.010000 to 0.050000
+//   (HumanHyperParamSetter)
 //
 // State (checkpoints): `last_value` (float64, the last value this setter computed; absent before
 // the first), `last_epoch_set` (int64, the epoch of the last logged change, -1 before),
@@ -206,6 +211,9 @@ class HyperParamSetter : public Callback {
   CallbackState setter_state() const;
   void load_setter_state(const CallbackState& state);
 
+  // Whether load_state ran and before_train has not yet (a resumed run's start).
+  bool resumed_from_state() const { return resumed_; }
+
   // Whether before_train sets a value.
   bool enable_before_train_ = true;
   // Whether a resumed run's before_train sets a value even when the setter already ran at that
@@ -221,8 +229,11 @@ class HyperParamSetter : public Callback {
  private:
   std::optional<double> last_value_;
   int64_t last_epoch_set_ = -1;
-  int64_t applied_epoch_ = -1;                              // epoch_num when set_param last ran
-  bool resumed_ = false;                                    // load_state ran, before_train has not
+  int64_t applied_epoch_ = -1;  // epoch_num when set_param last ran
+  bool resumed_ = false;        // load_state ran, before_train has not
+  // This setter's own value changed in set_param's call (its change is logged there, once per
+  // epoch); otherwise a change of the param is another setter's undone.
+  bool own_value_changed_ = false;
   std::optional<std::pair<int64_t, double>> last_refused_;  // (global_step, value) last refused
 };
 
@@ -239,17 +250,20 @@ class HyperParamSetter : public Callback {
 // missing file changes nothing, silently. In each of these cases the param keeps its value and a
 // warning names the file:
 // - a malformed line (not exactly one ':', an empty name, a value that is not a number); the
-//   warning names the first such line and counts the others, e.g.
-//     HumanHyperParamSetter: /logs/hyper.txt line 2: 'learning_rate: abc' is not 'name: value';
-//     keeping learning_rate = 0.1
+//   warning names the first such line by its number and counts the others, e.g.
+//     HumanHyperParamSetter: /logs/hyper.txt line 2 is not 'name: value'; keeping
+//     learning_rate = 0.1
+//   (the line is not quoted: the file may hold what the log's readers should not see);
 //   (after any bad line, even one for another name: a half-written file is never applied);
 // - a value outside the param's range (`learning_rate: nan`, `inf`, `0`, `-1`), naming the line
 //   and the range (`... line 1: learning_rate = -1.0 is outside its range (finite and > 0); ...`);
 // - no line for the param;
 // - a file larger than kMaxFileSize (64 KiB; the warning gives both sizes) or not a regular file
-//   (a FIFO, a directory), which is not read.
-// A line is quoted with non-printable bytes as `\xNN` and at most 80 characters. A warning is not
-// repeated while the file stays the same: an unchanged bad file logs once, not at every epoch.
+//   (a FIFO, a directory, a symbolic link), which is not read. The file is opened without
+//   following a link and without blocking, and checked with fstat before a byte is read: a link
+//   planted in a shared directory cannot make the job read a file it was not meant to.
+// A warning is not repeated while the file stays the same: an unchanged bad file logs once, not
+// at every epoch.
 //
 // State (checkpoints): HyperParamSetter's; `last_value` is the value last read from the file, so
 // a resumed run that reads the same value logs no change (it reads the file in before_train, as
@@ -314,9 +328,14 @@ struct ScheduledHyperParamSetterOptions {
 // and then sets it (set_at_beginning, logging `Setting 'learning_rate' to 0.01.`) or warns to
 // check the initialization.
 //
-// State (checkpoints): HyperParamSetter's (the schedule itself is configuration): a run resumed at
-// epoch N neither logs nor sets the value of point N-1 again, and logs the next change as a change
-// ("changes from 0.01 to 0.001").
+// State (checkpoints): HyperParamSetter's (the schedule itself is configuration), saved under
+// `ScheduledHyperParamSetter(<param>)` (state_key), not under name(), which lists the schedule: a
+// run resumed at epoch N neither logs nor sets the value of point N-1 again, and logs the next
+// change as a change ("changes from 0.01 to 0.001"). Resumed with another schedule (a run
+// extended with a larger max_epoch whose schedule depends on it), the run continues by epoch:
+// the value the checkpoint holds stands (a warning names both values) instead of the start-up
+// check setting the new schedule's value for that point, and the new schedule's later points
+// apply when they come.
 //
 // Differences from tensorpack: the schedule must be strictly increasing and its points >= 0
 // (tensorpack sorts it and keeps the first of equal points; here an unsorted schedule is an error,
@@ -334,6 +353,8 @@ class ScheduledHyperParamSetter : public HyperParamSetter {
 
   // `ScheduledHyperParamSetter(schedule=[(30, 0.01), (60, 0.001)])`, as tensorpack's __str__.
   std::string name() const override;
+  // `ScheduledHyperParamSetter(<param>)`: the schedule is not part of it (see State above).
+  std::string state_key() const override;
   const Schedule& schedule() const { return schedule_; }
   const ScheduledHyperParamSetterOptions& options() const { return options_; }
 
@@ -349,7 +370,7 @@ class ScheduledHyperParamSetter : public HyperParamSetter {
 
  private:
   int64_t current_point() const;
-  void check_value_at_beginning();
+  void check_value_at_beginning(bool resumed);
 
   Schedule schedule_;
   ScheduledHyperParamSetterOptions options_;

@@ -252,6 +252,15 @@ struct MinSaverOptions {
 // same checksum trailer as `model-<pending_step>.data` in the directory
 // (checkpoint_fingerprint). A run resumed from the
 // checkpoint of its best epoch therefore keeps that epoch as the best.
+// A copy that was promised but not made is never left for good:
+// - the run that found the new best stopped before the copy was made (SIGKILL, a crash): the
+//   checkpoint records it as pending and the copy is not there, so the resumed run makes it in
+//   before_train from `model-<pending_step>.data` (INFO `... copied now.`); if that checkpoint is
+//   gone or damaged, WARN says the copy cannot be made and the best stays as it was;
+// - the copy failed (disk full, a file-size limit): it is retried at every later trigger while
+//   no better value comes (and recorded as pending in the checkpoints meanwhile, so a resume
+//   retries it too); until it succeeds the failure stands, and the run ends with
+//   WriteFailedError, not a success.
 // Errors: when the checkpoint of the stat's step is missing because ModelSaver's save of that
 // step failed (the trainer recorded it), ERR `[MinSaver] New minimum '<stat>'=<value> found at
 // global_step=<step>, but its checkpoint could not be saved (<error>), so it was not copied to
@@ -291,11 +300,16 @@ class MinSaver : public Callback {
 
  protected:
   void _setup_graph() override;
+  void _before_train() override;
   void _trigger() override;
 
  private:
   // Copies the latest checkpoint if it was taken at `step`; true when it did.
   bool save(int64_t step, double value);
+  // Copies `model-<step>` to the best copy; on failure logs and reports it and returns false.
+  bool copy_from(int64_t step, double value);
+  // Retries the copy that failed (unsaved_), if any; true when it is made now.
+  bool retry_unsaved();
   // The error of the failed save of `step` into this directory that the trainer recorded
   // (Trainer::report_write_failure), if any.
   std::optional<std::string> failed_save(int64_t step) const;
@@ -306,6 +320,9 @@ class MinSaver : public Callback {
   std::string dir_;
   std::string filename_;
   std::optional<std::pair<int64_t, double>> best_;
+  // A better (step, value) whose copy is owed: the copy failed, or the run that found it stopped
+  // before making it. Compared against as the best; retried until made.
+  std::optional<std::pair<int64_t, double>> unsaved_;
   std::optional<int64_t> last_trigger_step_;
 };
 

@@ -28,8 +28,9 @@
 //
 // When the service cannot be reached at all, records stay queued (open() is retried with
 // back-off); when the queue is full (queue_capacity records), new records are dropped and counted.
-// after_train waits at most flush_timeout for the queue to be sent and the run ended; then it
-// aborts the request in progress and logs how many records were not sent.
+// after_train waits at most flush_timeout for the queue to be sent and the run ended (at most
+// flush_timeout_after_signal, 3 s, when a stop signal ended training); then it aborts the request
+// in progress and logs how many records were not sent.
 //
 // Secrets: the subclass gives its API key / token / password to set_secret(); every message this
 // class logs passes through redact() with it, so the key never reaches log.log, an exception or
@@ -89,6 +90,11 @@ struct TrackingOptions {
   TORCH_ARG(std::chrono::milliseconds, max_backoff) = std::chrono::seconds(30);
   // How long after_train waits for what is queued to be sent and the run ended. >= 0.
   TORCH_ARG(std::chrono::milliseconds, flush_timeout) = std::chrono::seconds(30);
+  // The same when a stop signal (SIGINT, SIGTERM, ...) ended training: a scheduler that sent
+  // SIGTERM gives the job a grace period (often 10-30 s) before SIGKILL, which the checkpoint and
+  // the log need more than a tracking server that does not answer. The smaller of the two is
+  // used. >= 0.
+  TORCH_ARG(std::chrono::milliseconds, flush_timeout_after_signal) = std::chrono::seconds(3);
   // Connection and request timeouts of each request.
   TORCH_ARG(HttpClientOptions, http) = HttpClientOptions();
 };

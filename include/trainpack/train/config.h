@@ -146,6 +146,10 @@ class AutoResumeError : public std::runtime_error {
 // starts from scratch, as tensorpack's does: log.log and stats.json are kept aside, not
 // overwritten.
 //
+// The checkpoint must hold every parameter tensor of the model: one that lacks any is refused at
+// run_init (std::invalid_argument naming them; nothing is restored) unless
+// AutoResumeOptions().allow_missing_parameters(true).
+//
 // Errors: no logger directory is std::invalid_argument saying to call
 // logger::set_logger_dir first. AutoResumeError when the directory holds checkpoints, an index
 // or best copies but nothing that can be resumed, or when checkpoints newer than the newest
@@ -155,9 +159,20 @@ class AutoResumeError : public std::runtime_error {
 // and asserts that both exist); a checkpoint without stats.json, or stats.json without a
 // checkpoint, is fine; a corrupt latest checkpoint falls back to an older one; a directory whose
 // checkpoints are all unusable is refused (tensorpack would restart in it).
+struct AutoResumeOptions {
+  // Resume even when the config has a session_init of its own (tensorpack's always_resume).
+  TORCH_ARG(bool, always_resume) = true;
+  // Resume from a checkpoint that lacks some of the model's parameter tensors (they keep their
+  // fresh initialisation, with a warning naming them). Off (the default): such a checkpoint is
+  // refused at run_init, naming the tensors: it is usually another model's, or a model changed
+  // by mistake, and resuming it would look like success.
+  TORCH_ARG(bool, allow_missing_parameters) = false;
+};
+
 class AutoResumeTrainConfig : public TrainConfig {
  public:
   explicit AutoResumeTrainConfig(TrainConfig config, bool always_resume = true);
+  AutoResumeTrainConfig(TrainConfig config, AutoResumeOptions options);
   // The checkpoint prefix that will be restored; empty when the run starts from scratch.
   const std::string& found_checkpoint() const { return found_checkpoint_; }
   // Where the run will continue, known before initialize(): the found checkpoint's counters

@@ -64,6 +64,11 @@ struct RestoreOptions {
   // dtype does not match) is refused, naming the source and the unmatched names, and a shape or
   // dtype mismatch is an error. On: mismatched tensors are skipped with a warning each.
   TORCH_ARG(bool, partial) = false;
+  // Refuse a map that lacks any of the model's parameter tensors (not in `ignore`), naming them:
+  // resuming a run from a checkpoint that misses a layer would train that layer from fresh
+  // random weights without a word. Off (the default): missing tensors are reported (missing) and
+  // logged. AutoResumeTrainConfig turns it on. Ignored with `partial`.
+  TORCH_ARG(bool, require_all) = false;
 };
 
 // What restore_training_state did. Names are map entries.

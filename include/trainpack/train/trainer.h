@@ -205,6 +205,9 @@ class Trainer {
   // The signal received during main_loop (SIGINT, SIGTERM, SIGHUP or SIGQUIT), or 0. Set also when
   // it arrived too late to stop anything (during the last step or after_train).
   int received_signal() const { return received_signal_; }
+  // Whether main_loop trained every epoch up to max_epoch (true also when a signal arrived after
+  // the last step: it stopped nothing, so the run is complete, not interrupted).
+  bool finished() const { return finished_; }
 
   // ---- promised writes (see the top of this file) ----
   // One write that failed: who promised the file, the file, the error, and the global_step.
@@ -318,6 +321,7 @@ class Trainer {
   bool stop_requested_ = false;
   bool handle_signals_ = true;
   int received_signal_ = 0;
+  bool finished_ = false;
   std::vector<WriteFailure> write_failures_;
   int64_t write_failure_count_ = 0;
   // Every file that failed, in the order of its first failure: (path, callback, failures).

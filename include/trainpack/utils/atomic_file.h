@@ -19,6 +19,10 @@
 // a file or symlink someone planted at a temporary name) is never written through, truncated or
 // removed, and the final rename replaces a symlink at the final name, not its target.
 //
+// A process killed while it wrote one leaves its temporary file behind (a checkpoint's can be
+// large): remove_stale_temporary_files(dir), which logger::set_logger_dir calls once it owns the
+// directory, removes those of processes that no longer run.
+//
 // Errors are std::runtime_error naming the file and the system's reason
 // ("cannot write /logs/model-6.data.tmp.4242.0: File too large").
 //
@@ -28,8 +32,16 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace trainpack {
+
+// Removes from `dir` the regular files named `<name>.tmp.<pid>.<n>` (the temporary files of
+// AtomicFileWriter) whose process `pid` no longer runs, and returns their names. Links, other
+// kinds of file and the files of running processes (this one included) are left alone; a file
+// that cannot be removed is skipped. Call it only on a directory this process owns (holds the
+// lock of), so that no other writer is between creating such a file and renaming it.
+std::vector<std::string> remove_stale_temporary_files(const std::string& dir);
 
 // Replaces `path` with `data`: a new temporary file in the same directory, written completely,
 // fsynced (when `durable`), renamed to `path`, then the directory fsynced (when `durable`). Throws
