@@ -214,7 +214,7 @@ case $MODE in
     ;;
 
   unwritable)
-    # Files larger than 100 KiB cannot be written (a limit binds root too): no checkpoint (0.9 MB)
+    # Files larger than 200 KiB cannot be written (a limit binds root too): no checkpoint (0.9 MB)
     # can be saved. No trap hides SIGXFSZ: the job itself ignores it, so the write fails with
     # EFBIG instead of killing it. Training goes on, and the run ends FAILED with status 1 and the
     # files named, not OK.
@@ -226,7 +226,7 @@ case $MODE in
     [[ $status == 1 ]] || fail "the run with a file-size limit exited with $status, expected 1"
     expect_in "$out" "Start Epoch 2 ..."
     expect_in "$out" "ERR Exception in ModelSaver!"
-    expect_in "$out" "EFBIG: this process may not write files larger than 102400 bytes"
+    expect_in "$out" "EFBIG: this process may not write files larger than 204800 bytes"
     expect_in "$out" "could not be saved"  # MinSaver: the save failed, not a missing ModelSaver
     expect_not_in "$out" "Do you forget to use ModelSaver?"
     expect_in "$out" "fashion_mnist: FAILED: Training ended, but not everything it was to write was written: 4 writes failed (3 files): $LOGDIR/model-4.data (ModelSaver, 1 failure)"

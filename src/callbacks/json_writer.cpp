@@ -596,7 +596,7 @@ void JSONWriter::_setup_graph() {
 
 CallbackState JSONWriter::state() const {
   // Only at an epoch end (the next step starts an epoch), before this writer made the entry.
-  if (!is_set_up() || !put_since_entry_ || current_.empty()) return {};
+  if (!is_set_up() || !at_epoch_end_ || !put_since_entry_ || current_.empty()) return {};
   if (trainer().resume_point().step_in_epoch != 0 || epoch_num() < 1) return {};
   std::string names;
   std::vector<double> values;
@@ -676,6 +676,7 @@ void JSONWriter::fill_from_record() {
 
 void JSONWriter::_before_train() {
   last_kept_epoch_.reset();
+  at_epoch_end_ = false;
   adopt_existing_file();
   if (disabled_) {
     // The ERROR line is logged; the run ends with an error saying stats.json was not written.
@@ -848,6 +849,7 @@ void JSONWriter::_trigger_step() {
 }
 
 void JSONWriter::_trigger_epoch() {
+  at_epoch_end_ = false;
   _trigger();
   // The fdatasync runs on the writer's thread; a failure of it (or of any write) is reported at
   // the next epoch end or at after_train.

@@ -252,6 +252,34 @@ def make_foreign(src, dst):
         f.write(body + trailer)
 
 
+def make_missing(src, dst, entry):
+    """Writes to `dst` a valid checkpoint that lacks the model entry `entry` (a parameter of the
+    main job's model): `src` with that one entry renamed to a name the model does not have, the
+    archive and trailer rebuilt, as make_foreign does for every entry."""
+    zin = zipfile.ZipFile(src)
+    pkl = [n for n in zin.namelist() if n.endswith("/data.pkl")][0]
+    data = zin.read(pkl)
+    entries = _Unpickler(io.BytesIO(data)).load()
+    assert entry in entries, entry
+    raw = entry.encode()
+    old = b"X" + struct.pack("<I", len(raw)) + raw
+    assert data.count(old) == 1, entry
+    new_name = ("gone_" + entry).encode()
+    data = data.replace(old, b"X" + struct.pack("<I", len(new_name)) + new_name)
+    placeholder = f"trainpack-checkpoint 2 entries={len(entries)} crc32c=00000000".encode()
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zout:
+        for item in zin.infolist():
+            zout.writestr(item, data if item.filename == pkl else zin.read(item.filename))
+        zout.comment = placeholder
+    raw_out = out.getvalue()
+    assert raw_out.endswith(placeholder)
+    body = raw_out[: -len(placeholder)]
+    trailer = placeholder[:-8] + f"{crc32c(body):08x}".encode()
+    with open(dst, "wb") as f:
+        f.write(body + trailer)
+
+
 if __name__ == "__main__":
     for p in sys.argv[1:]:
         i = inspect(p)

@@ -850,13 +850,92 @@ def stats_nul_padded(case):
                           f"was written out instead of staying a hole")
     invariants.check(case, before, run, status, max_epoch=4)
 
+# ---- resuming with other flags, leftovers ----
+
+def extend_schedule(case):
+    """A finished 3-epoch run extended to 10 epochs: the learning rate goes on from 0.001."""
+    d = case.base_copy()
+    before = invariants.snapshot(d)
+    run, status = case.run(d, _max_epoch(10), "extended")
+    case.expect_status("extended", status, 0)
+    invariants.check(case, before, run, status, max_epoch=10)
+    # The 3-epoch schedule ends at 0.001. The 10-epoch one is (0, 0.1), (6, 0.01), (8, 0.001): it
+    # gives 0.1 at epoch 3. Resumed by epoch, the rate stays 0.001 until that schedule's next
+    # point (set at the end of epoch 6, after its checkpoint), never going back to 0.1.
+    want = {4: 0.001, 5: 0.001, 6: 0.001, 7: 0.01, 8: 0.01, 9: 0.001, 10: 0.001}
+    for epoch, rate in want.items():
+        info = invariants.checkpoints(d).get(f"model-{epoch * STEPS_PER_EPOCH}.data")
+        if info is None or not info.valid:
+            continue
+        if info.learning_rate is None or abs(info.learning_rate - rate) > 1e-9:
+            case.fail(f"the checkpoint of epoch {epoch} holds the learning rate "
+                      f"{info.learning_rate}, not {rate}: the schedule did not go on by epoch")
+    if "resumed at epoch3 with 'learning_rate' = 0.001" not in run.output():
+        case.fail("the run does not say that it keeps the checkpoint's learning rate")
+
+
+def missing_parameter(case):
+    """The newest checkpoint lacks one parameter: refused naming it; the flag allows it."""
+    d = case.base_copy()
+    for step in (4, 8, 12):
+        p = os.path.join(d, f"model-{step}.data")
+        checkpoint_file.make_missing(p, p, "fc.bias")
+    files = invariants.file_digests(d)
+    before = invariants.snapshot(d)
+    run, status = case.run(d, _max_epoch(4), "refused")
+    case.expect_status("refused", status, "nonzero")
+    out = run.output()
+    for text in ("fc.bias", "--allow-missing-parameters"):
+        if text not in out:
+            case.fail(f"the refusal does not name {text!r}")
+    after = invariants.file_digests(d)
+    for name, digest in files.items():
+        if name not in ("log.log", ".trainpack.lock") and after.get(name) != digest:
+            case.fail(f"{name} was changed by the refused run")
+    invariants.check(case, before, run, status, max_epoch=4)
+    before = invariants.snapshot(d)
+    run, status = case.run(d, _max_epoch(4) + ["--allow-missing-parameters"], "allowed")
+    case.expect_status("allowed", status, 0)
+    invariants.check(case, before, run, status, max_epoch=4)
+
+
+def precision_change(case):
+    """A resume with another --precision warns, as other flag changes do."""
+    d = case.base_copy()
+    before = invariants.snapshot(d)
+    run, status = case.run(d, _max_epoch(4) + ["--precision", "bf16"], "bf16")
+    case.expect_status("bf16", status, 0)
+    if "--precision float32 -> bfloat16" not in run.output():
+        case.fail("the resume with --precision bf16 does not warn about the change")
+    invariants.check(case, before, run, status, max_epoch=4)
+
+
+def stale_temporary(case):
+    """A killed run's temporary file (model-16.data.tmp.<dead pid>.0) is removed at the start."""
+    d = case.base_copy()
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a process id that no longer runs
+    name = f"model-16.data.tmp.{dead.pid}.0"
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(b"half a checkpoint" * 1000)
+    before = invariants.snapshot(d)
+    run, status = case.run(d, _max_epoch(4), "cleaned")
+    case.expect_status("cleaned", status, 0)
+    if os.path.exists(os.path.join(d, name)):
+        case.fail(f"{name}, left by a process that no longer runs, is still there")
+    elif name not in run.output():
+        case.fail(f"the run does not log that it removed {name}")
+    invariants.check(case, before, run, status, max_epoch=4)
+
+
 ALL = {f.__name__: f for f in (
     sigterm, sigkill, disk_full, readonly_dir, two_runs, two_runs_no_resume, lock_deleted,
     corrupt_truncate, corrupt_bitflip, all_corrupt, foreign_checkpoint, hyper_nan, hyper_inf,
     hyper_negative, hyper_garbage, hyper_symlink_secret, hyper_malformed_quiet, tmp_symlink,
     fifo_checkpoint, fifo_index, fifo_stats, dev_zero_checkpoint, best_copy_killed,
     best_copy_enospc, file_size_limit, sighup_tee, head_pipe, closed_std_fds, console_stop,
-    stats_hole, stats_nul_padded)}
+    stats_hole, stats_nul_padded, extend_schedule, missing_parameter, precision_change,
+    stale_temporary)}
 # Those whose moment or damage is drawn at random: --trials N runs them N times.
 RANDOMISED = {"sigterm", "sigkill", "corrupt_truncate", "corrupt_bitflip", "all_corrupt",
               "hyper_garbage", "sighup_tee"}

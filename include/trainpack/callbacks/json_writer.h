@@ -96,8 +96,10 @@
 // State (checkpoints): at an epoch end, a checkpoint is saved (ModelSaver) before the monitors
 // make the epoch's entry; the checkpoint records that entry as gathered so far (`record_epoch`,
 // `record_step`, `record_names`: the names joined by NUL bytes, `record_values`), so that a
-// resumed run can add it to a stats.json that lacks it. Nothing is recorded in the middle of an
-// epoch.
+// resumed run can add it to a stats.json that lacks it. The record holds what was put before the
+// save: values that callbacks after the ModelSaver put at that epoch end are not in it. Only a
+// save during the epoch-end callbacks (after_epoch to trigger_epoch) records an entry; one during
+// the epoch (a ModelSaver every k steps, a stop signal) records nothing.
 #pragma once
 
 #include <cstdint>
@@ -183,6 +185,7 @@ class JSONWriter : public MonitorBase {
   void _setup_graph() override;
   void _before_train() override;
   void _trigger_step() override;
+  void _after_epoch() override { at_epoch_end_ = true; }
   void _trigger_epoch() override;
   void _trigger() override;
   void _after_train() override;
@@ -242,6 +245,7 @@ class JSONWriter : public MonitorBase {
     std::vector<std::pair<std::string, double>> values;
   };
   std::optional<Record> record_;
+  bool at_epoch_end_ = false;  // between this epoch's after_epoch and this writer's trigger_epoch
   std::optional<double> last_kept_epoch_;
 };
 
