@@ -299,9 +299,21 @@ DirLock lock_directory(const std::string& dir) {
   DirLock lock(dir_fd, -1);
   struct stat dir_st {};
   if (::fstat(dir_fd, &dir_st) != 0) fail("lock (stat the directory)", dir, std::strerror(errno));
-  const bool dir_taken = ::flock(dir_fd, LOCK_EX | LOCK_NB) != 0;
-  if (dir_taken && errno != EWOULDBLOCK)
-    fail("lock (flock the directory)", dir, std::strerror(errno));
+  bool dir_taken = false;
+  if (::flock(dir_fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) {
+      dir_taken = true;
+    } else {
+      // A file system that cannot lock a directory (some network file systems emulate flock
+      // with write locks, which a directory opened for reading cannot take): the lock file alone
+      // guards it, as it did before the directory lock existed.
+      TP_LOG_WARN(
+          "logger::set_logger_dir: cannot lock the directory {} itself ({}); only its lock file "
+          "guards it, so do not delete that file while a run holds it",
+          dir, std::strerror(errno));
+      lock.reset();
+    }
+  }
 
   const std::string path = (fs::path(dir) / kLockFile).string();
   // O_NOFOLLOW: a planted symlink is not followed; O_NONBLOCK: a FIFO does not block the open.

@@ -73,11 +73,17 @@ std::optional<std::string> get_logger_dir();
 // an answer other than k, d, b, n quits); otherwise throw std::invalid_argument naming the
 // directory. An empty or missing directory needs no action. Then: `mkdir -p`; a log.log kept
 // with 'k' is renamed to `log.log.<MMDD-HHMMSS>` (logged); a new log.log is opened and receives
-// every later line, starting with `Argv: ...`.
-// A log directory is owned by one run (process) at a time: set_logger_dir takes an exclusive
-// lock, flock on `<dir>/.trainpack.lock` (a hidden file holding the owner's process id and start
-// time), and holds it until the logger directory changes, unset_logger_dir, or the process ends
-// (the kernel releases it however the process dies). When another process holds it,
+// every later line, starting with `Argv: ...`. log.log is created no more readable than the
+// directory (read for the group or others only where the directory lets them in). Then the
+// temporary files that killed processes left in the directory are removed
+// (remove_stale_temporary_files, trainpack/utils/atomic_file.h), each one logged. Before it
+// opens anything, set_logger_dir calls protect_process_io() (trainpack/utils/process_io.h).
+// A log directory is owned by one run (process) at a time: set_logger_dir takes exclusive locks,
+// flock on the directory itself and on `<dir>/.trainpack.lock` (a hidden file holding the owner's
+// process id and start time), and holds them until the logger directory changes,
+// unset_logger_dir, or the process ends (the kernel releases them however the process dies).
+// Deleting the lock file releases nothing: the directory's lock still holds (where the file system
+// cannot lock a directory, a warning says that the file alone guards it). When another process holds it,
 // set_logger_dir throws std::runtime_error "log directory D is in use by process 1234 (since
 // ...); wait for it to finish or use another directory", before log.log is touched. 'b' and 'd'
 // first take the lock of the existing directory: one that another run holds is never moved or
