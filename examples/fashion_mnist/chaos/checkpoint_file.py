@@ -221,23 +221,24 @@ def inspect(path):
     return info
 
 
-def make_foreign(src, dst):
-    """Writes to `dst` a valid checkpoint of "another model": `src` with every module entry (a
-    name without '/') renamed to upper case, the archive and trailer rebuilt."""
+def _rename_entries(src, dst, new_name):
+    """Writes to `dst` the checkpoint `src` with every entry `name` for which new_name(name) is
+    not None renamed to that (a name of the same length or not), the archive and trailer rebuilt
+    so that the result is valid. Returns how many entries were renamed."""
     zin = zipfile.ZipFile(src)
     pkl = [n for n in zin.namelist() if n.endswith("/data.pkl")][0]
     data = zin.read(pkl)
     entries = _Unpickler(io.BytesIO(data)).load()
     renamed = 0
     for name in entries:
-        if "/" in name:
+        new = new_name(name)
+        if new is None:
             continue
         raw = name.encode()
         old = b"X" + struct.pack("<I", len(raw)) + raw
         assert data.count(old) == 1, name
-        data = data.replace(old, b"X" + struct.pack("<I", len(raw)) + name.upper().encode())
+        data = data.replace(old, b"X" + struct.pack("<I", len(new.encode())) + new.encode())
         renamed += 1
-    assert renamed > 0
     placeholder = f"trainpack-checkpoint 2 entries={len(entries)} crc32c=00000000".encode()
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zout:
@@ -250,34 +251,21 @@ def make_foreign(src, dst):
     trailer = placeholder[:-8] + f"{crc32c(body):08x}".encode()
     with open(dst, "wb") as f:
         f.write(body + trailer)
+    return renamed
+
+
+def make_foreign(src, dst):
+    """Writes to `dst` a valid checkpoint of "another model": `src` with every module entry (a
+    name without '/') renamed to upper case."""
+    renamed = _rename_entries(src, dst, lambda name: None if "/" in name else name.upper())
+    assert renamed > 0
 
 
 def make_missing(src, dst, entry):
     """Writes to `dst` a valid checkpoint that lacks the model entry `entry` (a parameter of the
-    main job's model): `src` with that one entry renamed to a name the model does not have, the
-    archive and trailer rebuilt, as make_foreign does for every entry."""
-    zin = zipfile.ZipFile(src)
-    pkl = [n for n in zin.namelist() if n.endswith("/data.pkl")][0]
-    data = zin.read(pkl)
-    entries = _Unpickler(io.BytesIO(data)).load()
-    assert entry in entries, entry
-    raw = entry.encode()
-    old = b"X" + struct.pack("<I", len(raw)) + raw
-    assert data.count(old) == 1, entry
-    new_name = ("gone_" + entry).encode()
-    data = data.replace(old, b"X" + struct.pack("<I", len(new_name)) + new_name)
-    placeholder = f"trainpack-checkpoint 2 entries={len(entries)} crc32c=00000000".encode()
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zout:
-        for item in zin.infolist():
-            zout.writestr(item, data if item.filename == pkl else zin.read(item.filename))
-        zout.comment = placeholder
-    raw_out = out.getvalue()
-    assert raw_out.endswith(placeholder)
-    body = raw_out[: -len(placeholder)]
-    trailer = placeholder[:-8] + f"{crc32c(body):08x}".encode()
-    with open(dst, "wb") as f:
-        f.write(body + trailer)
+    main job's model): `src` with that one entry renamed to a name the model does not have."""
+    renamed = _rename_entries(src, dst, lambda name: "gone_" + name if name == entry else None)
+    assert renamed == 1, entry
 
 
 if __name__ == "__main__":
