@@ -45,9 +45,10 @@ void InjectShell::_setup_graph() {
 }
 
 void InjectShell::_trigger() {
-  if (!file_exists()) return;
+  // One lstat() per trigger (what file_exists does): a symbolic link is not followed.
   struct stat st {};
-  if (::lstat(file_.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+  if (::lstat(file_.c_str(), &st) != 0 || !(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode))) return;
+  if (S_ISLNK(st.st_mode)) {
     // Planted in a shared directory, a link would make the job read (and echo) a file its log's
     // readers may not see. It is removed, as the file is once acted on, and nothing is run.
     TP_LOG_WARN(

@@ -337,6 +337,13 @@ bool wait_for_model_savers(const Trainer& trainer) {
 // ---------------------------------------------------------------------------------------------
 // MinSaver / MaxSaver
 
+namespace {
+
+// What MinSaver's messages call the best value ("minimum", or "maximum" for MaxSaver).
+const char* extreme_word(bool reverse) { return reverse ? "maximum" : "minimum"; }
+
+}  // namespace
+
 MinSaver::MinSaver(std::string monitor_stat, MinSaverOptions options)
     : stat_(std::move(monitor_stat)), options_(std::move(options)) {
   const char* who = options_.reverse() ? "MaxSaver" : "MinSaver";
@@ -386,8 +393,8 @@ void MinSaver::_before_train() {
     TP_LOG_WARN(
         "[{}] The checkpoint records a new {} '{}'={:.5g} at global_step={} whose copy was not "
         "made, but {}.data is missing or damaged: the copy cannot be made; {} keeps {}.",
-        name(), options_.reverse() ? "maximum" : "minimum", stat_, unsaved_->second,
-        unsaved_->first, original, best_checkpoint_prefix() + ".data",
+        name(), extreme_word(options_.reverse()), stat_, unsaved_->second, unsaved_->first,
+        original, best_checkpoint_prefix() + ".data",
         best_ ? fmt::format("global_step={}", best_->first) : std::string("what it holds"));
     unsaved_.reset();
     return;
@@ -395,7 +402,7 @@ void MinSaver::_before_train() {
   TP_LOG_INFO(
       "[{}] The previous run found a new {} '{}' at global_step={} but did not copy its "
       "checkpoint; copying it now.",
-      name(), options_.reverse() ? "maximum" : "minimum", stat_, unsaved_->first);
+      name(), extreme_word(options_.reverse()), stat_, unsaved_->first);
   retry_unsaved();
 }
 
@@ -424,7 +431,7 @@ void MinSaver::_trigger() {
 }
 
 bool MinSaver::save(int64_t step, double value) {
-  const char* extreme = options_.reverse() ? "maximum" : "minimum";
+  const char* extreme = extreme_word(options_.reverse());
   // ModelSaver, triggered before this at the same step, may still be writing the checkpoint of
   // `step`: wait for it (and have its failure reported, which failed_save looks for).
   wait_for_model_savers(trainer());
@@ -482,7 +489,7 @@ bool MinSaver::copy_from(int64_t step, double value) {
     return false;
   }
   TP_LOG_INFO("Model at global_step={} with {} {}={:.5g} saved.", step,
-              options_.reverse() ? "maximum" : "minimum", stat_, value);
+              extreme_word(options_.reverse()), stat_, value);
   return true;
 }
 
