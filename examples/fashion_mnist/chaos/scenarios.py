@@ -590,15 +590,21 @@ def _log_text(d):
         return ""
 
 
+SIGHUP_MAX_EPOCH = 20
+
+
 def sighup_tee(case):
     """`job | tee FILE`, SIGHUP to the group: the job stops (129) and saves; then it resumes.
 
     tee dies of the SIGHUP, so what the job prints while it stops goes to a pipe nobody reads:
     that must not kill it (SIGPIPE) before its checkpoint and log.log's last lines."""
+    # Far more epochs than the signal needs: an epoch of this job takes well under 0.1 s, and
+    # a run that ends before the signal arrives tests nothing.
     d = case.base_copy()
     before = invariants.snapshot(d)
     out = os.path.join(case.dir, "tee.out")
-    reader, run = _pipeline(case, d, _max_epoch(6), "tee", ["tee", out], subprocess.DEVNULL)
+    reader, run = _pipeline(case, d, _max_epoch(SIGHUP_MAX_EPOCH), "tee", ["tee", out],
+                            subprocess.DEVNULL)
     if not run.wait_for("Start Epoch 5 ..."):
         case.fail("the job never reached epoch 5 (the scenario could not send SIGHUP)")
     delay = case.rng.uniform(0, 0.2)
@@ -633,11 +639,11 @@ def sighup_tee(case):
         elif info.global_step != step:
             case.fail(f"model-{step}.data, the checkpoint of the stop step, is of global_step "
                       f"{info.global_step}")
-    invariants.check(case, before, run, status, max_epoch=6)
+    invariants.check(case, before, run, status, max_epoch=SIGHUP_MAX_EPOCH)
     middle = invariants.snapshot(d)
-    resumed, status = case.run(d, _max_epoch(6), "resumed")
+    resumed, status = case.run(d, _max_epoch(SIGHUP_MAX_EPOCH), "resumed")
     case.expect_status("resumed", status, 0)
-    invariants.check(case, middle, resumed, status, max_epoch=6)
+    invariants.check(case, middle, resumed, status, max_epoch=SIGHUP_MAX_EPOCH)
 
 
 def head_pipe(case):
