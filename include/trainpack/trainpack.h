@@ -8,6 +8,7 @@
 
 // The loop: trainers, towers, the training state, ModelDesc and TrainConfig
 #include "trainpack/train/config.h"
+#include "trainpack/train/cuda_graph.h"
 #include "trainpack/train/data_parallel.h"
 #include "trainpack/train/defaults.h"
 #include "trainpack/train/distributed.h"

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <torch/csrc/autograd/profiler_legacy.h>
+#include <torch/cuda.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,10 +33,18 @@ namespace prof = torch::autograd::profiler;
 // utils/chrome_trace.h for why that matters to viewers). Both modes collect through
 // RecordFunction on the thread that enables them, and what it hands to at::launch tasks and
 // autograd's engine.
+// With a GPU, the CUDA mode: every push and pop also records a CUDA event on the current stream,
+// so each call's span on the GPU is known too (the events are read when the profiler stops: one
+// host sync, on the profiled step only).
 void start_profiler() {
-  prof::enableProfilerLegacy(
-      prof::ProfilerConfig(prof::ProfilerState::CPU, /*report_input_shapes=*/true));
+  const bool cuda = torch::cuda::is_available();
+  prof::enableProfilerLegacy(prof::ProfilerConfig(
+      cuda ? prof::ProfilerState::CUDA : prof::ProfilerState::CPU, /*report_input_shapes=*/true));
 }
+
+// The trace's thread id of a device's CUDA events: far from the profiler's thread ids (small
+// counters), and named in the trace ("cuda:0 (CUDA events)").
+constexpr uint64_t kCudaEventsThread = 0xC0DA0000ULL;
 
 // The calls of the recorded push/pop pairs (matched by their RecordFunction handle; a call not
 // finished is left out), timed in nanoseconds from the earliest event.
@@ -77,8 +86,55 @@ std::vector<TraceEvent> trace_events(const prof::thread_event_lists& lists) {
       events.push_back(std::move(event));
     }
   }
+  // The GPU side (ProfilerState::CUDA): each call whose push and pop carry CUDA events spans,
+  // on its device, the time between them; the device's start mark, recorded with both clocks when
+  // the profiler started, puts that span on the CPU's time line.
+  std::unordered_map<int64_t, const prof::LegacyEvent*> start_marks;
+  for (const auto& list : lists) {
+    for (const auto& e : list) {
+      if (e.kind() == prof::EventKind::Mark && e.hasCuda() &&
+          std::string(e.name()) == "__cuda_start_event") {
+        start_marks.emplace(static_cast<int64_t>(e.device()), &e);
+      }
+    }
+  }
+  if (!start_marks.empty()) {
+    for (const auto& list : lists) {
+      for (const auto& pop : list) {
+        if (pop.kind() != prof::EventKind::PopRange || !pop.hasCuda()) continue;
+        const auto push = pushed.find(pop.handle());
+        if (push == pushed.end() || !push->second->hasCuda()) continue;
+        const prof::LegacyEvent& e = *push->second;
+        const auto mark = start_marks.find(static_cast<int64_t>(e.device()));
+        if (mark == start_marks.end()) continue;
+        TraceEvent event;
+        event.name = e.name();
+        event.category = "cuda_event";
+        event.start_ns =
+            since_reference(*mark->second) +
+            static_cast<int64_t>(std::llround(mark->second->cudaElapsedUs(e) * 1000.0));
+        event.duration_ns =
+            std::max<int64_t>(0, static_cast<int64_t>(std::llround(e.cudaElapsedUs(pop) * 1000.0)));
+        event.thread = kCudaEventsThread + static_cast<uint64_t>(e.device());
+        origin = std::min(origin, event.start_ns);
+        events.push_back(std::move(event));
+      }
+    }
+  }
   for (auto& event : events) event.start_ns -= origin;
   return events;
+}
+
+// The names of the trace's threads: the training thread, and each device whose CUDA events it
+// holds.
+TraceThreadNames thread_names(const std::vector<TraceEvent>& events) {
+  TraceThreadNames names{{at::RecordFunction::currentThreadId(), "training thread"}};
+  for (const auto& e : events) {
+    if (e.category == "cuda_event" && names.find(e.thread) == names.end()) {
+      names.emplace(e.thread, fmt::format("cuda:{} (CUDA events)", e.thread - kCudaEventsThread));
+    }
+  }
+  return names;
 }
 
 std::string join_path(const std::string& dir, const std::string& name) {
@@ -125,12 +181,12 @@ void GraphProfiler::_after_run(const StepContext& /*ctx*/, const RunValues& /*va
   active_ = false;
   const prof::thread_event_lists recorded = prof::disableProfilerLegacy();
   const int64_t step = global_step();
-  const ChromeTrace trace(
-      trace_events(recorded),
-      ChromeTraceOptions()
-          .process_name(fmt::format("trainpack (pid {})", ::getpid()))
-          .thread_names({{at::RecordFunction::currentThreadId(), "training thread"}})
-          .other_data({{"global_step", step}}));
+  std::vector<TraceEvent> events = trace_events(recorded);
+  TraceThreadNames names = thread_names(events);
+  const ChromeTrace trace(events, ChromeTraceOptions()
+                                      .process_name(fmt::format("trainpack (pid {})", ::getpid()))
+                                      .thread_names(names)
+                                      .other_data({{"global_step", step}}));
   if (options_.dump_tracing()) {
     const std::string path = join_path(dir_, fmt::format("chrome-trace-{}.json", step));
     write_file_atomically(path, trace.json());
@@ -142,7 +198,12 @@ void GraphProfiler::_after_run(const StepContext& /*ctx*/, const RunValues& /*va
     }
   }
   if (options_.dump_metadata() || options_.dump_event()) {
-    const std::vector<OperatorStats> table = trace.operator_table();
+    // The operators' table counts the calls of the CPU: a call's CUDA span is the same call.
+    events.erase(std::remove_if(events.begin(), events.end(),
+                                [](const TraceEvent& e) { return e.category == "cuda_event"; }),
+                 events.end());
+    const std::vector<OperatorStats> table =
+        ChromeTrace(std::move(events), ChromeTraceOptions()).operator_table();
     if (options_.dump_metadata()) {
       write_file_atomically(join_path(dir_, fmt::format("op-table-{}.csv", step)),
                             operator_table_csv(table));

@@ -93,6 +93,7 @@ void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trai
 
   trainer.set_accumulate_steps(config.accumulate_steps());
   if (config.precision()) trainer.set_precision(*config.precision());
+  if (config.cuda_graph()) trainer.set_cuda_graph(*config.cuda_graph());
   if (!config.gradient_processors().empty()) {
     trainer.set_gradient_processors(config.gradient_processors());
   }

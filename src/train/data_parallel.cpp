@@ -193,7 +193,19 @@ void DataParallelTrainer::broadcast_model(bool variables) {
   }
 }
 
+bool DataParallelTrainer::cuda_graph_possible(std::string* why_not) const {
+  if (process_group()->world_size() > 1) {
+    *why_not = fmt::format(
+        "the gradients of {} processes are all-reduced by c10d's Reducer, whose hooks run on the "
+        "host at every backward, so the step is not captured",
+        process_group()->world_size());
+    return false;
+  }
+  return SimpleTrainer::cuda_graph_possible(why_not);
+}
+
 void DataParallelTrainer::_after_initialize() {
+  SimpleTrainer::_after_initialize();  // the CUDA graph's checks, the same on every rank
   ProcessGroup& group = *process_group();
   if (!group.distributed()) return;
   const size_t n = state_->model_state.size();

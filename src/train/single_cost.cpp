@@ -9,6 +9,7 @@
 
 #include <stdexcept>
 
+#include "trainpack/utils/demangle.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
@@ -302,6 +303,16 @@ bool SingleCostTrainer::apply_gradients(StepContext& ctx) {
   return true;
 }
 
+void SingleCostTrainer::set_cuda_graph(CudaGraphOptions options) {
+  if (options.warmup_steps() < 1) {
+    throw std::invalid_argument(fmt::format(
+        "SingleCostTrainer::set_cuda_graph: warmup_steps must be >= 1 (the optimizer's state must "
+        "exist before the capture), got {}",
+        options.warmup_steps()));
+  }
+  cuda_graph_options_ = options;
+}
+
 void SingleCostTrainer::set_accumulate_steps(int64_t n) {
   if (n < 1) {
     throw std::invalid_argument(fmt::format(
@@ -364,6 +375,49 @@ std::vector<CallbackPtr> SimpleTrainer::_setup_graph() {
   return {};
 }
 
+SimpleTrainer::~SimpleTrainer() = default;
+
+bool SimpleTrainer::cuda_graph_possible(std::string* why_not) const {
+  if (!device().is_cuda()) {
+    *why_not =
+        fmt::format("the device is {}, and CUDA graphs exist on CUDA devices only", device().str());
+    return false;
+  }
+  return true;
+}
+
+void SimpleTrainer::_after_initialize() {
+  if (!cuda_graph()) return;
+  const std::string refusal = cuda_graph_refusal(
+      optimizer(), loss_scaler() != nullptr, !gradient_processors().empty(), accumulate_steps());
+  if (!refusal.empty()) {
+    throw std::invalid_argument(fmt::format("{}: the step cannot be captured as a CUDA graph: {}",
+                                            class_name(typeid(*this)), refusal));
+  }
+  std::string why_not;
+  if (!cuda_graph_possible(&why_not)) {
+    TP_LOG_WARN("[CudaGraph] {}: training runs eager", why_not);
+    return;
+  }
+  graph_step_ =
+      std::make_unique<CudaGraphStep>(*cuda_graph(), device(), optimizer(), tower_registry());
+  graph_body_ = [this](StepContext& ctx, const std::vector<at::Tensor>& batch) {
+    at::Tensor cost = run_tower(ctx, batch);
+    loss_for_backward(cost).backward();
+    apply_gradients(ctx);
+  };
+  TP_LOG_INFO("[CudaGraph] the step is captured after {} warm-up step(s) and replayed",
+              cuda_graph()->warmup_steps());
+}
+
+void SimpleTrainer::run_eager_step(StepContext& ctx, const std::vector<at::Tensor>& batch) {
+  at::Tensor cost = run_tower(ctx, batch);
+  auto& opt = optimizer();
+  opt.zero_grad();
+  loss_for_backward(cost).backward();
+  apply_gradients(ctx);
+}
+
 void SimpleTrainer::run_step() {
   if (accumulate_steps() > 1) {
     hooked_run([this](StepContext& ctx) {
@@ -379,13 +433,16 @@ void SimpleTrainer::run_step() {
     });
     return;
   }
+  if (graph_step_) {
+    hooked_run([this](StepContext& ctx) {
+      const std::vector<at::Tensor> batch = input()->next_batch();
+      graph_step_->run(ctx, batch, graph_body_, global_step());
+    });
+    return;
+  }
   hooked_run([this](StepContext& ctx) {
     const std::vector<at::Tensor> batch = input()->next_batch();
-    at::Tensor cost = run_tower(ctx, batch);
-    auto& opt = optimizer();
-    opt.zero_grad();
-    loss_for_backward(cost).backward();
-    apply_gradients(ctx);
+    run_eager_step(ctx, batch);
   });
 }
 

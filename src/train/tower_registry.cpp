@@ -195,4 +195,24 @@ void TowerRegistry::end_step() {
   micro_batch_ = 0;
 }
 
+TowerRegistry::StepRecord TowerRegistry::step_record() const {
+  StepRecord record;
+  for (const auto& e : summaries_) {
+    if (e.value.defined()) record.summaries.push_back({e.tag, e.kind, e.value, e.max_outputs});
+  }
+  for (const auto& m : moving_) {
+    if (m.latest.defined()) record.moving.push_back({m.name, m.latest, m.decay});
+  }
+  for (const auto& u : update_ops_) {
+    if (u.op) record.update_ops.emplace_back(u.name, u.op);
+  }
+  return record;
+}
+
+void TowerRegistry::replay_step(const StepRecord& record) {
+  for (const auto& s : record.summaries) record_summary(s.tag, s.kind, s.value, s.max_outputs);
+  for (const auto& m : record.moving) record_moving(m.name, m.value, m.decay);
+  for (const auto& u : record.update_ops) record_update_op(u.first, u.second);
+}
+
 }  // namespace trainpack

@@ -54,6 +54,7 @@
 #include "trainpack/input/dataflow.h"
 #include "trainpack/input/input_source.h"
 #include "trainpack/session_init.h"
+#include "trainpack/train/cuda_graph.h"
 #include "trainpack/train/gradproc.h"
 #include "trainpack/train/precision.h"
 #include "trainpack/train/tower.h"
@@ -103,6 +104,8 @@ struct TrainConfig {
   // Mixed precision of the tower (TowerTrainer::set_precision; docs/mixed-precision.md). Unset:
   // the trainer's own (float32 unless set on it).
   TORCH_ARG(std::optional<Precision>, precision);
+  // The step as a CUDA graph (SingleCostTrainer::set_cuda_graph; docs/gpu.md). Unset: eager.
+  TORCH_ARG(std::optional<CudaGraphOptions>, cuda_graph);
 };
 
 void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trainer);

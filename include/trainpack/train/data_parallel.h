@@ -78,6 +78,8 @@ class DataParallelTrainer : public SimpleTrainer {
  protected:
   std::vector<CallbackPtr> _setup_graph() override;
   void _after_initialize() override;
+  // A world of more than one process trains eager (c10d's Reducer is not captured).
+  bool cuda_graph_possible(std::string* why_not) const override;
 
  private:
   friend class DataParallelSync;

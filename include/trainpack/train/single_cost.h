@@ -51,6 +51,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -60,6 +61,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "trainpack/input/input_source.h"
+#include "trainpack/train/cuda_graph.h"
 #include "trainpack/train/gradproc.h"
 #include "trainpack/train/loss_scaler.h"
 #include "trainpack/train/precision.h"
@@ -191,6 +193,17 @@ class SingleCostTrainer : public TowerTrainer {
   // this turns it on (harmless there: the scale is a power of two, so the gradients are exact).
   // Call before setup_graph (std::logic_error after); bad options are std::invalid_argument.
   void set_loss_scaler_options(LossScalerOptions options);
+  // The training step as a CUDA graph (train/cuda_graph.h, docs/gpu.md): after
+  // options.warmup_steps() eager steps, SimpleTrainer captures the tower, the backward and the
+  // optimizer's step once and replays them. Checked when training starts: what a graph cannot
+  // hold (an optimizer other than SGD, float16's loss scaling, gradient processors, gradient
+  // accumulation) is std::invalid_argument naming it; a CPU device, or a data-parallel world of
+  // more than one process, trains eager with one warning. Call before train(); warmup_steps < 1
+  // is std::invalid_argument.
+  //   trainer.set_cuda_graph(trainpack::CudaGraphOptions());
+  void set_cuda_graph(CudaGraphOptions options);
+  const std::optional<CudaGraphOptions>& cuda_graph() const { return cuda_graph_options_; }
+
   // The loss scaler, set up by setup_graph; null when the run has none. Its scale and growth
   // count are the graph variables `loss_scale` and `loss_scale_growth_tracker`, saved in
   // checkpoints.
@@ -245,6 +258,7 @@ class SingleCostTrainer : public TowerTrainer {
   std::optional<LossScalerOptions> loss_scaler_options_;
   std::unique_ptr<LossScaler> loss_scaler_;
   bool setup_graph_done_ = false;
+  std::optional<CudaGraphOptions> cuda_graph_options_;
 };
 
 // One tower on one device: the plain training loop (tensorpack's SimpleTrainer).
@@ -252,10 +266,24 @@ class SingleCostTrainer : public TowerTrainer {
 class SimpleTrainer : public SingleCostTrainer {
  public:
   using SingleCostTrainer::SingleCostTrainer;
+  ~SimpleTrainer() override;
   void run_step() override;
+  // The CUDA graph of the step (set_cuda_graph), once training has started on a CUDA device;
+  // null otherwise.
+  const CudaGraphStep* cuda_graph_step() const { return graph_step_.get(); }
 
  protected:
   std::vector<CallbackPtr> _setup_graph() override;
+  // Checks set_cuda_graph's options against the run and creates the graph step.
+  void _after_initialize() override;
+  // Whether the step may be captured at all in this process (DataParallelTrainer: a world of
+  // one); `why_not` says why not.
+  virtual bool cuda_graph_possible(std::string* why_not) const;
+
+ private:
+  void run_eager_step(StepContext& ctx, const std::vector<at::Tensor>& batch);
+  std::unique_ptr<CudaGraphStep> graph_step_;
+  CudaGraphStep::Body graph_body_;
 };
 
 }  // namespace trainpack

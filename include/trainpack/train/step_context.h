@@ -100,6 +100,12 @@ class StepContext {
       }
     }
     if (known_names_.find(name) == known_names_.end()) known_names_.emplace(name);
+    if (recorder_) recorder_->emplace_back(std::string(name), tensor);
+  }
+  // While set (not null), every publish() is also appended to `*recorder`, requested or not: a
+  // CUDA graph's capture records what the step publishes, to publish it again at each replay.
+  void set_publish_recorder(std::vector<std::pair<std::string, at::Tensor>>* recorder) {
+    recorder_ = recorder;
   }
 
   // True if `name` was requested and has been published in this run.
@@ -142,6 +148,7 @@ class StepContext {
   Trainer* trainer_;
   std::vector<std::pair<std::string, at::Tensor>> requested_;
   std::set<std::string, std::less<>> known_names_;
+  std::vector<std::pair<std::string, at::Tensor>>* recorder_ = nullptr;
 };
 
 // What a callback's after_run receives: the tensors it asked for in before_run, from that same

@@ -81,6 +81,30 @@ class TowerRegistry {
   // other summaries and the update ops keep the last micro-batch's.
   void begin_micro_batch() { ++micro_batch_; }
 
+  // ---- a step recorded, to be recorded again without running the tower ----
+
+  // What the tower recorded in the step in progress: its summaries, moving summaries and update
+  // ops with this step's values. A CUDA graph takes it after the capture and records it again at
+  // every replay (replay_step), so that the callbacks see the graph's outputs as a step's.
+  struct StepRecord {
+    struct Summary {
+      std::string tag;
+      SummaryKind kind = SummaryKind::kScalar;
+      at::Tensor value;
+      int64_t max_outputs = 3;
+    };
+    struct Moving {
+      std::string name;
+      at::Tensor value;
+      double decay = 0.95;
+    };
+    std::vector<Summary> summaries;
+    std::vector<Moving> moving;
+    std::vector<std::pair<std::string, std::function<void()>>> update_ops;
+  };
+  StepRecord step_record() const;
+  void replay_step(const StepRecord& record);
+
   // ---- resumable state (MovingAverageSummary::state / load_state) ----
   // A moving average as a checkpoint holds it.
   struct MovingAverageState {
