@@ -90,6 +90,7 @@
 #include <variant>
 #include <vector>
 
+#include "device_flag.h"
 #include "flag_checks.h"
 #include "model.h"
 #include "ranks.h"
@@ -411,6 +412,8 @@ int main(int argc, char** argv) {
   bool oversubscribe = false;
   std::string profile_steps;  // "A:B", checked by step_range
   std::string precision_text = "fp32";
+  std::string device_text = "cpu";
+  bool cuda_graph = false;
 
   // Bounds said in words; `nan`, `inf`, `-1` for the seed and `1e3` for a count are refused here,
   // naming the flag (flag_checks.h).
@@ -521,13 +524,21 @@ int main(int argc, char** argv) {
           [](std::string& text) -> std::string {
             try {
               const auto p = trainpack::parse_precision(text);
-              trainpack::check_precision_supported(p, c10::Device(c10::kCPU), "--precision");
+              (void)p;  // its device support is checked once --device is known
               return {};
             } catch (const std::invalid_argument& e) {
               return e.what();
             }
           },
           "PRECISION"));
+  app.add_option("--device", device_text,
+                 "cpu, cuda (cuda:<local rank> under torchrun) or cuda:N; docs/gpu.md")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& text) { return fashion_mnist::device_flag_error(text); }, "DEVICE"));
+  app.add_flag("--cuda-graph", cuda_graph,
+               "Capture the training step as a CUDA graph after 3 warm-up steps and replay it "
+               "(--device cuda; SGD; docs/gpu.md)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -557,6 +568,22 @@ int main(int argc, char** argv) {
                  "core. Lower --threads (or leave it out: the hardware threads divided by the "
                  "ranks), or pass --oversubscribe to use %d anyway\n",
                  threads, static_cast<long long>(env.local_world_size), hardware_threads, threads);
+    return 2;
+  }
+  // The device: checked before anything is loaded, so that a machine without a GPU says so at once.
+  c10::Device device(c10::kCPU);
+  try {
+    device = fashion_mnist::training_device(device_text, env.local_rank);
+    trainpack::check_precision_supported(trainpack::parse_precision(precision_text), device,
+                                         "--precision");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fashion_mnist: error: %s\n", e.what());
+    return 2;
+  }
+  if (cuda_graph && !device.is_cuda()) {
+    std::fprintf(stderr,
+                 "fashion_mnist: error: --cuda-graph needs a CUDA device (--device cuda); on the "
+                 "CPU the step runs eager\n");
     return 2;
   }
   if (static_cast<unsigned>(threads) > hardware_threads && !oversubscribe) {
@@ -603,8 +630,11 @@ int main(int argc, char** argv) {
   // it at their first collective instead of waiting for the chief to join.
   trainpack::ProcessGroupPtr group;
   try {
-    group = trainpack::ProcessGroup::from_environment(
-        trainpack::DistributedOptions().timeout(std::chrono::seconds(dist_timeout)).env(env));
+    group =
+        trainpack::ProcessGroup::from_environment(trainpack::DistributedOptions()
+                                                      .timeout(std::chrono::seconds(dist_timeout))
+                                                      .env(env)
+                                                      .cuda(device.is_cuda()));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fashion_mnist: error: cannot join the other ranks: %s\n", e.what());
     return 1;
@@ -707,6 +737,7 @@ int main(int argc, char** argv) {
           max_epoch);
   if (steps_per_epoch > 0) config.steps_per_epoch(steps_per_epoch);
   config.precision(trainpack::parse_precision(precision_text));
+  if (cuda_graph) config.cuda_graph(trainpack::CudaGraphOptions());
   // Experiment tracking (docs/experiment-tracking.md), as other frameworks pick up an installed
   // integration: on the chief, COMET_API_KEY sends the run to Comet (workspace, project and server
   // from COMET_WORKSPACE, COMET_PROJECT_NAME, COMET_URL_OVERRIDE) and MLFLOW_TRACKING_URI sends it
@@ -774,7 +805,7 @@ int main(int argc, char** argv) {
 
   const auto start = Clock::now();
   // Alone (a group of one), DataParallelTrainer trains exactly as SimpleTrainer.
-  trainpack::DataParallelTrainer trainer(group);
+  trainpack::DataParallelTrainer trainer(group, {}, device);
   try {
     trainpack::launch_train_with_config(config, trainer);
   } catch (const trainpack::WriteFailedError& e) {

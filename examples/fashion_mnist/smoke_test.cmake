@@ -50,7 +50,8 @@ if(MODE STREQUAL "help")
   endif()
   foreach(flag --logdir --max-epoch --steps-per-epoch --batch-size --lr --seed --data --threads
                --train-limit --val-limit --max-val-error --malloc --blas-threads --resume
-               --no-resume --dist-timeout --oversubscribe --profile-steps --precision)
+               --no-resume --dist-timeout --oversubscribe --profile-steps --precision --device
+               --cuda-graph)
     expect_in("${out}" "${flag}" "the output of --help")
   endforeach()
   return()
@@ -71,7 +72,15 @@ if(MODE STREQUAL "bad_flags")
     "--max-epoch|0|--max-epoch: must be a whole number from 1 to 1000000000, got 0"
     "--precision|half|--precision: unknown precision 'half'"
     "--precision|fp16|float16 mixed precision needs a CUDA device (LibTorch's CPU autocast has no float16 kernels)"
-    "--threads|${too_many}|--threads: ${too_many} is more than the ${cores} hardware threads")
+    "--threads|${too_many}|--threads: ${too_many} is more than the ${cores} hardware threads"
+    "--device|tpu|--device: must be cpu, cuda or cuda:N (N: a GPU index), got 'tpu'"
+    "--cuda-graph|--device=cpu|--cuda-graph needs a CUDA device (--device cuda)")
+  # On a machine without a GPU (no NVIDIA device node), --device cuda says so before anything else.
+  if(NOT EXISTS /dev/nvidia0)
+    list(APPEND cases
+      "--device|cuda|--device cuda: no CUDA GPU is available to this process"
+      "--device|cuda:1|--device cuda:1: no CUDA GPU is available to this process")
+  endif()
   foreach(case IN LISTS cases)
     string(REPLACE "|" ";" parts "${case}")
     list(GET parts 0 flag)
