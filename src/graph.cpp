@@ -5,6 +5,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "trainpack/utils/host_read.h"
+
 namespace trainpack {
 namespace {
 
@@ -62,7 +64,7 @@ void Graph::add_variable(const std::string& name, at::Tensor tensor) {
         "Graph::add_variable('{}'): a tensor variable must be defined and hold one element", name));
   }
   const bool floating = at::isFloatingType(tensor.scalar_type());
-  insert_variable(name, Variable{[tensor] { return tensor.item<double>(); },
+  insert_variable(name, Variable{[tensor] { return host_scalar(tensor); },
                                  [tensor](double v) mutable { tensor.fill_(v); }, tensor, floating,
                                  ValueRange()});
 }

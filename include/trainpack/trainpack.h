@@ -85,6 +85,7 @@
 #include "trainpack/utils/file_names.h"
 #include "trainpack/utils/float_repr.h"
 #include "trainpack/utils/histogram.h"
+#include "trainpack/utils/host_read.h"
 #include "trainpack/utils/http_client.h"
 #include "trainpack/utils/humanize.h"
 #include "trainpack/utils/logger.h"

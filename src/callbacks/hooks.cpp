@@ -12,6 +12,7 @@
 #include "trainpack/detail/override_detection.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/demangle.h"
+#include "trainpack/utils/host_read.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/npz.h"
 #include "trainpack/utils/output_dir.h"
@@ -130,7 +131,7 @@ bool has_inf_or_nan(const std::string& /*name*/, const at::Tensor& tensor) {
   if (!tensor.defined() || tensor.numel() == 0) return false;
   const at::ScalarType type = tensor.scalar_type();
   if (!at::isFloatingType(type) && !at::isComplexType(type)) return false;
-  return !at::isfinite(tensor.detach()).all().item<bool>();
+  return !host_scalar<bool>(at::isfinite(tensor.detach()).all());
 }
 
 // ---- TensorWatchHook ----
@@ -181,8 +182,8 @@ std::string statistics(const at::Tensor& tensor) {
   at::Tensor finite;
   if (at::isFloatingType(type)) {
     const at::Tensor d = t.to(at::kDouble).flatten();
-    const int64_t nans = at::isnan(d).sum().item<int64_t>();
-    const int64_t infs = at::isinf(d).sum().item<int64_t>();
+    const int64_t nans = host_scalar<int64_t>(at::isnan(d).sum());
+    const int64_t infs = host_scalar<int64_t>(at::isinf(d).sum());
     out += fmt::format(": {} NaN, {} Inf", nans, infs);
     finite = d.masked_select(at::isfinite(d));
   } else {
@@ -190,12 +191,12 @@ std::string statistics(const at::Tensor& tensor) {
   }
   if (finite.numel() == 0) return out + "; finite: none";
   return out + fmt::format("; finite: min {:.6g}, max {:.6g}, mean {:.6g}",
-                           finite.min().item<double>(), finite.max().item<double>(),
-                           finite.mean().item<double>());
+                           host_scalar(finite.min()), host_scalar(finite.max()),
+                           host_scalar(finite.mean()));
 }
 
 // The tensor as an npz array can hold it (bfloat16 as float32), or undefined when no npz dtype
-// can (complex, quantized).
+// can (complex, quantized). Still on its device: write_npz copies it to the host.
 at::Tensor for_npz(const at::Tensor& tensor) {
   const at::Tensor t = tensor.detach();
   switch (t.scalar_type()) {
@@ -208,9 +209,9 @@ at::Tensor for_npz(const at::Tensor& tensor) {
     case at::kInt:
     case at::kLong:
     case at::kBool:
-      return t.cpu();
+      return t;
     case at::kBFloat16:
-      return t.to(at::kFloat).cpu();
+      return t.to(at::kFloat);
     default:
       return at::Tensor();
   }

@@ -6,6 +6,8 @@
 
 #include <stdexcept>
 
+#include "trainpack/utils/host_read.h"
+
 namespace trainpack {
 
 namespace {
@@ -83,7 +85,7 @@ void ScalarStats::_on_fetches(const std::vector<at::Tensor>& results) {
           fmt::format("ScalarStats: output '{}' must be a scalar, but has shape {}", names_[i],
                       shape_of(results[i])));
     }
-    sums_[i] += results[i].item<double>();
+    sums_[i] += host_scalar(results[i]);
   }
   ++batches_;
 }
@@ -135,7 +137,7 @@ void ClassificationError::_on_fetches(const std::vector<at::Tensor>& results) {
         "its shape is {}",
         wrong_name_, shape_of(v)));
   }
-  wrong_ += v.sum().item<double>();
+  wrong_ += host_scalar(v.sum());
   total_ += v.size(0);
 }
 
@@ -184,9 +186,9 @@ void BinaryClassificationStats::_on_fetches(const std::vector<at::Tensor>& resul
   }
   const at::Tensor pred_pos = pred.eq(1);
   const at::Tensor label_pos = label.eq(1);
-  nr_pos_ += label_pos.sum().item<int64_t>();
-  nr_pred_pos_ += pred_pos.sum().item<int64_t>();
-  corr_pos_ += pred_pos.logical_and(label_pos).sum().item<int64_t>();
+  nr_pos_ += host_scalar<int64_t>(label_pos.sum());
+  nr_pred_pos_ += host_scalar<int64_t>(pred_pos.sum());
+  corr_pos_ += host_scalar<int64_t>(pred_pos.logical_and(label_pos).sum());
   samples_ += pred.numel();
 }
 

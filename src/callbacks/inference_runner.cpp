@@ -341,6 +341,7 @@ int64_t InferenceRunner::combine_over_ranks(int64_t done, const std::string& who
   // inferencer whose partial_sums() size differs between ranks is an error on every rank.
   std::vector<at::Tensor> count{at::tensor({n, -n}, at::kLong)};
   group.all_reduce_max(count);
+  // `count` and `totals` are CPU buffers that the ranks exchange: no device value.
   const int64_t most = count[0][0].item<int64_t>();
   const int64_t fewest = -count[0][1].item<int64_t>();
   if (most != fewest) {

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "trainpack/train/trainer.h"
+#include "trainpack/utils/host_read.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/png.h"
 
@@ -42,7 +43,7 @@ at::Tensor to_uint8(const std::string& who, const at::Tensor& image) {
   }
   at::Tensor t = image;
   if (c10::isFloatingType(t.scalar_type())) t = t.to(at::kLong);
-  return t.to(at::kByte).cpu().contiguous();
+  return to_host(t.to(at::kByte));  // the pixels of an image put or summarised
 }
 
 }  // namespace

@@ -179,17 +179,20 @@ double HyperParamSetter::get_current_value() const { return param_->get_value();
 
 void HyperParamSetter::set_param() {
   applied_epoch_ = epoch_num();
-  const double before = param_->get_value();
   own_value_changed_ = false;
   const std::optional<double> v = get_value_to_set();
   if (!v) return;
-  param_->set_value(*v);
   // Another setter changed the param at this boundary and this one, running later, puts its own
   // value back (hyper.txt over a schedule): the log's last word on the param must be what is in
-  // effect, so the change is logged here too, naming this setter.
-  if (!own_value_changed_ && !is_close(before, *v)) {
+  // effect, so the change is logged here too, naming this setter. The current value is read only
+  // for that comparison (a tensor-backed Graph variable reads a device value), so that a
+  // step-based setter that sets nothing at a step reads nothing.
+  const std::optional<double> before =
+      own_value_changed_ ? std::nullopt : std::optional<double>(param_->get_value());
+  param_->set_value(*v);
+  if (before && !is_close(*before, *v)) {
     TP_LOG_INFO("[HyperParamSetter] At global_step={}, {} changes from {:.6f} to {:.6f} ({})",
-                global_step(), param_->readable_name(), before, *v, name());
+                global_step(), param_->readable_name(), *before, *v, name());
   }
 }
 

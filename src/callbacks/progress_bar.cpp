@@ -16,6 +16,7 @@
 
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/float_repr.h"
+#include "trainpack/utils/host_read.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
@@ -301,9 +302,9 @@ void ProgressBar::_after_run(const StepContext& /*ctx*/, const RunValues& values
     postfix_ += tags_[i];
     postfix_ += '=';
     if (at::isIntegralType(t.scalar_type(), /*includeBool=*/true)) {
-      postfix_ += tqdm::format_num(t.item<int64_t>());
+      postfix_ += tqdm::format_num(host_scalar<int64_t>(t));
     } else {
-      postfix_ += tqdm::format_num(t.item<double>());
+      postfix_ += tqdm::format_num(host_scalar(t));
     }
   }
 }

@@ -541,6 +541,7 @@ std::optional<std::pair<int64_t, double>> state_pair(const std::string& who,
     throw std::invalid_argument(
         fmt::format("{}: state entry '{}' is missing", who, has_step ? value_key : step_key));
   }
+  // Checkpoint contents, on the CPU: no device value, read directly.
   return std::make_pair(state.at(step_key).item<int64_t>(), state.at(value_key).item<double>());
 }
 

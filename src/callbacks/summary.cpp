@@ -14,6 +14,7 @@
 #include "trainpack/train/tower_registry.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/histogram.h"
+#include "trainpack/utils/host_read.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
@@ -158,7 +159,7 @@ Summary merge_tower_summaries(const TowerRegistry& registry, const char* who) {
     if (!e.value.defined()) continue;
     switch (e.kind) {
       case TowerRegistry::SummaryKind::kScalar:
-        out.values.push_back(SummaryValue::make_scalar(e.tag, e.value.item<double>()));
+        out.values.push_back(SummaryValue::make_scalar(e.tag, host_scalar(e.value)));
         break;
       case TowerRegistry::SummaryKind::kHistogram:
         out.values.push_back(histogram_value(who, e));
@@ -170,8 +171,7 @@ Summary merge_tower_summaries(const TowerRegistry& registry, const char* who) {
   }
   for (const auto& m : registry.moving_averages()) {
     if (m.updates == 0 || !m.biased.defined()) continue;
-    out.values.push_back(
-        SummaryValue::make_scalar(m.name + "-summary", m.average().item<double>()));
+    out.values.push_back(SummaryValue::make_scalar(m.name + "-summary", host_scalar(m.average())));
   }
   return out;
 }
@@ -226,6 +226,7 @@ void average_scalars_over_ranks(const Callback& cb, Summary* summary) {
   const auto h = static_cast<int64_t>(std::hash<std::string>()(tags) >> 2);
   std::vector<at::Tensor> check{at::tensor({n, -n, h, -h}, at::kLong)};
   group->all_reduce_max(check);
+  // `check` and `sums` are CPU buffers that the ranks exchange: no device value.
   const int64_t* c = check[0].data_ptr<int64_t>();
   if (c[0] != -c[1] || c[2] != -c[3]) {
     std::string mine;
@@ -364,7 +365,7 @@ void SimpleMovingAverage::_after_run(const StepContext& /*ctx*/, const RunValues
           "one-element tensor (e.g. .mean())",
           values.name(i), fmt::join(t.sizes().begin(), t.sizes().end(), ", ")));
     }
-    ring_[row * n + i] = t.item<double>();  // a host sync, inherent to this callback
+    ring_[row * n + i] = host_scalar(t);  // a host sync, inherent to this callback
   }
   ++rows_;
 }

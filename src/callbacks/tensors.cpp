@@ -14,6 +14,7 @@
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/atomic_file.h"
 #include "trainpack/utils/file_names.h"
+#include "trainpack/utils/host_read.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/npz.h"
 #include "trainpack/utils/output_dir.h"
@@ -115,9 +116,9 @@ void check_npz_key(const std::string& name) {
 // `kind` is "trainable variable" or "step tensor".
 void check_finite(const at::Tensor& t, const std::string& name, const char* kind,
                   int64_t global_step) {
-  if (!t.defined() || at::isfinite(t).all().item<bool>()) return;
-  const int64_t nans = at::isnan(t).sum().item<int64_t>();
-  const int64_t infs = at::isinf(t).sum().item<int64_t>();
+  if (!t.defined() || host_scalar<bool>(at::isfinite(t).all())) return;
+  const int64_t nans = host_scalar<int64_t>(at::isnan(t).sum());
+  const int64_t infs = host_scalar<int64_t>(at::isinf(t).sum());
   throw std::runtime_error(fmt::format(
       "CheckNumerics['{}']: Tensor had {} values ({} NaN, {} Inf of {} values) in {} '{}' at "
       "global_step {}",
@@ -142,7 +143,7 @@ std::string format_tensor_value(const at::Tensor& tensor) {
   } else {
     return fmt::format("<tensor of dtype {} and shape {}>", c10::toString(type), shape_of(tensor));
   }
-  t = t.cpu().contiguous();
+  t = to_host(t);
   std::string out;
   if (t.dim() == 0) {
     append_scalar(out, t, 0, kind);
@@ -335,7 +336,7 @@ void DumpTensorAsImage::_trigger() {
   }
   at::Tensor pixels = nhwc.to(at::kDouble) * options_.scale();
   pixels = at::nan_to_num(pixels, 0.0, 255.0, 0.0).clamp(0.0, 255.0).to(at::kByte);
-  pixels = pixels.cpu().contiguous();
+  pixels = to_host(pixels);
 
   const int64_t n = pixels.size(0), h = pixels.size(1), w = pixels.size(2), c = pixels.size(3);
   for (int64_t k = 0; k < n; ++k) {

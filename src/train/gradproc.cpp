@@ -15,6 +15,7 @@
 #include "trainpack/train/step_context.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/demangle.h"
+#include "trainpack/utils/host_read.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
@@ -207,8 +208,8 @@ namespace {
 
 [[noreturn]] void throw_non_finite(const NamedGradient& entry, int64_t global_step) {
   const at::Tensor& g = entry.grad();
-  const bool nan = at::isnan(g).any().item<bool>();
-  const bool inf = at::isinf(g).any().item<bool>();
+  const bool nan = host_scalar<bool>(at::isnan(g).any());
+  const bool inf = host_scalar<bool>(at::isinf(g).any());
   const char* kind = nan && inf ? "Inf and NaN" : (nan ? "NaN" : "Inf");
   throw NonFiniteGradientError(
       entry.name, global_step,
@@ -217,7 +218,7 @@ namespace {
                   entry.name, kind, entry.name, global_step));
 }
 
-bool all_finite(const at::Tensor& g) { return at::isfinite(g).all().item<bool>(); }
+bool all_finite(const at::Tensor& g) { return host_scalar<bool>(at::isfinite(g).all()); }
 
 }  // namespace
 
@@ -249,7 +250,7 @@ void CheckGradient::_process(const NamedGradients& grads, StepContext& step) {
   // finite (no overflow, unlike a sum of the values themselves).
   scratch_.copy_(minmax_).mul_(0);
   at::sum_out(flag_, scratch_);
-  if (flag_.item<double>() == 0.0) return;  // the one host sync
+  if (host_scalar(flag_) == 0.0) return;  // the one host sync
   for (const auto& entry : grads) {
     const at::Tensor& g = entry.grad();
     if (g.defined() && g.numel() > 0 && !all_finite(g)) throw_non_finite(entry, global_step);

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "trainpack/utils/host_read.h"
+
 namespace trainpack {
 
 LossScaler::LossScaler(LossScalerOptions options) : options_(options) {
@@ -52,7 +54,7 @@ bool LossScaler::unscale(const NamedGradients& grads) {
     at::Tensor found_inf = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device));
     at::Tensor inv = at::full({1}, inv_scale, at::TensorOptions().dtype(at::kFloat).device(device));
     at::_amp_foreach_non_finite_check_and_unscale_(cuda_grads_, found_inf, inv);
-    finite = found_inf.item<float>() == 0.0f;
+    finite = host_scalar<float>(found_inf) == 0.0f;  // whether to step: needed now, every step
     cuda_grads_.clear();
   } else {
     finite = check_and_unscale_cpu(grads, inv_scale);
@@ -75,7 +77,7 @@ bool LossScaler::check_and_unscale_cpu(const NamedGradients& grads, double inv_s
     at::Tensor slot = sums_[static_cast<int64_t>(i)];
     at::sum_out(slot, g, c10::nullopt, /*keepdim=*/false, at::kDouble);
   }
-  return at::isfinite(sums_).all().item<bool>();
+  return host_scalar<bool>(at::isfinite(sums_).all());
 }
 
 bool LossScaler::update() {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "trainpack/utils/host_read.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
@@ -153,7 +154,7 @@ std::vector<TowerRegistry::MovingAverageState> TowerRegistry::moving_average_sta
   std::vector<MovingAverageState> out;
   for (const auto& m : moving_) {
     if (m.updates == 0 || !m.biased.defined()) continue;
-    out.push_back(MovingAverageState{m.name, m.decay, m.biased.item<double>(), m.updates});
+    out.push_back(MovingAverageState{m.name, m.decay, host_scalar(m.biased), m.updates});
   }
   out.insert(out.end(), restored_moving_.begin(), restored_moving_.end());
   return out;

@@ -488,6 +488,7 @@ void write_checkpoint(const std::string& prefix, const TensorMap& tensors,
           fmt::format("write_checkpoint({}): the tensor '{}' is undefined", prefix, name));
     }
     at::Tensor t = tensor.detach();
+    // Serialisation, only when a checkpoint is saved: read directly, not through host_read.h.
     if (!t.device().is_cpu()) t = t.to(at::kCPU);
     dict.insert(name, std::move(t));
   }

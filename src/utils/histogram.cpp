@@ -7,6 +7,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "trainpack/utils/host_read.h"
+
 namespace trainpack {
 
 const std::vector<double>& default_histogram_bucket_limits() {
@@ -41,7 +43,7 @@ SummaryHistogram make_histogram(const at::Tensor& values) {
   h.min = limits.back();
   h.max = -DBL_MAX;
   if (values.defined() && values.numel() > 0) {
-    const at::Tensor d = values.detach().to(at::kCPU, at::kDouble).contiguous();
+    const at::Tensor d = to_host(values, at::kDouble);
     const double* p = d.data_ptr<double>();
     const int64_t n = d.numel();
     for (int64_t i = 0; i < n; ++i) {

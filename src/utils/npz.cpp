@@ -9,6 +9,7 @@
 #include <string>
 
 #include "trainpack/utils/atomic_file.h"
+#include "trainpack/utils/host_read.h"
 
 namespace trainpack {
 namespace {
@@ -56,7 +57,7 @@ at::Tensor prepare(const at::Tensor& tensor, const std::string& fn, const std::s
                                 " (supported: float32, float64, float16, int8, uint8, int16, "
                                 "int32, int64, bool)");
   }
-  return tensor.detach().to(at::kCPU).contiguous();
+  return to_host(tensor);
 }
 
 // The header of a CPU tensor whose dtype is supported; its length is a multiple of kAlign.
