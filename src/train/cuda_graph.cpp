@@ -2,10 +2,14 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
 #include <torch/optim/optimizer.h>
 #include <torch/optim/sgd.h>
+#include <torch/version.h>
 
 #include <stdexcept>
+#include <tuple>
 #include <typeinfo>
 #include <utility>
 
@@ -16,6 +20,7 @@
 
 // TRAINPACK_WITH_CUDA: set by CMake when the LibTorch built against has CUDA.
 #ifdef TRAINPACK_WITH_CUDA
+#include <ATen/Functions.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
@@ -25,18 +30,42 @@
 
 namespace trainpack {
 
+namespace {
+
+// Whether this LibTorch has ATen's fused Adam and AdamW kernels (_fused_adam_, _fused_adamw_:
+// 2.0 on; 1.13 has the first only), which take the step counts as device tensors.
+constexpr bool kFusedAdam = TORCH_VERSION_MAJOR >= 2;
+
+}  // namespace
+
+CudaGraphOptimizer cuda_graph_optimizer_kind(const torch::optim::Optimizer& optimizer) {
+  if (dynamic_cast<const torch::optim::SGD*>(&optimizer)) return CudaGraphOptimizer::kSgd;
+  if (dynamic_cast<const torch::optim::Adam*>(&optimizer)) return CudaGraphOptimizer::kAdam;
+  if (dynamic_cast<const torch::optim::AdamW*>(&optimizer)) return CudaGraphOptimizer::kAdamW;
+  return CudaGraphOptimizer::kOther;
+}
+
 std::string cuda_graph_refusal(const torch::optim::Optimizer& optimizer, bool loss_scaling,
                                bool gradient_processors, int64_t accumulate_steps) {
   // SGD's step is in-place arithmetic on the parameters and the momentum buffers with host
-  // scalars (the hyper-parameters, captured again when they change). The other optimizers of
-  // LibTorch keep host state that changes every step: Adam, AdamW, Adagrad count steps on the
-  // host (their bias corrections would stay those of the captured step), RMSprop and LBFGS too.
-  if (dynamic_cast<const torch::optim::SGD*>(&optimizer) == nullptr) {
+  // scalars (the hyper-parameters, captured again when they change). LibTorch's Adam and AdamW
+  // count steps on the host (their bias corrections would stay those of the captured step): in a
+  // graph their step is ATen's fused kernel, with the counts on the device. Adagrad, RMSprop and
+  // LBFGS keep host state of their own (a step count, a line search).
+  const CudaGraphOptimizer kind = cuda_graph_optimizer_kind(optimizer);
+  if (kind == CudaGraphOptimizer::kOther) {
     return fmt::format(
         "the optimizer {} keeps host state that changes every step (a step count, a line "
-        "search), which a replayed graph would freeze at the captured step; use torch::optim::SGD "
-        "with a CUDA graph, or train this optimizer without one",
+        "search), which a replayed graph would freeze at the captured step; use "
+        "torch::optim::SGD, Adam or AdamW with a CUDA graph, or train this optimizer without one",
         type_name(typeid(optimizer)));
+  }
+  if (kind != CudaGraphOptimizer::kSgd && !kFusedAdam) {
+    return fmt::format(
+        "the optimizer {} is captured through ATen's fused Adam kernels, which this LibTorch "
+        "{}.{} lacks (2.0 and later have them); use torch::optim::SGD with a CUDA graph, or a "
+        "newer LibTorch",
+        type_name(typeid(optimizer)), TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR);
   }
   if (loss_scaling) {
     return "float16's dynamic loss scaling decides on the host, every step, whether the step is "
@@ -60,34 +89,58 @@ std::string cuda_graph_refusal(const torch::optim::Optimizer& optimizer, bool lo
 // them.
 namespace {
 
-// The SGD hyper-parameters of every group, in a fixed order: what the captured kernels hold.
-[[maybe_unused]] void append_hyper_parameters(const torch::optim::Optimizer& optimizer,
+// The hyper-parameters of one group, in a fixed order: what the captured kernels hold. Calls
+// `f` with each value.
+template <typename F>
+void for_each_hyper_parameter(CudaGraphOptimizer kind,
+                              const torch::optim::OptimizerOptions& options, F&& f) {
+  if (kind == CudaGraphOptimizer::kSgd) {
+    const auto& o = static_cast<const torch::optim::SGDOptions&>(options);
+    f(o.lr());
+    f(o.momentum());
+    f(o.dampening());
+    f(o.weight_decay());
+    f(o.nesterov() ? 1.0 : 0.0);
+  } else if (kind == CudaGraphOptimizer::kAdam) {
+    const auto& o = static_cast<const torch::optim::AdamOptions&>(options);
+    f(o.lr());
+    f(std::get<0>(o.betas()));
+    f(std::get<1>(o.betas()));
+    f(o.eps());
+    f(o.weight_decay());
+    f(o.amsgrad() ? 1.0 : 0.0);
+  } else if (kind == CudaGraphOptimizer::kAdamW) {
+    const auto& o = static_cast<const torch::optim::AdamWOptions&>(options);
+    f(o.lr());
+    f(std::get<0>(o.betas()));
+    f(std::get<1>(o.betas()));
+    f(o.eps());
+    f(o.weight_decay());
+    f(o.amsgrad() ? 1.0 : 0.0);
+  }
+}
+
+[[maybe_unused]] void append_hyper_parameters(CudaGraphOptimizer kind,
+                                              const torch::optim::Optimizer& optimizer,
                                               std::vector<double>* out) {
   for (const auto& group : optimizer.param_groups()) {
-    const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
-    out->push_back(o.lr());
-    out->push_back(o.momentum());
-    out->push_back(o.dampening());
-    out->push_back(o.weight_decay());
-    out->push_back(o.nesterov() ? 1.0 : 0.0);
+    for_each_hyper_parameter(kind, group.options(), [&](double v) { out->push_back(v); });
   }
 }
 
 // Whether the hyper-parameters are still those of `captured`; allocates nothing.
-[[maybe_unused]] bool same_hyper_parameters(const torch::optim::Optimizer& optimizer,
+[[maybe_unused]] bool same_hyper_parameters(CudaGraphOptimizer kind,
+                                            const torch::optim::Optimizer& optimizer,
                                             const std::vector<double>& captured) {
   size_t i = 0;
+  bool same = true;
   for (const auto& group : optimizer.param_groups()) {
-    const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
-    if (i + 5 > captured.size()) return false;
-    if (captured[i] != o.lr() || captured[i + 1] != o.momentum() ||
-        captured[i + 2] != o.dampening() || captured[i + 3] != o.weight_decay() ||
-        captured[i + 4] != (o.nesterov() ? 1.0 : 0.0)) {
-      return false;
-    }
-    i += 5;
+    for_each_hyper_parameter(kind, group.options(), [&](double v) {
+      same = same && i < captured.size() && captured[i] == v;
+      ++i;
+    });
   }
-  return i == captured.size();
+  return same && i == captured.size();
 }
 
 [[maybe_unused]] std::string shapes_of(const std::vector<at::Tensor>& tensors) {
@@ -113,16 +166,37 @@ namespace {
   return true;
 }
 
+// Adam's and AdamW's per-parameter state, whichever of the two: the host step count and the
+// moment tensors (the two classes have the same fields but no common base).
+struct AdamState {
+  torch::optim::AdamParamState* adam = nullptr;
+  torch::optim::AdamWParamState* adamw = nullptr;
+  int64_t step() const { return adam ? adam->step() : adamw->step(); }
+  void advance() {
+    if (adam) {
+      adam->step(adam->step() + 1);
+    } else {
+      adamw->step(adamw->step() + 1);
+    }
+  }
+  const at::Tensor& exp_avg() const { return adam ? adam->exp_avg() : adamw->exp_avg(); }
+  const at::Tensor& exp_avg_sq() const { return adam ? adam->exp_avg_sq() : adamw->exp_avg_sq(); }
+  const at::Tensor& max_exp_avg_sq() const {
+    return adam ? adam->max_exp_avg_sq() : adamw->max_exp_avg_sq();
+  }
+};
+
 }  // namespace
 
 struct CudaGraphStep::Impl {
   Impl(CudaGraphOptions o, c10::Device d, torch::optim::Optimizer& opt, TowerRegistry& r)
-      : options(o), device(d), optimizer(opt), registry(r) {}
+      : options(o), device(d), optimizer(opt), registry(r), kind(cuda_graph_optimizer_kind(opt)) {}
 
   CudaGraphOptions options;
   c10::Device device;
   torch::optim::Optimizer& optimizer;
   TowerRegistry& registry;
+  CudaGraphOptimizer kind;
   int64_t eager_steps = 0;
   int64_t captures = 0;
   int64_t replays = 0;
@@ -132,9 +206,21 @@ struct CudaGraphStep::Impl {
   std::vector<std::pair<std::string, at::Tensor>> published;  // by the captured step
   TowerRegistry::StepRecord record;                           // of the captured step
 
+  // Adam/AdamW in a graph: per group, the parameters the captured step updates, their state, and
+  // their step counts as float32 device tensors (what the fused kernels take). The host counts
+  // advance with every replay, so that checkpoints and eager steps see the right ones.
+  struct AdamGroup {
+    std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps;
+    std::vector<AdamState> states;
+    double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+    bool amsgrad = false;
+  };
+  std::vector<AdamGroup> adam_groups;
+
   void eager(StepContext& ctx, const std::vector<at::Tensor>& batch, const Body& body) {
     optimizer.zero_grad();
     body(ctx, batch);
+    optimizer.step();
   }
 
   // Drops what refers to the graph's memory, then the graph.
@@ -167,14 +253,86 @@ struct CudaGraphStep::Impl {
     done.block(current);
   }
 
+  // Before the capture (outside it: a tensor made inside would be made again at every replay):
+  // each group's Adam state and its step counts on the device, from the host counts.
+  void prepare_adam() {
+    adam_groups.clear();
+    for (auto& group : optimizer.param_groups()) {
+      AdamGroup g;
+      std::vector<double> h;  // lr, beta1, beta2, eps, weight_decay, amsgrad
+      for_each_hyper_parameter(kind, group.options(), [&](double v) { h.push_back(v); });
+      g.lr = h.at(0);
+      g.beta1 = h.at(1);
+      g.beta2 = h.at(2);
+      g.eps = h.at(3);
+      g.weight_decay = h.at(4);
+      g.amsgrad = h.at(5) != 0.0;
+      for (auto& p : group.params()) {
+        auto found = optimizer.state().find(p.unsafeGetTensorImpl());
+        // A parameter the warm-up steps never updated (no gradient) has no state: like Adam's
+        // own step, the captured one leaves it alone.
+        if (found == optimizer.state().end()) continue;
+        AdamState st;
+        if (kind == CudaGraphOptimizer::kAdam) {
+          st.adam = static_cast<torch::optim::AdamParamState*>(found->second.get());
+        } else {
+          st.adamw = static_cast<torch::optim::AdamWParamState*>(found->second.get());
+        }
+        g.params.push_back(p);
+        g.states.push_back(st);
+        g.exp_avgs.push_back(st.exp_avg());
+        g.exp_avg_sqs.push_back(st.exp_avg_sq());
+        if (g.amsgrad) g.max_exp_avg_sqs.push_back(st.max_exp_avg_sq());
+        g.steps.push_back(at::full({}, static_cast<double>(st.step()),
+                                   at::TensorOptions().dtype(at::kFloat).device(p.device())));
+      }
+      adam_groups.push_back(std::move(g));
+    }
+  }
+
+  // The optimizer's step inside the capture.
+  void captured_optimizer_step() {
+    if (kind == CudaGraphOptimizer::kSgd) {
+      optimizer.step();
+      return;
+    }
+    for (auto& g : adam_groups) {
+      g.grads.clear();
+      for (const auto& p : g.params) g.grads.push_back(p.grad());
+      if (g.params.empty()) continue;
+      at::_foreach_add_(g.steps, 1);
+#if TORCH_VERSION_MAJOR >= 2  // kFusedAdam; cuda_graph_refusal refuses Adam on older ones
+      {
+        if (kind == CudaGraphOptimizer::kAdam) {
+          at::_fused_adam_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, g.max_exp_avg_sqs, g.steps,
+                           g.lr, g.beta1, g.beta2, g.weight_decay, g.eps, g.amsgrad,
+                           /*maximize=*/false);
+        } else {
+          at::_fused_adamw_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, g.max_exp_avg_sqs,
+                            g.steps, g.lr, g.beta1, g.beta2, g.weight_decay, g.eps, g.amsgrad,
+                            /*maximize=*/false);
+        }
+      }
+#endif
+    }
+  }
+
+  // After a replay: the host step counts follow the device's.
+  void advance_host_steps() {
+    for (auto& g : adam_groups) {
+      for (auto& st : g.states) st.advance();
+    }
+  }
+
   void capture(StepContext& ctx, const std::vector<at::Tensor>& batch, const Body& body,
                int64_t global_step, const char* why) {
     release_graph();
     captured_hyper.clear();
-    append_hyper_parameters(optimizer, &captured_hyper);
+    append_hyper_parameters(kind, optimizer, &captured_hyper);
     on_side_stream([&] {
       static_inputs.clear();
       for (const auto& t : batch) static_inputs.push_back(t.defined() ? t.clone() : t);
+      if (kind != CudaGraphOptimizer::kSgd) prepare_adam();
       // The backward inside the graph then allocates the gradients from the graph's pool and
       // writes them (not adds to them) at every replay: no zero_grad in the graph.
       for (auto& group : optimizer.param_groups()) {
@@ -190,6 +348,7 @@ struct CudaGraphStep::Impl {
       g->capture_begin();
       try {
         body(ctx, static_inputs);
+        captured_optimizer_step();
       } catch (...) {
         ctx.set_publish_recorder(nullptr);
         at::autocast::set_autocast_cache_enabled(cache);
@@ -208,6 +367,7 @@ struct CudaGraphStep::Impl {
     ++captures;
     TP_LOG_DEBUG("[CudaGraph] captured the step at global_step {} ({})", global_step, why);
     graph->replay();  // the capture recorded the step; this runs it
+    advance_host_steps();
     ++replays;
   }
 
@@ -216,6 +376,7 @@ struct CudaGraphStep::Impl {
       if (batch[i].defined()) static_inputs[i].copy_(batch[i], /*non_blocking=*/true);
     }
     graph->replay();
+    advance_host_steps();
     ++replays;
     for (const auto& p : published) ctx.publish(p.first, p.second);
     registry.replay_step(record);
@@ -227,6 +388,7 @@ void CudaGraphStep::Impl::release_graph() {
   published.clear();
   record = TowerRegistry::StepRecord();
   static_inputs.clear();
+  adam_groups.clear();
 #ifdef TRAINPACK_WITH_CUDA
   graph.reset();
 #endif
@@ -245,6 +407,8 @@ CudaGraphStep::CudaGraphStep(CudaGraphOptions options, c10::Device device,
     throw std::invalid_argument(
         fmt::format("CudaGraphStep: device {} is not a CUDA device", device.str()));
   }
+  const std::string refusal = cuda_graph_refusal(optimizer, false, false, 1);
+  if (!refusal.empty()) throw std::invalid_argument("CudaGraphStep: " + refusal);
 }
 
 CudaGraphStep::~CudaGraphStep() = default;
@@ -277,7 +441,7 @@ void CudaGraphStep::run(StepContext& ctx, const std::vector<at::Tensor>& batch, 
     m.eager(ctx, batch, body);
     return;
   }
-  if (!same_hyper_parameters(m.optimizer, m.captured_hyper)) {
+  if (!same_hyper_parameters(m.kind, m.optimizer, m.captured_hyper)) {
     m.capture(ctx, batch, body, global_step, "a hyper-parameter of the optimizer changed");
     return;
   }

@@ -401,10 +401,10 @@ void SimpleTrainer::_after_initialize() {
   }
   graph_step_ =
       std::make_unique<CudaGraphStep>(*cuda_graph(), device(), optimizer(), tower_registry());
+  // No loss scaler, no gradient processors (refused above): the optimizer's step is all that
+  // apply_gradients would do, and the graph step does it.
   graph_body_ = [this](StepContext& ctx, const std::vector<at::Tensor>& batch) {
-    at::Tensor cost = run_tower(ctx, batch);
-    loss_for_backward(cost).backward();
-    apply_gradients(ctx);
+    run_tower(ctx, batch).backward();
   };
   TP_LOG_INFO("[CudaGraph] the step is captured after {} warm-up step(s) and replayed",
               cuda_graph()->warmup_steps());

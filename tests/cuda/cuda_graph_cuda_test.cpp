@@ -24,7 +24,7 @@ namespace {
 // or of 24 with the remainder (24, 24, 16: shapes that change).
 class Mlp : public ModelDesc {
  public:
-  explicit Mlp(double momentum = 0.9) : momentum_(momentum) {
+  explicit Mlp(std::string optimizer = "sgd") : optimizer_(std::move(optimizer)) {
     torch::manual_seed(7);
     net_ = torch::nn::Sequential(torch::nn::Linear(16, 32), torch::nn::ReLU(),
                                  torch::nn::Linear(32, 8));
@@ -41,8 +41,16 @@ class Mlp : public ModelDesc {
     return cost;
   }
   std::unique_ptr<torch::optim::Optimizer> optimizer() override {
+    if (optimizer_ == "adam") {
+      return std::make_unique<torch::optim::Adam>(
+          net_->parameters(), torch::optim::AdamOptions(0.01).weight_decay(1e-4));
+    }
+    if (optimizer_ == "adamw") {
+      return std::make_unique<torch::optim::AdamW>(net_->parameters(),
+                                                   torch::optim::AdamWOptions(0.01));
+    }
     return std::make_unique<torch::optim::SGD>(
-        net_->parameters(), torch::optim::SGDOptions(0.05).momentum(momentum_).nesterov(true));
+        net_->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9).nesterov(true));
   }
   at::Tensor weights() const {
     std::vector<at::Tensor> all;
@@ -52,7 +60,7 @@ class Mlp : public ModelDesc {
 
  private:
   torch::nn::Sequential net_{nullptr};
-  double momentum_;
+  std::string optimizer_;
 };
 
 DataFlowPtr batches(int64_t batch_size = 16, bool remainder = false) {
@@ -74,8 +82,8 @@ struct Outcome {
 
 // Trains an Mlp on cuda:0 for `epochs` epochs; `graph`: with the CUDA graph.
 Outcome train(bool graph, int64_t epochs, std::vector<CallbackPtr> callbacks = {},
-              DataFlowPtr data = batches()) {
-  auto model = std::make_shared<Mlp>();
+              DataFlowPtr data = batches(), const std::string& optimizer = "sgd") {
+  auto model = std::make_shared<Mlp>(optimizer);
   Outcome run;
   auto fetch = std::make_shared<testing::ActionCallback>();
   fetch->run_args = RunArgs({"cost"});
@@ -112,6 +120,20 @@ TEST(CudaGraphCuda, ReplayedStepsTrainAsEagerStepsDo) {
   EXPECT_EQ(graph.replays, 20 - 3);
   ASSERT_EQ(graph.costs.size(), 20u);
   for (size_t i = 0; i < 20; ++i) EXPECT_NEAR(eager.costs[i], graph.costs[i], 1e-5) << i;
+}
+
+// Adam and AdamW: captured through ATen's fused kernels, with the step counts on the device; the
+// bias corrections must follow the steps as LibTorch's own (eager) step does.
+TEST(CudaGraphCuda, AdamAndAdamWTrainAsTheirEagerStepsDo) {
+  TRAINPACK_REQUIRE_CUDA();
+  for (const std::string optimizer : {"adam", "adamw"}) {
+    SCOPED_TRACE(optimizer);
+    const Outcome eager = train(false, 5, {}, batches(), optimizer);
+    const Outcome graph = train(true, 5, {}, batches(), optimizer);
+    EXPECT_TRUE(torch::allclose(eager.weights, graph.weights, 1e-4, 1e-5))
+        << "largest difference " << (eager.weights - graph.weights).abs().max().item<double>();
+    EXPECT_EQ(graph.captures, 1);
+  }
 }
 
 TEST(CudaGraphCuda, ALearningRateScheduleCapturesAgainAtEachChange) {

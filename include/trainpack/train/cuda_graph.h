@@ -23,10 +23,16 @@
 // is part of the captured kernels: when one changes, the next step captures the graph again
 // (logged at DEBUG), which costs about one eager step.
 //
+// Optimizers: torch::optim::SGD's step is captured as it is. LibTorch's Adam and AdamW count
+// steps on the host, which a replay would freeze: in a graph their step is ATen's fused kernel
+// (_fused_adam_, _fused_adamw_; LibTorch 2.0 and later) on the same moment tensors, with the
+// step counts as device tensors, and the host counts advanced after every replay (checkpoints
+// hold the right ones).
+//
 // What a graph cannot hold is refused when training starts (std::invalid_argument naming it):
-// an optimizer whose step keeps host state (torch::optim::Adam, AdamW, RMSprop, Adagrad, LBFGS
-// count steps or search on the host; torch::optim::SGD is accepted), float16's dynamic loss
-// scaling (a host decision every step), gradient processors and gradient accumulation. What
+// another optimizer (RMSprop, Adagrad, LBFGS and user-defined ones keep host state), float16's
+// dynamic loss scaling (a host decision every step), gradient processors and gradient
+// accumulation. What
 // only makes a graph pointless falls back to eager, with one warning: a CPU device (no graph
 // there), a data-parallel world of more than one process, and a batch whose shapes differ from
 // the captured ones (training goes on eager from that step).
@@ -57,6 +63,11 @@ namespace trainpack {
 class StepContext;
 class TowerRegistry;
 
+// How a step of an optimizer is captured: kSgd as it is, kAdam and kAdamW through ATen's fused
+// kernels; kOther is refused.
+enum class CudaGraphOptimizer { kSgd, kAdam, kAdamW, kOther };
+CudaGraphOptimizer cuda_graph_optimizer_kind(const torch::optim::Optimizer& optimizer);
+
 struct CudaGraphOptions {
   // Eager steps before the capture (PyTorch's recipe warms up for 3 on a side stream). >= 1.
   TORCH_ARG(int64_t, warmup_steps) = 3;
@@ -68,8 +79,9 @@ std::string cuda_graph_refusal(const torch::optim::Optimizer& optimizer, bool lo
                                bool gradient_processors, int64_t accumulate_steps);
 
 // Runs a trainer's steps as a CUDA graph (see the top of this file). The trainer calls run() once
-// per step, inside its hooked run; `body` is the step without zero_grad (the tower, the backward,
-// the optimizer's step) on the batch it is given.
+// per step, inside its hooked run; `body` runs the tower and the backward on the batch it is
+// given (no zero_grad, no optimizer step: run() does those, eager or captured). The optimizer
+// must pass cuda_graph_refusal (std::invalid_argument otherwise).
 // On a build whose LibTorch has no CUDA, run() always runs eager (the trainer never creates one
 // for a CPU device).
 class CudaGraphStep {

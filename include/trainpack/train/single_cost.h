@@ -196,10 +196,10 @@ class SingleCostTrainer : public TowerTrainer {
   // The training step as a CUDA graph (train/cuda_graph.h, docs/gpu.md): after
   // options.warmup_steps() eager steps, SimpleTrainer captures the tower, the backward and the
   // optimizer's step once and replays them. Checked when training starts: what a graph cannot
-  // hold (an optimizer other than SGD, float16's loss scaling, gradient processors, gradient
-  // accumulation) is std::invalid_argument naming it; a CPU device, or a data-parallel world of
-  // more than one process, trains eager with one warning. Call before train(); warmup_steps < 1
-  // is std::invalid_argument.
+  // hold (an optimizer other than SGD, Adam and AdamW, float16's loss scaling, gradient
+  // processors, gradient accumulation) is std::invalid_argument naming it; a CPU device, or a
+  // data-parallel world of more than one process, trains eager with one warning. Call before
+  // train(); warmup_steps < 1 is std::invalid_argument.
   //   trainer.set_cuda_graph(trainpack::CudaGraphOptions());
   void set_cuda_graph(CudaGraphOptions options);
   const std::optional<CudaGraphOptions>& cuda_graph() const { return cuda_graph_options_; }
