@@ -55,6 +55,7 @@ int layer_of(const std::string& rel) {
       {"train/defaults", kCoreLoop},
       {"train/signals", kCoreLoop},  // src: detail/signals.h, the main loop's signal scope
       {"train/single_cost", kTrainers},
+      {"train/cuda_graph", kTrainers},
       {"train/gradproc", kTrainers},
       {"train/precision", kTrainers},
       {"train/loss_scaler", kTrainers},
