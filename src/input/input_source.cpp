@@ -427,7 +427,8 @@ int64_t QueueInput::queued() const {
 }
 
 void QueueInput::produce(bool pass_yielded) {
-  const bool pin = device().is_cuda();  // set by setup(), before the thread started
+  // set by setup() (and set_pin_host_batches before it), before the thread started
+  const bool pin = device().is_cuda() || pin_host_batches();
   const auto capacity = static_cast<size_t>(options_.capacity());
   try {
     // start() has begun the first pass.

@@ -36,8 +36,9 @@
 // resume_at(), called directly, refuses such a flow with std::invalid_argument instead.
 //
 // Differences from tensorpack: next_batch() is called by the step function (tensorpack feeds a
-// placeholder or dequeues inside the session run); there is no separate StagingInput class:
-// staging is part of every source; the end of data is DataExhausted instead of OutOfRangeError.
+// placeholder or dequeues inside the session run); every source copies its batch to the device
+// inside next_batch() (StagingInput, staging_input.h, copies batches ahead on a side stream); the
+// end of data is DataExhausted instead of OutOfRangeError.
 #pragma once
 
 #include <condition_variable>
@@ -99,6 +100,14 @@ class InputSource {
   const InputSignature& signature() const { return signature_; }
   c10::Device device() const { return device_; }
 
+  // For a consumer that copies the host batches to a GPU itself (StagingInput): asks a source
+  // set up on the CPU to deliver its batches in pinned (page-locked) host memory, so that the
+  // consumer's copies are asynchronous. Call before setup(). QueueInput pins them on its
+  // prefetch thread; FeedInput and other sources ignore it (the consumer pins them). Pinning
+  // needs a GPU.
+  void set_pin_host_batches(bool pin) { pin_host_batches_ = pin; }
+  bool pin_host_batches() const { return pin_host_batches_; }
+
   // Where training stands in the data (see "Exact resume" above), and how to start elsewhere:
   // FeedInput and QueueInput implement both; by default consumed() is (0, 0) and resume_at
   // throws std::logic_error naming the source. A data-parallel trainer uses them to give every
@@ -121,6 +130,7 @@ class InputSource {
   InputSignature signature_;
   c10::Device device_ = c10::Device(c10::kCPU);
   bool setup_done_ = false;
+  bool pin_host_batches_ = false;
 };
 
 using InputSourcePtr = std::shared_ptr<InputSource>;
