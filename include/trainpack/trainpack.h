@@ -64,6 +64,7 @@
 #include "trainpack/input/input_desc.h"
 #include "trainpack/input/input_source.h"
 #include "trainpack/input/shard.h"
+#include "trainpack/input/staging_input.h"
 
 // The Graph registry, the loop's exceptions and session initialisers
 #include "trainpack/exceptions.h"
