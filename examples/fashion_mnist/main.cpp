@@ -733,8 +733,16 @@ int main(int argc, char** argv) {
         }));
   }
   trainpack::TrainConfig config =
-      trainpack::TrainConfig().model(model).dataflow(train).callbacks(callbacks).max_epoch(
-          max_epoch);
+      trainpack::TrainConfig().model(model).callbacks(callbacks).max_epoch(max_epoch);
+  if (device.is_cuda()) {
+    // On a GPU the batches are prefetched on QueueInput's thread into pinned memory and copied a
+    // step ahead on a side stream (docs/gpu.md); on the CPU, launch_train_with_config's
+    // QueueInput alone.
+    config.data(
+        std::make_shared<trainpack::StagingInput>(std::make_shared<trainpack::QueueInput>(train)));
+  } else {
+    config.dataflow(train);
+  }
   if (steps_per_epoch > 0) config.steps_per_epoch(steps_per_epoch);
   config.precision(trainpack::parse_precision(precision_text));
   if (cuda_graph) config.cuda_graph(trainpack::CudaGraphOptions());
