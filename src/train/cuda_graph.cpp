@@ -24,6 +24,7 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -329,6 +330,9 @@ struct CudaGraphStep::Impl {
     release_graph();
     captured_hyper.clear();
     append_hyper_parameters(kind, optimizer, &captured_hyper);
+    // As torch.cuda.graph does before a capture: nothing queued earlier (on any stream) may still
+    // use memory that the capture's allocations could take. One wait, at a capture only.
+    c10::cuda::device_synchronize();
     on_side_stream([&] {
       static_inputs.clear();
       for (const auto& t : batch) static_inputs.push_back(t.defined() ? t.clone() : t);
