@@ -90,6 +90,17 @@ std::string cuda_graph_refusal(const torch::optim::Optimizer& optimizer, bool lo
 // them.
 namespace {
 
+// Adam's and AdamW's options have the same fields (and no common base).
+template <typename AdamOptions, typename F>
+void for_each_adam_hyper_parameter(const AdamOptions& o, F&& f) {
+  f(o.lr());
+  f(std::get<0>(o.betas()));
+  f(std::get<1>(o.betas()));
+  f(o.eps());
+  f(o.weight_decay());
+  f(o.amsgrad() ? 1.0 : 0.0);
+}
+
 // The hyper-parameters of one group, in a fixed order: what the captured kernels hold. Calls
 // `f` with each value.
 template <typename F>
@@ -103,21 +114,9 @@ void for_each_hyper_parameter(CudaGraphOptimizer kind,
     f(o.weight_decay());
     f(o.nesterov() ? 1.0 : 0.0);
   } else if (kind == CudaGraphOptimizer::kAdam) {
-    const auto& o = static_cast<const torch::optim::AdamOptions&>(options);
-    f(o.lr());
-    f(std::get<0>(o.betas()));
-    f(std::get<1>(o.betas()));
-    f(o.eps());
-    f(o.weight_decay());
-    f(o.amsgrad() ? 1.0 : 0.0);
+    for_each_adam_hyper_parameter(static_cast<const torch::optim::AdamOptions&>(options), f);
   } else if (kind == CudaGraphOptimizer::kAdamW) {
-    const auto& o = static_cast<const torch::optim::AdamWOptions&>(options);
-    f(o.lr());
-    f(std::get<0>(o.betas()));
-    f(std::get<1>(o.betas()));
-    f(o.eps());
-    f(o.weight_decay());
-    f(o.amsgrad() ? 1.0 : 0.0);
+    for_each_adam_hyper_parameter(static_cast<const torch::optim::AdamWOptions&>(options), f);
   }
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "support/cuda.h"
+#include "support/linear_regression.h"
 #include "support/temp_dir.h"
 #include "trainpack/testing.h"
 #include "trainpack/trainpack.h"
@@ -23,39 +24,19 @@
 namespace trainpack {
 namespace {
 
-// y = 2 x0 - x1 by one Linear layer, 24 points in batches of 8 (3 steps per epoch).
-class Regression : public ModelDesc {
+using testing::LinearRegressionModel;
+
+// LinearRegressionModel with momentum (optimizer state to move between devices), and its weights
+// on the host.
+class Regression : public LinearRegressionModel {
  public:
-  Regression() {
-    torch::manual_seed(3);
-    net = torch::nn::Linear(2, 1);
-  }
-  InputSignature inputs() const override {
-    return {InputDesc("x", {-1, 2}), InputDesc("y", {-1, 1})};
-  }
-  std::shared_ptr<torch::nn::Module> module() override { return net.ptr(); }
-  at::Tensor build_graph(TowerContext&, const std::vector<at::Tensor>& in) override {
-    return torch::mse_loss(net->forward(in[0]), in[1]);
-  }
-  std::unique_ptr<torch::optim::Optimizer> optimizer() override {
-    return std::make_unique<torch::optim::SGD>(net->parameters(),
-                                               torch::optim::SGDOptions(0.05).momentum(0.9));
-  }
+  Regression() : LinearRegressionModel(/*momentum=*/0.9) {}
   at::Tensor weights() const {
     return torch::cat({net->weight.detach().cpu().flatten(), net->bias.detach().cpu()});
   }
-  torch::nn::Linear net{nullptr};
 };
 
-DataFlowPtr batches() {
-  std::vector<Datapoint> points;
-  for (int i = 0; i < 24; ++i) {
-    const float a = static_cast<float>(i % 5) - 2.0f;
-    const float b = static_cast<float>(i % 3) - 1.0f;
-    points.push_back({torch::tensor({a, b}), torch::tensor({2 * a - b})});
-  }
-  return std::make_shared<BatchData>(std::make_shared<DataFromList>(points), 8);
-}
+DataFlowPtr batches() { return testing::linear_regression_batches(); }
 
 class TrainingCuda : public testing::TempDirFixture<> {
  protected:
