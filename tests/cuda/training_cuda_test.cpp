@@ -90,7 +90,7 @@ TEST_F(TrainingCuda, GpuMemoryTrackerPutsThePeakOfTheTrainingDevice) {
                                .monitors({})
                                .max_epoch(2),
                            trainer);
-  const auto& history = trainer.monitors().get_history("PeakMemory(MB)/gpu:0");
+  const auto history = trainer.monitors().get_history("PeakMemory(MB)/gpu:0");
   ASSERT_EQ(history.size(), 2u);
   EXPECT_GT(history.back().second, 0.0);
 }
@@ -116,7 +116,7 @@ TEST_F(TrainingCuda, GpuUtilizationTrackerReadsTheDriver) {
     }
   }
   for (int64_t d = 0; d < 16; ++d) {
-    const auto& history = trainer.monitors().get_history("GPUUtil/" + std::to_string(d));
+    const auto history = trainer.monitors().get_history("GPUUtil/" + std::to_string(d));
     if (history.empty()) continue;
     any = true;
     EXPECT_EQ(history.size(), 2u);
