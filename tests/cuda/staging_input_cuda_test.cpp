@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "support/cuda.h"
+#include "support/linear_regression.h"
 #include "trainpack/input/dataflow.h"
 #include "trainpack/input/input_source.h"
 #include "trainpack/input/staging_input.h"
@@ -162,39 +163,12 @@ TEST(StagingInputCudaPinning, QueueInputPinsOnItsThreadWhenAsked) {
   EXPECT_TRUE(batch[1].is_pinned());
 }
 
-// y = 2 x0 - x1 by one Linear layer, its weights seeded.
-class Regression : public ModelDesc {
- public:
-  Regression() {
-    torch::manual_seed(3);
-    net = torch::nn::Linear(2, 1);
-  }
-  InputSignature inputs() const override {
-    return {InputDesc("x", {-1, 2}), InputDesc("y", {-1, 1})};
-  }
-  std::shared_ptr<torch::nn::Module> module() override { return net.ptr(); }
-  at::Tensor build_graph(TowerContext&, const std::vector<at::Tensor>& in) override {
-    return torch::mse_loss(net->forward(in[0]), in[1]);
-  }
-  std::unique_ptr<torch::optim::Optimizer> optimizer() override {
-    return std::make_unique<torch::optim::SGD>(net->parameters(),
-                                               torch::optim::SGDOptions(0.05).momentum(0.9));
-  }
-  torch::nn::Linear net{nullptr};
-};
-
 // On the GPU: the same parameters through StagingInput as through FeedInput's own copies.
 TEST(StagingInputCudaTraining, TrainingThroughItGivesTheSameParameters) {
   TRAINPACK_REQUIRE_CUDA();
   auto train = [](bool staged) {
-    std::vector<Datapoint> points;
-    for (int i = 0; i < 24; ++i) {
-      const float a = static_cast<float>(i % 5) - 2.0f;
-      const float b = static_cast<float>(i % 3) - 1.0f;
-      points.push_back({torch::tensor({a, b}), torch::tensor({2 * a - b})});
-    }
-    auto flow = std::make_shared<BatchData>(std::make_shared<DataFromList>(points), 8);
-    auto model = std::make_shared<Regression>();
+    DataFlowPtr flow = testing::linear_regression_batches();
+    auto model = std::make_shared<testing::LinearRegressionModel>(/*momentum=*/0.9);
     TrainConfig config = TrainConfig()
                              .model(model)
                              .extra_callbacks(std::vector<CallbackPtr>{})

@@ -16,11 +16,15 @@
 #include <torch/cuda.h>
 
 #include "support/errors.h"
+#include "support/source_trainer.h"
 #include "trainpack/testing.h"
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {
 namespace {
+
+using testing::SourceTrainer;
+using testing::wait_until;
 
 using testing::ActionCallback;
 using testing::LogCapture;
@@ -41,39 +45,6 @@ bool running(const InputSourcePtr& source) {
   auto* queue = dynamic_cast<QueueInput*>(source.get());
   return queue != nullptr && queue->running();
 }
-
-// Waits until `pred` holds; false after a minute (a hang guard, not a timing assertion).
-template <typename Pred>
-bool wait_until(Pred pred) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  return true;
-}
-
-// A NoOpTrainer whose step takes one batch from the source (inside the hooked run, as
-// SimpleTrainer does). `first` callbacks are registered before the source's.
-class SourceTrainer : public NoOpTrainer {
- public:
-  SourceTrainer(InputSourcePtr source, const InputSignature& signature,
-                const std::vector<CallbackPtr>& first = {})
-      : source_(std::move(source)) {
-    set_handle_signals(false);
-    for (const auto& cb : first) register_callback(cb);
-    for (const auto& cb : source_->setup(signature, c10::Device(c10::kCPU))) {
-      register_callback(cb);
-    }
-  }
-  void run_step() override {
-    hooked_run([this](StepContext&) { batches.push_back(source_->next_batch()); });
-  }
-  std::vector<std::vector<at::Tensor>> batches;
-
- private:
-  InputSourcePtr source_;
-};
 
 // Datapoints {x: scalar long i} for i in [0, n).
 std::vector<Datapoint> scalars(int64_t n) {

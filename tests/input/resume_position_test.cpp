@@ -20,6 +20,7 @@
 #include <ATen/ATen.h>
 
 #include "support/errors.h"
+#include "support/source_trainer.h"
 #include "trainpack/input/dataflow.h"
 #include "trainpack/input/fashion_mnist.h"
 #include "trainpack/input/input_source.h"
@@ -29,6 +30,9 @@
 
 namespace trainpack {
 namespace {
+
+using testing::SourceTrainer;
+using testing::wait_until;
 
 using testing::ActionCallback;
 using ::testing::HasSubstr;
@@ -44,17 +48,6 @@ InputSourcePtr make_source(Kind kind, DataFlowPtr ds, int64_t capacity = 50) {
   return std::make_shared<QueueInput>(std::move(ds), QueueInputOptions().capacity(capacity));
 }
 
-// Waits until `pred` holds; false after a minute (a hang guard, not a timing assertion).
-template <typename Pred>
-bool wait_until(Pred pred) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  return true;
-}
-
 CallbackState position_state(int64_t pass, int64_t position) {
   return {{"pass", at::scalar_tensor(pass, at::kLong)},
           {"position", at::scalar_tensor(position, at::kLong)}};
@@ -63,28 +56,6 @@ CallbackState position_state(int64_t pass, int64_t position) {
 std::pair<int64_t, int64_t> as_pair(const CallbackState& s) {
   return {s.at("pass").item<int64_t>(), s.at("position").item<int64_t>()};
 }
-
-// A NoOpTrainer whose step takes one batch from the source (inside the hooked run, as
-// SimpleTrainer does). The source's callbacks come first; the first one holds the position.
-class SourceTrainer : public NoOpTrainer {
- public:
-  SourceTrainer(InputSourcePtr source, const InputSignature& signature)
-      : source_(std::move(source)) {
-    set_handle_signals(false);
-    source_callbacks = source_->setup(signature, c10::Device(c10::kCPU));
-    for (const auto& cb : source_callbacks) register_callback(cb);
-  }
-  void run_step() override {
-    hooked_run([this](StepContext&) { batches.push_back(source_->next_batch()); });
-  }
-  Callback& position_callback() const { return *source_callbacks.at(0); }
-
-  std::vector<CallbackPtr> source_callbacks;
-  std::vector<std::vector<at::Tensor>> batches;
-
- private:
-  InputSourcePtr source_;
-};
 
 // Trains `steps` steps (one epoch) over a new source of `kind` on `flow`, restored from `from`
 // when given; returns the batches, and the state of the position callback at the end in `state`.

@@ -20,6 +20,7 @@
 
 #include "support/errors.h"
 #include "support/linear_regression.h"
+#include "support/source_trainer.h"
 #include "trainpack/input/dataflow.h"
 #include "trainpack/input/input_source.h"
 #include "trainpack/testing.h"
@@ -31,38 +32,10 @@
 namespace trainpack {
 namespace {
 
+using testing::SourceTrainer;
+using testing::wait_until;
+
 using testing::message_of;
-
-// Waits until `pred` holds; false after a minute (a hang guard, not a timing assertion).
-template <typename Pred>
-bool wait_until(Pred pred) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  return true;
-}
-
-// A NoOpTrainer whose step takes one batch from the source (inside the hooked run, as
-// SimpleTrainer does), set up on the CPU.
-class SourceTrainer : public NoOpTrainer {
- public:
-  SourceTrainer(InputSourcePtr source, const InputSignature& signature)
-      : source_(std::move(source)) {
-    set_handle_signals(false);
-    source_callbacks = source_->setup(signature, c10::Device(c10::kCPU));
-    for (const auto& cb : source_callbacks) register_callback(cb);
-  }
-  void run_step() override {
-    hooked_run([this](StepContext&) { batches.push_back(source_->next_batch()); });
-  }
-  std::vector<CallbackPtr> source_callbacks;
-  std::vector<std::vector<at::Tensor>> batches;
-
- private:
-  InputSourcePtr source_;
-};
 
 // Datapoints {x: float [2] = (i, -i), y: long i} for i in [0, n).
 std::vector<Datapoint> points(int64_t n) {

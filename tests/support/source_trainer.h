@@ -1,0 +1,54 @@
+// Test support for input sources: a trainer whose step takes one batch from a source, and a
+// hang-guarded wait for what another thread (QueueInput's) does.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "trainpack/input/input_source.h"
+#include "trainpack/train/trainer.h"
+
+namespace trainpack {
+namespace testing {
+
+// Waits until `pred` holds; false after a minute (a hang guard, not a timing assertion).
+template <typename Pred>
+bool wait_until(Pred pred) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
+}
+
+// A NoOpTrainer whose step takes one batch from the source (inside the hooked run, as
+// SimpleTrainer does), set up on the CPU. `first` callbacks are registered before the source's;
+// the source's own are `source_callbacks` (the first one holds the position).
+class SourceTrainer : public NoOpTrainer {
+ public:
+  SourceTrainer(InputSourcePtr source, const InputSignature& signature,
+                const std::vector<CallbackPtr>& first = {})
+      : source_(std::move(source)) {
+    set_handle_signals(false);
+    for (const auto& cb : first) register_callback(cb);
+    source_callbacks = source_->setup(signature, c10::Device(c10::kCPU));
+    for (const auto& cb : source_callbacks) register_callback(cb);
+  }
+  void run_step() override {
+    hooked_run([this](StepContext&) { batches.push_back(source_->next_batch()); });
+  }
+  Callback& position_callback() const { return *source_callbacks.at(0); }
+
+  std::vector<CallbackPtr> source_callbacks;
+  std::vector<std::vector<at::Tensor>> batches;
+
+ private:
+  InputSourcePtr source_;
+};
+
+}  // namespace testing
+}  // namespace trainpack
