@@ -141,7 +141,9 @@ int main(int argc, char** argv) {
   }
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const trainpack::RuntimeReport runtime = trainpack::configure_runtime(
-      argc, argv, trainpack::RuntimeOptions().intra_op_threads(threads).log(false));
+      argc, argv,
+      trainpack::RuntimeOptions().intra_op_threads(threads).log(false).log_level(
+          trainpack::logger::Level::kInfo));
   runtime.log();  // the threads, BLAS, malloc and OpenMP lines
   trainpack::logger::set_level(trainpack::logger::Level::kWarning);
 

@@ -389,7 +389,7 @@ int verdict(const trainpack::Trainer& trainer, const EpochSummary& summary,
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   std::string logdir = "train_log/fashion_mnist";
   std::string data_dir = trainpack::kFashionMnistDir;
   int64_t max_epoch = 10;
@@ -604,7 +604,8 @@ int main(int argc, char** argv) {
                                        .intra_op_threads(threads)
                                        .blas_threads(blas_threads)
                                        .tune_malloc(malloc_mode == "tuned")
-                                       .log(false));
+                                       .log(false)
+                                       .log_level(trainpack::logger::Level::kInfo));
 
   // The data first: a missing dataset fails before the log directory is touched.
   std::shared_ptr<trainpack::DataFromList> train_points, test_points;
@@ -699,7 +700,7 @@ int main(int argc, char** argv) {
       std::make_shared<trainpack::InferenceRunner>(
           val,
           std::vector<trainpack::InferencerPtr>{
-              std::make_shared<trainpack::ScalarStats>(std::vector<std::string>{"cost"}),
+              std::make_shared<trainpack::ScalarStats>("cost"),
               std::make_shared<trainpack::ClassificationError>("wrong-top1", "val-error-top1"),
               std::make_shared<trainpack::ClassificationError>("wrong-top5", "val-error-top5")}),
       saver,
@@ -823,7 +824,7 @@ int main(int argc, char** argv) {
     TP_LOG_ERROR("fashion_mnist: FAILED: {}", e.what());
     return fashion_mnist::share_chief_status(*group, 1);
   } catch (const std::exception& e) {
-    TP_LOG_ERROR("fashion_mnist: training failed: {}", e.what());
+    TP_LOG_ERROR("fashion_mnist: training failed: {}", trainpack::describe_exception(e));
     // The trainer reports a failure during training to the other ranks; this also covers one
     // before it (setting up the callbacks), so that their error names this rank.
     group->report_failure(
@@ -855,4 +856,15 @@ int main(int argc, char** argv) {
   return fashion_mnist::share_chief_status(
       *group, verdict(trainer, *summary, resumed_from, logdir, max_epoch, max_val_error,
                       *test_points->size(), total_seconds));
+}
+
+// An exception that escapes run_main (a log directory that cannot be made, a failure outside the
+// training loop) ends the program with its whole chain on stderr and status 1, not an abort.
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (const std::exception& e) {
+    trainpack::print_exception(e);
+    return 1;
+  }
 }

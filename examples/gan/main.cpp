@@ -278,7 +278,7 @@ Quality score(const torch::Tensor& samples) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   int64_t max_epoch = 16;
   int64_t steps_per_epoch = 250;
   int64_t batch_size = 256;
@@ -397,4 +397,15 @@ int main(int argc, char** argv) {
   }
   std::printf("gan: %s\n", check ? "OK" : "done (not checked)");
   return 0;
+}
+
+// An exception that escapes run_main (a log directory that cannot be made, a failure outside the
+// training loop) ends the program with its whole chain on stderr and status 1, not an abort.
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (const std::exception& e) {
+    trainpack::print_exception(e);
+    return 1;
+  }
 }

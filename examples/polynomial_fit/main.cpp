@@ -149,7 +149,7 @@ class Progress : public trainpack::Callback {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   int64_t max_epoch = 40;
   int64_t steps_per_epoch = 50;
   double lr = 0.05;
@@ -255,4 +255,15 @@ int main(int argc, char** argv) {
   }
   std::printf("polynomial_fit: OK\n");
   return 0;
+}
+
+// An exception that escapes run_main (a log directory that cannot be made, a failure outside the
+// training loop) ends the program with its whole chain on stderr and status 1, not an abort.
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (const std::exception& e) {
+    trainpack::print_exception(e);
+    return 1;
+  }
 }

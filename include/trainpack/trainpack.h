@@ -94,6 +94,7 @@
 #include "trainpack/utils/nvml.h"
 #include "trainpack/utils/output_dir.h"
 #include "trainpack/utils/png.h"
+#include "trainpack/utils/print_exception.h"
 #include "trainpack/utils/process_io.h"
 #include "trainpack/utils/runtime.h"
 #include "trainpack/utils/stats_json.h"

@@ -76,7 +76,7 @@ class InferenceTower {
     TowerContext ctx(name_, /*is_training=*/false);
     ctx.set_module(module_.get());
     ctx.collect_outputs(&names, &outputs);
-    tower_(ctx, inputs);
+    ctx.output_returned_cost(tower_(ctx, inputs));
     if (module_ != source_) ctx.check_module_used(name_, device_.str());
     ctx.check_collected_outputs(name_, ", which an inferencer needs");
     return outputs;
@@ -112,6 +112,26 @@ class RoundGuard {
  private:
   std::vector<std::unique_ptr<detail::InferenceTower>>& towers_;
 };
+
+// The names a tower outputs are known only by running it. Before training, the first tower runs
+// on the first batch of a pass of `input` (eval mode, no gradients), so that an inferencer asking
+// for a name the tower never outputs fails now, naming what it does output, rather than after a
+// whole epoch of training. Only for an input whose passes start over from the same data
+// (DataFlow::seekable(): lists, FashionMnist, and batching and mapping over them): a generator
+// may not, and the batch read here would be missing from the first round; its names are checked
+// at the first round. An input that yields nothing is left to the round to report.
+void check_fetches_exist(std::vector<std::unique_ptr<detail::InferenceTower>>& towers,
+                         DataFlow& input, const InputSignature& signature,
+                         const std::vector<std::string>& fetches, const std::string& who) {
+  if (towers.empty() || fetches.empty() || !input.seekable()) return;
+  torch::NoGradGuard no_grad;
+  RoundGuard guard(towers);
+  input.begin_pass();
+  const std::optional<Datapoint> batch = input.next();
+  if (!batch) return;
+  check_inputs(signature, *batch, who);
+  towers.front()->run(*batch, fetches);
+}
 
 // CPU replicas share the cores: while a parallel round runs, each gets its share of the intra-op
 // threads (at least 1) instead of all of them. The towers' threads start after this, and ATen
@@ -374,6 +394,8 @@ void InferenceRunner::_before_train() {
   const auto size = input_->size();
   if (size && *size == 0) fail_empty_input("InferenceRunner", "its size() is 0");
   prepare_rounds(size, "InferenceRunner");
+  check_fetches_exist(towers_, *input_, dynamic_cast<TowerTrainer&>(trainer()).input_signature(),
+                      fetches_, "InferenceRunner");
   if (!size) {
     TP_LOG_WARN(
         "[InferenceRunner] Got an input with unknown size! Will iterate until the end of each "
@@ -513,6 +535,8 @@ void DataParallelInferenceRunner::_before_train() {
         input_->name(), size ? std::to_string(*size) : std::string("unknown")));
   }
   prepare_rounds(size, "DataParallelInferenceRunner", fmt::format(" on {} towers", towers_.size()));
+  check_fetches_exist(towers_, *input_, dynamic_cast<TowerTrainer&>(trainer()).input_signature(),
+                      fetches_, "DataParallelInferenceRunner");
 }
 
 void DataParallelInferenceRunner::_trigger() {

@@ -173,7 +173,12 @@ const Monitors::History& Monitors::get_history(const std::string& name) const {
 
 double Monitors::get_latest(const std::string& name) const {
   const History& h = get_history(name);
-  if (h.empty()) throw std::out_of_range("No available data for the key: " + name);
+  if (h.empty()) {
+    const std::vector<std::string> known = names();
+    throw std::out_of_range(fmt::format(
+        "No available data for the key: {}; the names with data: {}", name,
+        known.empty() ? std::string("none yet") : fmt::format("{}", fmt::join(known, ", "))));
+  }
   return h.back().second;
 }
 

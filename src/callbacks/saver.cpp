@@ -4,6 +4,7 @@
 
 #include <ATen/ops/scalar_tensor.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -418,6 +419,7 @@ bool MinSaver::retry_unsaved() {
 void MinSaver::_trigger() {
   last_trigger_step_ = global_step();
   const Monitors::History& history = trainer().monitors().get_history(stat_);
+  if (history.empty()) warn_missing_stat();
   const bool has_new = !history.empty() && is_better(history.back().second);
   if (!has_new) {
     retry_unsaved();  // a copy that failed before, while it is still the best
@@ -428,6 +430,35 @@ void MinSaver::_trigger() {
     best_ = std::make_pair(step, value);
     unsaved_.reset();
   }
+}
+
+namespace {
+
+// "a, b, c", or "none" for a run that put no stat yet.
+std::string stat_names(const Monitors& monitors) {
+  const std::vector<std::string> names = monitors.names();
+  return names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", "));
+}
+
+}  // namespace
+
+void MinSaver::warn_missing_stat() {
+  if (warned_missing_) return;
+  warned_missing_ = true;
+  TP_LOG_WARN(
+      "[{}] '{}' has no value yet at global_step={}, so no best copy can be made. The stats put "
+      "so far: {}. Fine if its producer has not run yet (a validation every few epochs); "
+      "otherwise check the name, and that its producer comes before {} in the callbacks.",
+      name(), stat_, global_step(), stat_names(trainer().monitors()), name());
+}
+
+void MinSaver::_after_train() {
+  // Only after a trigger found no value: a run stopped before its first trigger says nothing.
+  if (!warned_missing_ || !trainer().monitors().get_history(stat_).empty()) return;
+  TP_LOG_WARN(
+      "[{}] '{}' was never put during training: {} was not written. The stats that were "
+      "put: {}.",
+      name(), stat_, best_checkpoint_prefix() + ".data", stat_names(trainer().monitors()));
 }
 
 bool MinSaver::save(int64_t step, double value) {

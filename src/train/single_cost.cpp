@@ -100,7 +100,7 @@ std::vector<at::Tensor> Predictor::operator()(const std::vector<at::Tensor>& inp
   try {
     torch::NoGradGuard no_grad;
     AutocastGuard autocast(device_.type(), autocast_dtype(precision_));
-    tower_(ctx, full);
+    ctx.output_returned_cost(tower_(ctx, full));
   } catch (...) {
     module_->train(was_training);
     throw;

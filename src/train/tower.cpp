@@ -28,6 +28,11 @@ void TowerContext::output(std::string_view name, const at::Tensor& tensor) {
   }
 }
 
+void TowerContext::output_returned_cost(const at::Tensor& cost) {
+  if (!cost.defined() || output_names_.find("cost") != output_names_.end()) return;
+  output("cost", cost);
+}
+
 void TowerContext::summary_scalar(std::string_view name, const at::Tensor& tensor) {
   if (!is_main_training_tower()) return;
   if (tensor.defined() && tensor.numel() != 1) {

@@ -280,6 +280,14 @@ void Trainer::main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t
   check_loop_arguments(steps_per_epoch, starting_epoch, max_epoch);
   call_once(main_loop_done_, "main_loop");
   const ResumePoint start = loop_start(steps_per_epoch, starting_epoch);
+  if (!restored_ && max_epoch < start.epoch) {
+    // Legal (the callbacks' before_train and after_train still run), but rarely meant.
+    TP_LOG_WARN(
+        "max_epoch={} is below starting_epoch={}: no epoch will run, only before_train and "
+        "after_train. Epochs count from starting_epoch to max_epoch inclusive; raise max_epoch "
+        "to train.",
+        max_epoch, start.epoch);
+  }
   loop_started_ = true;
   steps_per_epoch_ = steps_per_epoch;
   starting_epoch_ = start.epoch;

@@ -136,7 +136,7 @@ void configure_blas(int blas_threads, RuntimeReport& report) {
 }  // namespace
 
 void RuntimeReport::log() const {
-  for (const auto& line : lines) TP_LOG_INFO("{}", line);
+  for (const auto& line : lines) TP_LOG_AT(level, "{}", line);
   for (const auto& warning : warnings) TP_LOG_WARN("{}", warning);
 }
 
@@ -150,6 +150,7 @@ RuntimeReport configure_runtime(int argc, char** argv, const RuntimeOptions& opt
         "main's argc and argv), since the program is executed again with them");
   }
   RuntimeReport report;
+  report.level = options.log_level();
   if (options.passive_omp_wait()) reexec_with_passive_wait(argv, report);
 
   const std::string malloc_setting = tune_malloc(options.tune_malloc(), report);

@@ -303,10 +303,12 @@ TEST(InferenceRunnerTest, RunsSizeBatchesPerEpochInEvalModeAndPutsTheStats) {
   EXPECT_TRUE(capture.contains("[InferenceRunner] Will eval 4 iterations"));
   EXPECT_TRUE(capture.contains("[InferenceRunner] Building tower 'InferenceTower' on device cpu"));
   EXPECT_EQ(runner->batches_last_round(), 4);  // 20 points in batches of 6, the last of 2
-  EXPECT_EQ(*reads, 3 * 20);                   // one whole pass per epoch, nothing more
+  // One batch of 6 at before_train (the check of the tower's outputs), then one whole pass per
+  // epoch, nothing more.
+  EXPECT_EQ(*reads, 6 + 3 * 20);
   EXPECT_TRUE(s.net->is_training());
-  ASSERT_EQ(s.training_mode_seen.size(), 12u);
-  for (size_t i = 0; i < 12; ++i) {
+  ASSERT_EQ(s.training_mode_seen.size(), 1u + 12u);
+  for (size_t i = 0; i < s.training_mode_seen.size(); ++i) {
     EXPECT_FALSE(s.training_mode_seen[i]) << i;
     EXPECT_FALSE(s.ctx_training_seen[i]) << i;
   }
@@ -320,6 +322,58 @@ TEST(InferenceRunnerTest, RunsSizeBatchesPerEpochInEvalModeAndPutsTheStats) {
     EXPECT_EQ(std::get<1>(log->puts[static_cast<size_t>(2 * e + 1)]), "validation_val-cost");
   }
   EXPECT_EQ(s.trainer.global_step(), 12);
+}
+
+// The cost a tower returns is "cost" in inference as in training: ScalarStats("cost") averages
+// it (here the tower also outputs the same tensor as "val-cost", to compare with).
+TEST(InferenceRunnerTest, TheReturnedCostIsTheOutputCost) {
+  RunnerSetup s;
+  auto reads = std::make_shared<int64_t>(0);
+  auto runner = std::make_shared<InferenceRunner>(
+      counted_batches(reads),
+      std::vector<InferencerPtr>{std::make_shared<ScalarStats>("cost"),
+                                 std::make_shared<ScalarStats>("val-cost", "")},
+      InferenceRunnerOptions().progress_bar(false));
+  auto log = std::make_shared<ScalarLog>();
+  s.trainer.train({runner}, {log}, /*steps_per_epoch=*/2, 1, /*max_epoch=*/2);
+  ASSERT_EQ(log->puts.size(), 4u);
+  for (size_t i = 0; i < 4; i += 2) {
+    EXPECT_EQ(std::get<1>(log->puts[i]), "validation_cost");
+    EXPECT_EQ(std::get<1>(log->puts[i + 1]), "val-cost");
+    EXPECT_EQ(std::get<2>(log->puts[i]), std::get<2>(log->puts[i + 1]));
+  }
+}
+
+// A tower's own output "cost" wins over the returned tensor.
+TEST(InferenceRunnerTest, ATowersOwnCostOutputIsKept) {
+  TowerContext ctx("InferenceTower", /*is_training=*/false);
+  const std::vector<std::string> names{"cost"};
+  std::vector<at::Tensor> out;
+  ctx.collect_outputs(&names, &out);
+  ctx.output("cost", torch::tensor(1.0));
+  ctx.output_returned_cost(torch::tensor(2.0));
+  EXPECT_EQ(out[0].item<double>(), 1.0);
+
+  TowerContext returned_only("InferenceTower", false);
+  returned_only.collect_outputs(&names, &out);
+  returned_only.output_returned_cost(at::Tensor());  // an undefined return outputs nothing
+  EXPECT_FALSE(out[0].defined());
+  returned_only.output_returned_cost(torch::tensor(2.0));
+  EXPECT_EQ(out[0].item<double>(), 2.0);
+}
+
+TEST(ScalarStatsTest, OneNameAsTensorpacksScalarStatsCost) {
+  ScalarStats one("cost");
+  EXPECT_EQ(one.get_fetches(), std::vector<std::string>{"cost"});
+  const std::string name = "val-cost";
+  ScalarStats from_string(name, "");
+  EXPECT_EQ(from_string.get_fetches(), std::vector<std::string>{"val-cost"});
+  ScalarStats two({"cost", "accuracy"});  // a braced list is the names, never one string
+  EXPECT_EQ(two.get_fetches(), (std::vector<std::string>{"cost", "accuracy"}));
+  const auto stats = run_inferencer(one, {{torch::tensor(1.0)}, {torch::tensor(3.0)}});
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_EQ(stats[0].first, "validation_cost");
+  EXPECT_EQ(stats[0].second, 2.0);
 }
 
 TEST(InferenceRunnerTest, ChiefOnlyButShardedOverEveryRankUnlessTold) {
@@ -363,10 +417,31 @@ TEST(InferenceRunnerTest, ErrorsNameTheFix) {
         counted_batches(reads), std::make_shared<ClassificationError>("wrong-top5", "e"),
         InferenceRunnerOptions().progress_bar(false));
     const std::string msg = message_of([&] { s.trainer.train({runner}, {}, 1, 1, 1); });
-    EXPECT_NE(msg.find("InferenceTower: the tower did not output 'wrong-top5', which an inferencer "
-                       "needs; it outputs: logits, val-cost, wrong"),
+    // Before training, not after the first epoch; the returned cost is the output "cost".
+    EXPECT_NE(msg.find("Callback InferenceRunner failed in before_train: InferenceTower: the tower "
+                       "did not output 'wrong-top5', which an inferencer needs; it outputs: cost, "
+                       "logits, val-cost, wrong"),
               std::string::npos)
         << msg;
+    EXPECT_EQ(s.trainer.global_step(), 0);
+    EXPECT_EQ(*reads, 6);  // one batch
+    EXPECT_TRUE(s.net->is_training());
+  }
+  {
+    // The same from DataParallelInferenceRunner.
+    RunnerSetup s;
+    auto reads = std::make_shared<int64_t>(0);
+    auto runner = std::make_shared<DataParallelInferenceRunner>(
+        counted_batches(reads),
+        std::vector<InferencerPtr>{std::make_shared<ScalarStats>("val-mea")},
+        std::vector<c10::Device>{c10::kCPU, c10::kCPU},
+        InferenceRunnerOptions().progress_bar(false));
+    const std::string msg = message_of([&] { s.trainer.train({runner}, {}, 1, 1, 1); });
+    EXPECT_NE(msg.find("Callback DataParallelInferenceRunner failed in before_train: "
+                       "InferenceTower0: the tower did not output 'val-mea'"),
+              std::string::npos)
+        << msg;
+    EXPECT_EQ(s.trainer.global_step(), 0);
   }
   {
     // A dataflow whose pass ends before its size() batches.
@@ -512,8 +587,10 @@ TEST(DataParallelInferenceRunnerTest, CpuReplicasShareTheIntraOpThreadsAndRestor
   s.trainer.train({runner}, {}, 4, 1, 1);
   const int after = at::get_num_threads();
   at::set_num_threads(saved);
-  // 20 / 4 = 5 batches: two parallel rounds of 2, then 1 sequentially.
-  ASSERT_EQ(threads_seen.size(), 5u);
+  // The check of the outputs at before_train (one batch, the trainer's count), then 20 / 4 = 5
+  // batches: two parallel rounds of 2, then 1 sequentially.
+  ASSERT_EQ(threads_seen.size(), 1u + 5u);
+  EXPECT_EQ(threads_seen.front(), 4);
   EXPECT_EQ(std::count(threads_seen.begin(), threads_seen.end(), 2), 4);
   EXPECT_EQ(threads_seen.back(), 4) << "the remainder runs with the trainer's count";
   EXPECT_EQ(after, 4);

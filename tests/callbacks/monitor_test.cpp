@@ -42,7 +42,24 @@ TEST(Monitors, UnknownNamesHaveAnEmptyHistoryAndNoLatest) {
     monitors.get_latest("nothing");
     FAIL();
   } catch (const std::out_of_range& e) {
-    EXPECT_STREQ(e.what(), "No available data for the key: nothing");
+    EXPECT_STREQ(e.what(), "No available data for the key: nothing; the names with data: none yet");
+  }
+}
+
+TEST(Monitors, TheErrorForAMisspeltNameListsTheNamesWithData) {
+  NoOpTrainer trainer;
+  trainer.set_handle_signals(false);
+  auto validation = std::make_shared<testing::ActionCallback>();
+  validation->trigger_epoch_fn = [](testing::ActionCallback& cb) {
+    cb.trainer().monitors().put_scalar("val-mae", 0.5);
+  };
+  trainer.train({std::make_shared<PutsEveryStep>(), validation}, {}, 2, 1, 1);
+  try {
+    trainer.monitors().get_latest("val-mea");
+    FAIL();
+  } catch (const std::out_of_range& e) {
+    EXPECT_STREQ(e.what(),
+                 "No available data for the key: val-mea; the names with data: loss, val-mae");
   }
 }
 

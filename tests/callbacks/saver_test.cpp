@@ -570,6 +570,41 @@ TEST_F(SaverTest, MinSaverWithoutDataDoesNothing) {
   EXPECT_FALSE(min->best().has_value());
 }
 
+// A misspelt stat: one warning at the first epoch end, listing the stats that exist, and one at
+// the end of training saying that the copy was never written.
+TEST_F(SaverTest, AStatThatNeverComesIsWarnedAboutOnceAndAtTheEnd) {
+  ModelTrainer m;
+  auto min = std::make_shared<MinSaver>(
+      "val-mea", MinSaverOptions().checkpoint_dir(dir().string()).fsync(false));
+  LogCapture log;
+  m.train({stat_putter("val-mae", {{1, 0.5}, {2, 0.25}, {3, 0.375}}),
+           std::make_shared<ModelSaver>(options()), min},
+          2, 3);
+  EXPECT_EQ(count_lines(log, "WRN [MinSaver] 'val-mea' has no value yet"), 1);
+  EXPECT_TRUE(log.contains(
+      "WRN [MinSaver] 'val-mea' has no value yet at global_step=2, so no best copy can be made. "
+      "The stats put so far: val-mae. Fine if its producer has not run yet (a validation every "
+      "few epochs); otherwise check the name, and that its producer comes before MinSaver in the "
+      "callbacks."));
+  EXPECT_TRUE(log.contains(
+      "WRN [MinSaver] 'val-mea' was never put during training: " + prefix("min-val-mea") +
+      ".data was not written. The stats that were put: val-mae."));
+  EXPECT_FALSE(fs::exists(prefix("min-val-mea") + ".data"));
+}
+
+// A stat put every second epoch: the first epoch end warns once, the end of training does not.
+TEST_F(SaverTest, AStatThatComesLaterIsNotWarnedAboutAtTheEnd) {
+  ModelTrainer m;
+  auto min = std::make_shared<MaxSaver>(
+      "val-accuracy", MaxSaverOptions().checkpoint_dir(dir().string()).fsync(false));
+  LogCapture log;
+  m.train({stat_putter("val-accuracy", {{2, 0.5}}), std::make_shared<ModelSaver>(options()), min},
+          2, 2);
+  EXPECT_EQ(count_lines(log, "WRN [MaxSaver] 'val-accuracy' has no value yet at global_step=2"), 1);
+  EXPECT_EQ(count_lines(log, "was never put during training"), 0);
+  EXPECT_EQ(*min->best(), std::make_pair(int64_t{4}, 0.5));
+}
+
 TEST_F(SaverTest, MinSaverStateRoundTrips) {
   MinSaver a("val-error", MinSaverOptions().checkpoint_dir(dir().string()));
   EXPECT_TRUE(a.state().empty());

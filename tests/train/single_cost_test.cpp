@@ -281,6 +281,18 @@ TEST(PredictorTest, RunsInEvalModeWithoutGradAndIsMemoised) {
   EXPECT_TRUE(torch::allclose((*predict)({x})[0], s.net->forward(x).detach()));
 }
 
+// As in training, the tower's returned cost is the output "cost" (the tower outputs no "cost").
+TEST(PredictorTest, TheReturnedCostIsTheOutputCost) {
+  RegressionSetup s;
+  s.setup(std::make_shared<FeedInput>(regression_batches()));
+  auto predict = s.trainer.get_predictor({"x", "y"}, {"cost", "pred"});
+  auto x = torch::randn({5, 2});
+  auto y = torch::randn({5, 1});
+  auto out = (*predict)({x, y});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_TRUE(torch::allclose(out[0], torch::mse_loss(s.net->forward(x), y).detach()));
+}
+
 TEST(PredictorTest, TracksModuleModeDuringTheCall) {
   RegressionSetup s;
   bool mode_in_call = true;

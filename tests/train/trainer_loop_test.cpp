@@ -195,6 +195,18 @@ TEST(TrainerLoop, ZeroEpochsStillRunBeforeAndAfterTrain) {
                           "after_train ep=2 ls=-1 gs=0"};
   EXPECT_EQ(*trace, expected);
   EXPECT_TRUE(log.contains("Training has finished!"));
+  // Rarely meant on a fresh run: said.
+  EXPECT_TRUE(log.contains(
+      "WRN max_epoch=2 is below starting_epoch=3: no epoch will run, only before_train and "
+      "after_train. Epochs count from starting_epoch to max_epoch inclusive; raise max_epoch to "
+      "train."));
+}
+
+TEST(TrainerLoop, AMaxEpochAtTheStartingEpochRunsOneEpochWithoutAWarning) {
+  LogCapture log;
+  run_noop({}, 1, 3, 3);
+  EXPECT_FALSE(log.contains("is below starting_epoch"));
+  EXPECT_TRUE(log.contains("Start Epoch 3 ..."));
 }
 
 TEST(TrainerLoop, ZeroStepsPerEpochStillRunEpochHooks) {

@@ -32,11 +32,31 @@ TEST(ConfigureRuntime, SetsTheIntraOpThreadsAndSaysSo) {
   const int before = at::get_num_threads();
   char* argv[] = {nullptr};
   LogCapture log;
-  const RuntimeReport report = configure_runtime(0, argv, in_process().intra_op_threads(1));
+  const RuntimeReport report =
+      configure_runtime(0, argv, in_process().intra_op_threads(1).log_level(logger::Level::kInfo));
   EXPECT_EQ(at::get_num_threads(), 1);
   EXPECT_TRUE(has_line_starting(report, "Threads: 1 intra-op (torch::get_num_threads)"));
   EXPECT_TRUE(log.contains("Threads: 1 intra-op"));
   at::set_num_threads(before);
+}
+
+// A first program says nothing about the machine settings unless asked: they are DEBUG lines.
+TEST(ConfigureRuntime, TheSettingsAreDebugLinesByDefault) {
+  char* argv[] = {nullptr};
+  const logger::Level before = logger::level();
+  {
+    LogCapture log;
+    const RuntimeReport report = configure_runtime(0, argv, in_process());
+    EXPECT_EQ(report.level, logger::Level::kDebug);
+    EXPECT_FALSE(log.contains("Threads: "));
+  }
+  logger::set_level(logger::Level::kDebug);
+  {
+    LogCapture log;
+    configure_runtime(0, argv, in_process());
+    EXPECT_TRUE(log.contains("Threads: "));
+  }
+  logger::set_level(before);
 }
 
 TEST(ConfigureRuntime, ReportsMallocBlasAndWaitPolicy) {
@@ -65,7 +85,8 @@ TEST(ConfigureRuntime, TunedMallocSetsTheThresholdsOrWarnsWhenRefused) {
 TEST(ConfigureRuntime, LogFalseLogsNothingUntilAskedTo) {
   char* argv[] = {nullptr};
   LogCapture log;
-  const RuntimeReport report = configure_runtime(0, argv, in_process().log(false));
+  const RuntimeReport report =
+      configure_runtime(0, argv, in_process().log(false).log_level(logger::Level::kInfo));
   EXPECT_TRUE(log.lines().empty());
   report.log();
   EXPECT_GE(log.lines().size(), report.lines.size());

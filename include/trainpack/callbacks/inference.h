@@ -3,7 +3,7 @@
 // ClassificationError, BinaryClassificationStats.
 //
 //   std::make_shared<InferenceRunner>(val_batches, std::vector<InferencerPtr>{
-//       std::make_shared<ScalarStats>(std::vector<std::string>{"cost"}),
+//       std::make_shared<ScalarStats>("cost"),
 //       std::make_shared<ClassificationError>("wrong-top1", "val-error-top1")});
 //
 // An inferencer names the tower outputs it wants (get_fetches); for every batch the runner calls
@@ -72,6 +72,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -138,6 +139,17 @@ using InferencerPtr = std::shared_ptr<Inferencer>;
 class ScalarStats : public Inferencer {
  public:
   explicit ScalarStats(std::vector<std::string> names, std::string prefix = "validation");
+  // One name: ScalarStats("cost"), as tensorpack's ScalarStats('cost'). A template so that a
+  // braced list, ScalarStats({"cost", "accuracy"}), still means the names and never a string.
+  template <typename Name, std::enable_if_t<std::is_convertible_v<Name&&, std::string>, int> = 0>
+  explicit ScalarStats(Name&& name, std::string prefix = "validation")
+      : ScalarStats(std::vector<std::string>{std::string(std::forward<Name>(name))},
+                    std::move(prefix)) {}
+  // Not copyable. Declared in this form on purpose: with the implicit `ScalarStats(const
+  // ScalarStats&)` and move constructor, `ScalarStats({"cost"})` and `ScalarStats({"a", "b"})`
+  // would be ambiguous (the braced list could also build a temporary through the one-name
+  // constructor above), while a non-const reference cannot bind to such a temporary.
+  ScalarStats(ScalarStats&) = delete;
 
  protected:
   void _before_inference() override;

@@ -4,15 +4,20 @@
 //
 //   callbacks.push_back(std::make_shared<InferenceRunner>(
 //       val_batches, std::vector<InferencerPtr>{
-//           std::make_shared<ScalarStats>(std::vector<std::string>{"cost"}),
+//           std::make_shared<ScalarStats>("cost"),
 //           std::make_shared<ClassificationError>("wrong-top1", "val-error-top1")}));
 //   // every 2 epochs instead of every epoch:
 //   callbacks.push_back(std::make_shared<PeriodicTrigger>(runner, PeriodicTriggerOptions()
 //                                                                    .every_k_epochs(2)));
 //
 // When: setup_graph resolves the tower (the trainer must be a TowerTrainer, e.g. SimpleTrainer)
-// and asks every inferencer for its fetches; before_train logs how many batches a round runs;
-// every trigger (by default the end of every epoch) runs one round:
+// and asks every inferencer for its fetches; before_train logs how many batches a round runs and
+// runs the tower once on the first batch of a pass of the input (eval mode, no gradients), so
+// that a name that an inferencer asks for and the tower does not output is an error before
+// training starts (a tower's returned cost is its output "cost", as in training). That check
+// needs an input whose passes start over from the same data (DataFlow::seekable(): lists,
+// FashionMnist, batching and mapping over them); over a generator the names are checked at the
+// first round. Every trigger (by default the end of every epoch) runs one round:
 //   - the module goes to eval mode (and back to the mode it was in afterwards, also on error),
 //     everything runs under NoGradGuard; the training step counters do not move;
 //   - every inferencer's before_inference; a new pass of the dataflow; exactly `size()` batches
@@ -22,12 +27,12 @@
 //   - every inferencer's after_inference; each statistic is put with Monitors::put_scalar.
 // A progress bar (tqdm's line, on stderr) shows the round unless disabled.
 //
-// Errors: a trainer that is not a TowerTrainer, an output no tower produced (listing those that
-// exist), a batch that does not match the signature, a dataflow whose pass ends before `size()`
-// batches (logged as tensorpack's ERROR line, then std::runtime_error), null arguments. An empty
-// input is std::runtime_error naming the runner and the dataflow: a size() of 0 at before_train,
-// a pass that yields no batch at a round (tensorpack would put statistics of zero samples; the
-// inferencers refuse those too, see callbacks/inference.h).
+// Errors: a trainer that is not a TowerTrainer, an output no tower produced (at before_train,
+// listing those that exist), a batch that does not match the signature, a dataflow whose pass ends
+// before `size()` batches (logged as tensorpack's ERROR line, then std::runtime_error), null
+// arguments. An empty input is std::runtime_error naming the runner and the dataflow: a size() of 0
+// at before_train, a pass that yields no batch at a round (tensorpack would put statistics of zero
+// samples; the inferencers refuse those too, see callbacks/inference.h).
 //
 // chief_only: true (tensorpack's meaning: its results are the chief's).
 //

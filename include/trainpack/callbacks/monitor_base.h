@@ -122,8 +122,9 @@ class Monitors : public Callback {
 
   // Every (global_step, value) put under `name`, in put order; empty for an unknown name.
   const History& get_history(const std::string& name) const;
-  // The last value put under `name`. Throws std::out_of_range
-  // ("No available data for the key: <name>") when there is none.
+  // The last value put under `name`. Throws std::out_of_range when there is none:
+  // "No available data for the key: <name>; the names with data: a, b" (tensorpack's message,
+  // then what there is, so that a misspelt name shows itself; "none yet" when nothing was put).
   double get_latest(const std::string& name) const;
   // Every name that has a history, sorted (the training console lists them).
   std::vector<std::string> names() const;

@@ -261,6 +261,12 @@ struct MinSaverOptions {
 //   no better value comes (and recorded as pending in the checkpoints meanwhile, so a resume
 //   retries it too); until it succeeds the failure stands, and the run ends with
 //   WriteFailedError, not a success.
+// A stat that never comes (a misspelt name, a producer after MinSaver in the list): at the first
+// trigger that finds no value, one WARN `[MinSaver] '<stat>' has no value yet at global_step=<n>,
+// so no best copy can be made. The stats put so far: <names>. ...`, and at after_train, if it
+// never had one, WARN `[MinSaver] '<stat>' was never put during training: <copy> was not
+// written. The stats that were put: <names>.` (a stat that a runner puts only every few epochs
+// gets the first line once and nothing at the end).
 // Errors: when the checkpoint of the stat's step is missing because ModelSaver's save of that
 // step failed (the trainer recorded it), ERR `[MinSaver] New minimum '<stat>'=<value> found at
 // global_step=<step>, but its checkpoint could not be saved (<error>), so it was not copied to
@@ -302,8 +308,11 @@ class MinSaver : public Callback {
   void _setup_graph() override;
   void _before_train() override;
   void _trigger() override;
+  void _after_train() override;
 
  private:
+  // Warns, once, that the stat has no value at this trigger, listing the stats that have one.
+  void warn_missing_stat();
   // Copies the latest checkpoint if it was taken at `step`; true when it did.
   bool save(int64_t step, double value);
   // Copies `model-<step>` to the best copy; on failure logs and reports it and returns false.
@@ -324,6 +333,7 @@ class MinSaver : public Callback {
   // before making it. Compared against as the best; retried until made.
   std::optional<std::pair<int64_t, double>> unsaved_;
   std::optional<int64_t> last_trigger_step_;
+  bool warned_missing_ = false;  // warn_missing_stat has warned
 };
 
 struct MaxSaverOptions {

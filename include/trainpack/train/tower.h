@@ -105,6 +105,11 @@ class TowerContext {
   // For predictors and inference runners: outputs whose name is in `names` are stored in
   // `(*out)[i]` (resized to names.size()). Both must outlive the tower call.
   void collect_outputs(const std::vector<std::string>* names, std::vector<at::Tensor>* out);
+  // After the tower function ran in inference (predictors, inference runners): outputs the
+  // returned cost as "cost" unless the tower output a "cost" of its own, as a training step
+  // publishes it. So ScalarStats("cost") and a predictor asking for "cost" see what training
+  // calls the cost. An undefined `cost` outputs nothing.
+  void output_returned_cost(const at::Tensor& cost);
   // After the tower function ran in collect mode: throws std::invalid_argument
   // "<who>: the tower did not output '<name>'<why>; it outputs: a, b" for the first collected
   // name it did not output.
@@ -132,7 +137,8 @@ class TowerContext {
 };
 
 // A tower function: computes the cost of one batch (the inputs in the order of the signature).
-// In inference towers the returned tensor is ignored and may be undefined.
+// In inference towers (predictors, InferenceRunner) a defined returned tensor is the output
+// "cost" unless the tower output one itself; it may be undefined there.
 using TowerFunc = std::function<at::Tensor(TowerContext&, const std::vector<at::Tensor>&)>;
 
 }  // namespace trainpack

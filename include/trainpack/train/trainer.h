@@ -143,6 +143,8 @@ class Trainer {
   void setup_callbacks(const std::vector<CallbackPtr>& callbacks,
                        const std::vector<MonitorPtr>& monitors);
   void initialize(std::shared_ptr<SessionInit> session_init = nullptr);
+  // Runs epochs starting_epoch..max_epoch inclusive. A fresh run (no restored resume point) with
+  // max_epoch < starting_epoch runs no epoch, only before_train and after_train, and warns so.
   void main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t max_epoch);
 
   void train(const std::vector<CallbackPtr>& callbacks, const std::vector<MonitorPtr>& monitors,

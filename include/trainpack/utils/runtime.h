@@ -31,8 +31,10 @@
 //      several times slower.
 //
 // The lines go to the logger as it is when called (stdout; log.log too once the logger directory
-// is set). With .log(false) nothing is logged, and RuntimeReport::log() logs the same lines
-// later, e.g. after logger::set_logger_dir so that they land in log.log.
+// is set), at DEBUG level unless `log_level` asks for another (the main job and the benchmarks
+// show them at INFO: their figures depend on these settings); warnings are always WARN. With
+// .log(false) nothing is logged, and RuntimeReport::log() logs the same lines later, e.g. after
+// logger::set_logger_dir so that they land in log.log.
 //
 // Errors: std::invalid_argument naming RuntimeOptions and the field for a negative thread count.
 #pragma once
@@ -41,6 +43,8 @@
 #include <vector>
 
 #include <torch/arg.h>
+
+#include "trainpack/utils/logger.h"
 
 namespace trainpack {
 
@@ -55,13 +59,16 @@ struct RuntimeOptions {
   TORCH_ARG(bool, passive_omp_wait) = true;
   // Log the settings now.
   TORCH_ARG(bool, log) = true;
+  // The level of the settings' lines: DEBUG (not shown by default), or logger::Level::kInfo.
+  TORCH_ARG(logger::Level, log_level) = logger::Level::kDebug;
 };
 
 // What configure_runtime set, as the lines it logs.
 struct RuntimeReport {
   std::vector<std::string> lines;
   std::vector<std::string> warnings;
-  // Logs the lines (info) and warnings again, e.g. once the logger directory is set.
+  logger::Level level = logger::Level::kDebug;  // of `lines`; RuntimeOptions::log_level
+  // Logs the lines (at `level`) and warnings again, e.g. once the logger directory is set.
   void log() const;
 };
 
