@@ -187,17 +187,21 @@ def split_params(params):
     return out
 
 
-def code_without_includes(block, includes):
-    """The block's lines with #include lines moved into `includes` (blank lines in their place,
-    so that #line stays right)."""
+def lines_without_includes(code, includes):
+    """`code` with its #include lines moved into `includes` (blank lines in their place, so that
+    #line stays right)."""
     out = []
-    for l in block.code:
+    for l in code:
         if INCLUDE.match(l):
             includes.setdefault(l.strip(), None)
             out.append("")
         else:
             out.append(l)
     return out
+
+
+def code_without_includes(block, includes):
+    return lines_without_includes(block.code, includes)
 
 
 def line_directive(path, line):
@@ -206,14 +210,7 @@ def line_directive(path, line):
 
 def emit_setup(setup, path, includes):
     line, code = setup
-    out = [line_directive(path, line)]
-    for l in code:
-        if INCLUDE.match(l):
-            includes.setdefault(l.strip(), None)
-            out.append("")
-        else:
-            out.append(l)
-    return out
+    return [line_directive(path, line)] + lines_without_includes(code, includes)
 
 
 def page_namespace(rel):
