@@ -4,7 +4,7 @@
 //     ...
 //     trainer.train_with_defaults(...);
 //   } catch (const std::exception& e) {
-//     trainpack::print_exception(e);  // "error: Callback MinSaver failed in trigger: ..."
+//     trainpack::print_exception(e);  // "error (CallbackError): Callback MinSaver failed ..."
 //     return 1;
 //   }
 //
