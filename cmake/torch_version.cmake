@@ -25,6 +25,11 @@ foreach(_part MAJOR MINOR PATCH)
   set(_torch_${_part} "${CMAKE_MATCH_1}")
 endforeach()
 set(TRAINPACK_TORCH_VERSION "${_torch_MAJOR}.${_torch_MINOR}.${_torch_PATCH}")
+if(TRAINPACK_TORCH_VERSION VERSION_LESS 1.13)
+  message(FATAL_ERROR "trainpack: LibTorch ${TRAINPACK_TORCH_VERSION} (${_trainpack_version_header}) "
+                      "is older than 1.13, the oldest trainpack builds against: use a newer one "
+                      "(pip install -U torch, or Debian 12's libtorch-dev)")
+endif()
 
 if(TRAINPACK_TORCH_VERSION VERSION_GREATER_EQUAL 2.13)
   set(_needed 20)

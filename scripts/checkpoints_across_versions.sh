@@ -6,12 +6,17 @@
 #       One LibTorch: the main job trains 1 epoch into WORKDIR/run; the checkpoint as trainpack
 #       reads it (tests/tools/checkpoint_digest.cpp) must equal what torch.load reads (skipped
 #       with status 77 when Python's torch is missing). ctest runs this.
-#   bash scripts/checkpoints_across_versions.sh across HOST_BUILD SID_BUILD WORKDIR
-#       The machine's LibTorch (HOST_BUILD) and Debian sid's (SID_BUILD, a build made inside the
-#       root of scripts/debian_sid.sh). Each side trains epoch 1 and the other resumes it for
-#       epoch 2. Every checkpoint is read by both trainpacks and both torch.loads: the four
-#       digests must be the same text. WORKDIR must be inside the source tree (the root sees the
-#       tree at /src). CI runs this after both builds.
+#   bash scripts/checkpoints_across_versions.sh across BUILD_A BUILD_B WORKDIR
+#       Two builds against two LibTorches: the machine's (Debian 12's 1.13 in build/), pip's
+#       (build-pip/, scripts/setup.sh --pip-torch), or Debian sid's (build-sid/, made inside the
+#       root of scripts/debian_sid.sh, and run there). Each side trains epoch 1 and the other
+#       resumes it for epoch 2. Every checkpoint is read by both trainpacks and by both builds'
+#       Pythons' torch.load(weights_only=True): the four digests must be the same text. WORKDIR
+#       must be inside the source tree (the sid root sees the tree at /src). CI runs this for
+#       build/ with build-sid/ and with build-pip/.
+#
+# Each build's Python is the TRAINPACK_TORCH_PYTHON of its CMakeCache.txt (pip's venv for
+# build-pip/), or Debian's /usr/bin/python3.
 #
 # A digest is one line per tensor: name, dtype, shape, bytes and zlib's CRC-32 of the elements.
 set -euo pipefail
@@ -21,9 +26,23 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 JOB_FLAGS=(--train-limit 256 --val-limit 64 --batch-size 32 --val-batch-size 64
            --steps-per-epoch 4 --lr 0.05 --threads 1 --max-val-error 1)
 
-# Debian's Python (python3-torch), not one that a PATH of pyenv or a venv puts first.
-PYTHON=python3
-[[ -x /usr/bin/python3 ]] && PYTHON=/usr/bin/python3
+# where_of BUILD: SID for a build made in the sid root (its source directory is /src), else HOST.
+where_of() {
+  if grep -q '^CMAKE_HOME_DIRECTORY:INTERNAL=/src$' "$ROOT/$1/CMakeCache.txt" 2>/dev/null ||
+     grep -q '^CMAKE_HOME_DIRECTORY:INTERNAL=/src$' "$1/CMakeCache.txt" 2>/dev/null; then
+    echo SID
+  else
+    echo HOST
+  fi
+}
+# python_of BUILD: the Python with the torch of BUILD's LibTorch; Debian's, not one that a PATH of
+# pyenv or a venv puts first, unless the build names another.
+python_of() {
+  local cache="$1/CMakeCache.txt" py=""
+  [[ -f $cache ]] || cache="$ROOT/$1/CMakeCache.txt"
+  py="$(sed -n 's/^TRAINPACK_TORCH_PYTHON:FILEPATH=//p' "$cache" 2>/dev/null || true)"
+  echo "${py:-/usr/bin/python3}"
+}
 
 die() {
   echo "checkpoints_across_versions.sh: $*" >&2
@@ -59,17 +78,18 @@ train() {
   rm -f "$out"
 }
 
-# digests WHERE BUILD CHECKPOINT OUT: trainpack's digest into OUT.trainpack, torch.load's into
-# OUT.torch_load (status 77 from the latter: Python's torch is not installed there).
+# digests WHERE BUILD CHECKPOINT OUT: trainpack's digest into OUT.trainpack, torch.load's (by
+# BUILD's Python) into OUT.torch_load (status 77 from the latter: Python's torch is not there).
 digests() {
-  local where=$1 build=$2 ckpt=$3 out=$4
+  local where=$1 build=$2 ckpt=$3 out=$4 python
+  python="$(python_of "$build")"
   on "$where" "$build/tests/trainpack_checkpoint_digest" "$ckpt" >"$out.trainpack" ||
     die "trainpack ($where, $build) could not read $ckpt"
-  if ! on "$where" "$PYTHON" -c 'import torch' 2>/dev/null; then
+  if ! on "$where" "$python" -c 'import torch' 2>/dev/null; then
     return 77
   fi
-  on "$where" "$PYTHON" tests/tools/torch_load_digest.py "$ckpt.data" >"$out.torch_load" ||
-    die "torch.load ($where) could not read $ckpt.data"
+  on "$where" "$python" tests/tools/torch_load_digest.py "$ckpt.data" >"$out.torch_load" 2>"$out.torch_load.err" ||
+    { cat "$out.torch_load.err" >&2; die "torch.load ($where, $python) could not read $ckpt.data"; }
 }
 
 same_text() {
@@ -100,36 +120,45 @@ case "${1:-}" in
     echo "OK: $ckpt reads the same in trainpack and torch.load ($(wc -l <"$work/digest.trainpack") tensors)"
     ;;
   across)
-    [[ $# -eq 4 ]] || die "usage: across HOST_BUILD SID_BUILD WORKDIR"
-    host_build=$2 sid_build=$3 work=$4
+    [[ $# -eq 4 ]] || die "usage: across BUILD_A BUILD_B WORKDIR"
+    work=$4
     [[ $work == /* ]] || work="$ROOT/$work"
     [[ $work == "$ROOT"/* ]] || die "WORKDIR must be inside $ROOT (the sid root sees only the tree)"
     rel="${work#"$ROOT"/}"
     rm -rf "$work" && mkdir -p "$work"
-    declare -A builds=([HOST]="$host_build" [SID]="$sid_build")
+    # Sides A and B: each build, where it runs, and a label (its directory's name).
+    declare -A build=([A]="$2" [B]="$3") where label
+    for side in A B; do
+      where[$side]="$(where_of "${build[$side]}")"
+      label[$side]="$(basename "${build[$side]}")"
+      echo "side $side: ${build[$side]} (${where[$side]}, Python $(python_of "${build[$side]}"))"
+    done
+    [[ ${label[A]} != "${label[B]}" ]] || die "the two builds need different directory names"
     # check_latest RUN WHAT: the run's latest checkpoint, read by both trainpacks and both
     # torch.loads (the main job keeps one checkpoint: each is checked while it is there).
     check_latest() {
-      local run=$1 what=$2 ckpt where ref other
+      local run=$1 what=$2 ckpt side ref other
       ckpt="$(latest "$ROOT/$run")"
-      for where in HOST SID; do
-        digests "$where" "${builds[$where]}" "$run/$ckpt" "$work/${run##*/}_${ckpt}_${where,,}" ||
-          die "Python's torch is not installed ($where): install python3-torch (setup.sh does)"
+      for side in A B; do
+        digests "${where[$side]}" "${build[$side]}" "$run/$ckpt" \
+          "$work/${run##*/}_${ckpt}_${side}" ||
+          die "Python's torch is not installed for ${build[$side]}: $(python_of "${build[$side]}")" \
+            "(Debian: python3-torch, which setup.sh installs; pip: scripts/pip_libtorch.sh)"
       done
-      ref="$work/${run##*/}_${ckpt}_host.trainpack"
-      for other in host.torch_load sid.trainpack sid.torch_load; do
+      ref="$work/${run##*/}_${ckpt}_A.trainpack"
+      for other in A.torch_load B.trainpack B.torch_load; do
         same_text "$ref" "$work/${run##*/}_${ckpt}_${other}"
       done
       echo "OK: $run/$ckpt ($what) reads the same in both trainpacks and both torch.loads" \
            "($(wc -l <"$ref") tensors)"
     }
-    for first in HOST SID; do
-      if [[ $first == HOST ]]; then second=SID; else second=HOST; fi
-      run="$rel/from_${first,,}"
-      train "$first" "${builds[$first]}" "$run" 1
-      check_latest "$run" "epoch 1, written on ${first,,}"
-      train "$second" "${builds[$second]}" "$run" 2
-      check_latest "$run" "epoch 2, resumed from it on ${second,,}"
+    for first in A B; do
+      if [[ $first == A ]]; then second=B; else second=A; fi
+      run="$rel/from_${label[$first]}"
+      train "${where[$first]}" "${build[$first]}" "$run" 1
+      check_latest "$run" "epoch 1, written by ${label[$first]}"
+      train "${where[$second]}" "${build[$second]}" "$run" 2
+      check_latest "$run" "epoch 2, resumed from it by ${label[$second]}"
     done
     ;;
   *)

@@ -8,11 +8,18 @@
 #   bash scripts/setup.sh --asan     build and test with AddressSanitizer+UBSan in build-asan/
 #   bash scripts/setup.sh --tsan     build and test with ThreadSanitizer in build-tsan/
 #   bash scripts/setup.sh --install-only   install the packages, then stop (no build)
+#   bash scripts/setup.sh --pip-torch ...  build against pip's LibTorch (PyTorch's CUDA wheel, set
+#                                          up by scripts/pip_libtorch.sh in .venvs/) in build-pip/
+#   bash scripts/setup.sh --torch-python PYTHON ...   build against the torch that PYTHON imports
+#                                          (a venv's or conda's python; CPU or CUDA) in build-pip/
 #
 # Options combine (`--test --asan` tests the release build, then the ASan build). Arguments after
 # `--` go to every cmake configure, e.g. `-- -DTorch_DIR=/opt/libtorch/share/cmake/Torch`.
 # Environment: JOBS (parallel compile jobs; default: all cores); BUILD_DIR (the release build's
-# directory; default build; the sanitizer builds go to BUILD_DIR-asan/ and BUILD_DIR-tsan/).
+# directory; default build, or build-pip with a Python's torch; the sanitizer builds go to
+# BUILD_DIR-asan/ and BUILD_DIR-tsan/). Compiles go through ccache when it is installed (setup.sh
+# installs it; its cache, ~/.cache/ccache, is outside the clone): a second clone, or a rebuild
+# after `git clean`, compiles only what changed.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -40,9 +47,12 @@ PACKAGES=(
   dataset-fashion-mnist python3-numpy python3-pil python3-torch
   python3-protobuf python3-grpcio python3-werkzeug python3-markdown python3-six python3-packaging
   python3-absl python3-setuptools python3-bleach
+  ccache
 )
+# With a Python's torch (--pip-torch, --torch-python), Debian's LibTorch and Python torch are not
+# needed; python3-venv makes pip's venv.
+DEBIAN_TORCH_PACKAGES=(libtorch-dev python3-torch)
 
-BUILD_DIR="${BUILD_DIR:-build}"
 JOBS="${JOBS:-$(nproc)}"
 CTEST_JOBS=2
 
@@ -50,8 +60,8 @@ CTEST_JOBS=2
 # A small CNN trained on Fashion-MNIST with its defaults (a few minutes on 2 cores), writing
 # into train_log/fashion_mnist/ (README: "The main job").
 MAIN_JOB_NAME="fashion_mnist example"
-MAIN_JOB=("$BUILD_DIR/examples/fashion_mnist/fashion_mnist")
 run_main_job() {
+  local MAIN_JOB=("$BUILD_DIR/examples/fashion_mnist/fashion_mnist")
   step "Running the main job: ${MAIN_JOB_NAME} (${MAIN_JOB[*]})"
   if [[ ! -x "${MAIN_JOB[0]}" ]]; then
     die "the main job's executable ${MAIN_JOB[0]} was not built"
@@ -68,7 +78,7 @@ die() {
 }
 usage() { sed -n '2,/^[^#]/{/^#/p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
-DO_RUN=0 DO_TEST=0 DO_ASAN=0 DO_TSAN=0 INSTALL_ONLY=0
+DO_RUN=0 DO_TEST=0 DO_ASAN=0 DO_TSAN=0 INSTALL_ONLY=0 PIP_TORCH=0 TORCH_PYTHON=""
 EXTRA_CMAKE_ARGS=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -77,12 +87,32 @@ while [[ $# -gt 0 ]]; do
     --asan) DO_ASAN=1 ;;
     --tsan) DO_TSAN=1 ;;
     --install-only) INSTALL_ONLY=1 ;;
+    --pip-torch) PIP_TORCH=1 ;;
+    --torch-python)
+      [[ $# -ge 2 ]] || die "--torch-python needs the path of a Python, e.g. --torch-python ~/venv/bin/python"
+      TORCH_PYTHON=$2
+      shift
+      ;;
     -h | --help) usage; exit 0 ;;
     --) shift; EXTRA_CMAKE_ARGS=("$@"); break ;;
     *) usage >&2; die "unknown option '$1'" ;;
   esac
   shift
 done
+if [[ $PIP_TORCH -eq 1 && -n $TORCH_PYTHON ]]; then
+  die "--pip-torch and --torch-python each pick the LibTorch: give one of them"
+fi
+if [[ $PIP_TORCH -eq 1 || -n $TORCH_PYTHON ]]; then
+  BUILD_DIR="${BUILD_DIR:-build-pip}"
+  keep=()
+  for pkg in "${PACKAGES[@]}"; do
+    [[ " ${DEBIAN_TORCH_PACKAGES[*]} " == *" $pkg "* ]] || keep+=("$pkg")
+  done
+  PACKAGES=("${keep[@]}")
+  [[ $PIP_TORCH -eq 0 ]] || PACKAGES+=(python3-venv)
+else
+  BUILD_DIR="${BUILD_DIR:-build}"
+fi
 # The release build is made unless only sanitizer builds were asked for.
 DO_RELEASE=1
 if [[ $((DO_ASAN + DO_TSAN)) -gt 0 && $((DO_RUN + DO_TEST)) -eq 0 ]]; then DO_RELEASE=0; fi
@@ -127,7 +157,9 @@ configure_and_build() {
   local dir="$1" type="$2"
   shift 2
   step "Configuring $dir ($type${*:+; $*})"
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE="$type" -DTRAINPACK_WERROR=ON "$@" ${EXTRA_CMAKE_ARGS[@]+"${EXTRA_CMAKE_ARGS[@]}"}
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE="$type" -DTRAINPACK_WERROR=ON \
+    ${LAUNCHER_ARGS[@]+"${LAUNCHER_ARGS[@]}"} ${TORCH_ARGS[@]+"${TORCH_ARGS[@]}"} "$@" \
+    ${EXTRA_CMAKE_ARGS[@]+"${EXTRA_CMAKE_ARGS[@]}"}
   step "Building $dir with $JOBS jobs"
   cmake --build "$dir" -j "$JOBS"
 }
@@ -138,6 +170,69 @@ run_tests() {
   ctest --test-dir "$dir" --output-on-failure -j "$CTEST_JOBS"
 }
 
+# use_python_torch PYTHON: the build's LibTorch is the one inside PYTHON's torch package (its
+# torch.utils.cmake_prefix_path); fails with the reason when PYTHON has none that fits.
+TORCH_ARGS=()
+use_python_torch() {
+  local py=$1 info version cuda prefix
+  command -v "$py" >/dev/null || die "the Python '$py' was not found"
+  info="$("$py" - <<'PY'
+import sys
+try:
+    import torch
+except Exception as e:  # ImportError, or a broken install's own error
+    print(f"NOTORCH {type(e).__name__}: {e}")
+    sys.exit(0)
+import torch.utils
+print("OK", torch.__version__.split("+")[0], torch.version.cuda or "cpu", torch.utils.cmake_prefix_path)
+PY
+)" || die "'$py' did not run (its error is above)"
+  info="$(tail -1 <<<"$info")"
+  case "$info" in
+    OK\ *) ;;
+    NOTORCH*) die "'$py' has no torch (${info#NOTORCH }): install it ('$py -m pip install torch')," \
+      "or use bash scripts/setup.sh --pip-torch, which makes a venv with pip's LibTorch" ;;
+    *) die "'$py' could not say where its torch is: $info" ;;
+  esac
+  read -r _ version cuda prefix <<<"$info"
+  local major=${version%%.*} rest=${version#*.}
+  local minor=${rest%%.*}
+  if (( major * 100 + minor < 113 )); then
+    die "'$py' has torch $version; trainpack needs LibTorch 1.13 or later: upgrade it" \
+      "('$py -m pip install -U torch') or use bash scripts/setup.sh --pip-torch"
+  fi
+  if [[ $cuda != cpu ]]; then
+    # A CUDA build's CMake package runs nvcc at configure time (no GPU needed).
+    local nvcc
+    nvcc="$(command -v nvcc || true)"
+    [[ -n $nvcc || ! -x /usr/local/cuda/bin/nvcc ]] || nvcc=/usr/local/cuda/bin/nvcc
+    if [[ -z $nvcc ]]; then
+      die "'$py' has torch $version built with CUDA $cuda, whose CMake package needs the CUDA" \
+        "toolkit (nvcc, 12.0 or later) at configure time, and none was found (PATH," \
+        "/usr/local/cuda/bin). Either install the CUDA toolkit, or use a CPU LibTorch" \
+        "('$py -m pip install torch --index-url https://download.pytorch.org/whl/cpu'," \
+        "or Debian's: bash scripts/setup.sh without --pip-torch)"
+    fi
+    TORCH_ARGS+=(-DCMAKE_CUDA_COMPILER="$nvcc")
+    # No GPU to detect at configure time: name the architectures (trainpack has no .cu files;
+    # this only silences LibTorch's detection). An H100/H200 is 9.0.
+    export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
+  fi
+  echo "LibTorch: torch $version from $py (CUDA: $cuda), CMake prefix $prefix"
+  TORCH_ARGS+=(-DCMAKE_PREFIX_PATH="$prefix" -DTRAINPACK_TORCH_PYTHON="$py")
+  local torchrun
+  torchrun="$(dirname "$py")/torchrun"
+  [[ ! -x $torchrun ]] || TORCH_ARGS+=(-DTRAINPACK_TORCHRUN="$torchrun")
+}
+
+# ccache for every compile when it is installed; precompiled headers need its sloppiness.
+LAUNCHER_ARGS=()
+if command -v ccache >/dev/null; then
+  LAUNCHER_ARGS=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
+  export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-20G}"
+fi
+
 SECONDS=0
 install_packages
 report_blas
@@ -145,6 +240,11 @@ if [[ $INSTALL_ONLY -eq 1 ]]; then
   step "Packages installed (--install-only: no build) in $((SECONDS / 60))m $((SECONDS % 60))s"
   exit 0
 fi
+if [[ $PIP_TORCH -eq 1 ]]; then
+  step "Setting up pip's LibTorch (scripts/pip_libtorch.sh)"
+  TORCH_PYTHON="$(bash scripts/pip_libtorch.sh | tail -1)"
+fi
+if [[ -n $TORCH_PYTHON ]]; then use_python_torch "$TORCH_PYTHON"; fi
 
 if [[ $DO_RELEASE -eq 1 ]]; then
   configure_and_build "$BUILD_DIR" Release

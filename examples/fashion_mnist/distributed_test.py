@@ -32,6 +32,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "chaos"))
 import checkpoint_file  # noqa: E402  (the chaos suite's checkpoint reader)
 
+# Debian's (python3-torch) unless --torchrun names another (pip's venv's, for a build against
+# pip's LibTorch: the launcher's c10d store then matches the program's).
 TORCHRUN = "/usr/bin/torchrun"
 # Debian's Python 3.11 crashes torchrun 1.13 in Std.from_str unless --redirects and --tee are
 # given (pytorch/pytorch#92319); a rule for local rank 9, which does not exist, changes nothing.
@@ -270,11 +272,15 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--binary", required=True)
     parser.add_argument("--workdir", required=True)
+    parser.add_argument("--torchrun", default=TORCHRUN)
     parser.add_argument("mode", choices=["standalone", "elastic"])
     args = parser.parse_args()
+    global TORCHRUN
+    TORCHRUN = args.torchrun
     if not os.access(TORCHRUN, os.X_OK):
-        print(f"distributed_test.py {args.mode}: SKIPPED: {TORCHRUN} is missing (Debian package "
-              "python3-torch; scripts/setup.sh installs it)")
+        print(f"distributed_test.py {args.mode}: SKIPPED: torchrun ({TORCHRUN}) is missing "
+              "(Debian package python3-torch, which scripts/setup.sh installs; or the venv of "
+              "scripts/pip_libtorch.sh)")
         return
     refusal = store_refusal()
     if refusal:

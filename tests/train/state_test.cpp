@@ -809,8 +809,9 @@ TEST(OptimizerStateRestore, TheRestoredStateIsACopyOfTheMap) {
 
 // The checkpoint of a trainer with an Adam optimizer, as Python's torch.load reads it.
 TEST_F(OptimizerStateTest, PythonsTorchLoadReadsTheOptimizerEntries) {
-  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "/usr/bin/python3 with torch is not installed (Debian: python3-torch)";
+  const std::string python = TRAINPACK_TORCH_PYTHON;
+  if (std::system((python + " -c 'import torch' >/dev/null 2>&1").c_str()) != 0) {
+    GTEST_SKIP() << python << " with torch is not installed (Debian: python3-torch)";
   }
   OptimizerRun a(1, [](std::vector<OptimizerParamGroup> groups) {
     return std::make_unique<torch::optim::Adam>(std::move(groups),
@@ -821,8 +822,9 @@ TEST_F(OptimizerStateTest, PythonsTorchLoadReadsTheOptimizerEntries) {
   write_checkpoint(prefix(), collect_training_state(a.trainer));
   const fs::path out = dir() / "py.txt";
   const std::string cmd =
-      "/usr/bin/python3 -c \"import torch, sys\n"
-      "d = torch.load(sys.argv[1])\n"
+      python +
+      " -c \"import torch, sys\n"
+      "d = torch.load(sys.argv[1], weights_only=True)\n"
       "lines = [bytes(d['optimizer/type'].tolist()).decode()]\n"
       "lines.append(str(d['optimizer/group_sizes'].tolist()))\n"
       "lines.append(str(d['optimizer/1/betas'].tolist()))\n"

@@ -168,10 +168,11 @@ TEST_F(CheckpointTest, AnUndefinedTensorIsRejectedBeforeAnythingIsWritten) {
 }
 
 TEST_F(CheckpointTest, PythonsTorchLoadReadsTheDataFile) {
-  // The first of these interpreters that has torch (a pyenv or venv python3 may come first in
-  // PATH; Debian's python3-torch is for /usr/bin/python3).
+  // The first of these interpreters that has torch: the one of this build's LibTorch (pip's venv
+  // for a build against pip's wheel), then a pyenv or venv python3 that may come first in PATH,
+  // then Debian's (python3-torch is for /usr/bin/python3).
   std::string python;
-  for (const char* candidate : {"python3", "/usr/bin/python3"}) {
+  for (const char* candidate : {TRAINPACK_TORCH_PYTHON, "python3", "/usr/bin/python3"}) {
     const std::string probe = std::string(candidate) + " -c 'import torch' >/dev/null 2>&1";
     if (std::system(probe.c_str()) == 0) {
       python = candidate;
@@ -185,7 +186,7 @@ TEST_F(CheckpointTest, PythonsTorchLoadReadsTheDataFile) {
   const fs::path out = dir() / "py.txt";
   const std::string cmd = python +
                           " -c \"import torch, sys\n"
-                          "d = torch.load(sys.argv[1])\n"
+                          "d = torch.load(sys.argv[1], weights_only=True)\n"
                           "lines = [type(d).__name__]\n"
                           "for k in sorted(d):\n"
                           "    v = d[k]\n"
