@@ -1,53 +1,74 @@
 #!/usr/bin/env bash
-# What an upgrade of LibTorch does to trainpack, side by side on one machine in one run: the loop's
-# dispatch overhead (trainpack_bench_overhead) and the main job's step time in float32 and
-# bfloat16 (trainpack_bench_precision), each built against Debian 12's LibTorch 1.13 (HOST_BUILD)
-# and Debian sid's 2.14 (SID_BUILD, built in the root of scripts/debian_sid.sh, with benchmarks).
-# The two run alternately, REPS times, so that drift in the machine's speed hits them alike; every
-# run's output goes to OUT_DIR, and the lines that matter are printed at the end.
+# What the choice of LibTorch does to trainpack, side by side on one machine in one run: the loop's
+# dispatch overhead with idle and with the default callbacks (trainpack_bench_overhead) and the main
+# job's step time in float32 and bfloat16 (trainpack_bench_precision), each built against a
+# different LibTorch: Debian 12's 1.13 (build/), pip's newest CUDA wheel run on the CPU
+# (build-pip/, scripts/setup.sh --pip-torch), Debian sid's 2.14 (build-sid/, built in the root of
+# scripts/debian_sid.sh with benchmarks; run there). The builds run in turn, REPS times, so that
+# drift in the machine's speed hits them alike; every run's output goes to OUT_DIR, and the lines
+# that matter are printed at the end, per build.
 #
-#   bash bench/libtorch_versions.sh HOST_BUILD SID_BUILD [REPS (2)] [OUT_DIR (bench-versions)]
+#   bash bench/libtorch_versions.sh [--reps N (2)] [--out OUT_DIR (bench-versions)] BUILD...
+#   e.g. bash bench/libtorch_versions.sh --reps 3 build build-pip
 #
-# Needs root (the sid root is a chroot). About 3 minutes a rep on 2 cores.
+# A sid build needs root (the sid root is a chroot). About 1.5 minutes a build a rep on 2 cores.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-[[ $# -ge 2 ]] || { sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-HOST_BUILD=$1 SID_BUILD=$2 REPS=${3:-2} OUT_DIR=${4:-bench-versions}
+usage() { sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+REPS=2 OUT_DIR=bench-versions
+BUILDS=()
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --reps) REPS=$2; shift ;;
+    --out) OUT_DIR=$2; shift ;;
+    -h | --help) usage ;;
+    -*) usage ;;
+    *) BUILDS+=("${1%/}") ;;
+  esac
+  shift
+done
+[[ ${#BUILDS[@]} -ge 1 ]] || usage
 mkdir -p "$OUT_DIR"
-for b in "$HOST_BUILD" "$SID_BUILD"; do
+
+# in_sid BUILD: whether BUILD was made in the sid root (its source directory is /src).
+in_sid() { grep -q '^CMAKE_HOME_DIRECTORY:INTERNAL=/src$' "$1/CMakeCache.txt"; }
+# torch_of BUILD: the LibTorch version that the build's configure found.
+torch_of() { sed -n 's/^TRAINPACK_TORCH_VERSION_FOUND:INTERNAL=/LibTorch /p' "$1/CMakeCache.txt"; }
+for b in "${BUILDS[@]}"; do
   for t in overhead precision; do
     [[ -x $b/bench/trainpack_bench_$t ]] || { echo "$b/bench/trainpack_bench_$t is not built" >&2; exit 1; }
   done
 done
 
-# run LABEL BENCH ARGS...: on this machine (1.13) or in the sid root (2.14).
+# run BUILD BENCH ARGS...: on this machine, or in the sid root for a sid build.
 run() {
-  local label=$1 bench=$2
+  local build=$1 bench=$2
   shift 2
-  local out="$OUT_DIR/${label}_${bench}_rep${rep}.txt"
-  if [[ $label == lt1.13 ]]; then
-    "$HOST_BUILD/bench/trainpack_bench_$bench" "$@" >"$out" 2>/dev/null
+  local out="$OUT_DIR/$(basename "$build")_${bench}_rep${rep}.txt"
+  if in_sid "$build"; then
+    bash scripts/debian_sid.sh --exec "$build/bench/trainpack_bench_$bench" "$@" >"$out" 2>/dev/null
   else
-    bash scripts/debian_sid.sh --exec "$SID_BUILD/bench/trainpack_bench_$bench" "$@" >"$out" 2>/dev/null
+    "$build/bench/trainpack_bench_$bench" "$@" >"$out" 2>/dev/null
   fi
 }
 
+echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), load $(cut -d' ' -f1 /proc/loadavg)"
 for rep in $(seq 1 "$REPS"); do
-  for label in lt1.13 lt2.14; do
-    run "$label" overhead --reps 3
-    run "$label" precision --epochs 1 --steps 150 --reps 1
+  for build in "${BUILDS[@]}"; do
+    run "$build" overhead --reps 3
+    run "$build" precision --epochs 1 --steps 150 --reps 1
   done
 done
+echo "load at the end: $(cut -d' ' -f1 /proc/loadavg)"
 
-echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p')"
-for label in lt1.13 lt2.14; do
-  echo "== LibTorch ${label#lt}"
+for build in "${BUILDS[@]}"; do
+  echo "== $build: $(torch_of "$build")"
   for rep in $(seq 1 "$REPS"); do
-    grep -h -E "^\(a\)|^\(c\)|overhead_ns_per_step" "$OUT_DIR/${label}_overhead_rep${rep}.txt" |
+    grep -h -E "^\(a\)|^\(c\)|overhead_ns_per_step" "$OUT_DIR/$(basename "$build")_overhead_rep${rep}.txt" |
       sed "s/^/rep $rep overhead: /"
-    grep -h -E "ms/step|step time|bf16_over_fp32" "$OUT_DIR/${label}_precision_rep${rep}.txt" |
+    grep -h -E "ms/step|step time|bf16_over_fp32" "$OUT_DIR/$(basename "$build")_precision_rep${rep}.txt" |
       sed "s/^/rep $rep precision: /"
   done
 done

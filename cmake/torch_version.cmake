@@ -25,6 +25,8 @@ foreach(_part MAJOR MINOR PATCH)
   set(_torch_${_part} "${CMAKE_MATCH_1}")
 endforeach()
 set(TRAINPACK_TORCH_VERSION "${_torch_MAJOR}.${_torch_MINOR}.${_torch_PATCH}")
+set(TRAINPACK_TORCH_VERSION_FOUND "${TRAINPACK_TORCH_VERSION}" CACHE INTERNAL
+    "The LibTorch version of this build (scripts read it from CMakeCache.txt)")
 if(TRAINPACK_TORCH_VERSION VERSION_LESS 1.13)
   message(FATAL_ERROR "trainpack: LibTorch ${TRAINPACK_TORCH_VERSION} (${_trainpack_version_header}) "
                       "is older than 1.13, the oldest trainpack builds against: use a newer one "

@@ -16,7 +16,8 @@
 # tree is bind-mounted at /src (and ../shared, if there, read-only at /shared), so what is built
 # there is owned by root.
 # Environment: SID_ROOT (the chroot; default /var/tmp/trainpack-sid), MIRROR (default
-# http://deb.debian.org/debian), JOBS (passed to setup.sh).
+# http://deb.debian.org/debian), JOBS, BUILD_TARGETS and CCACHE_MAXSIZE (passed to setup.sh in
+# the root; its ccache lives in the root, kept between runs).
 set -euo pipefail
 
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -180,7 +181,10 @@ in_root() {
     HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
     LANG=C.UTF-8 LC_ALL=C.UTF-8 TERM="${TERM:-dumb}" DEBIAN_FRONTEND=noninteractive
   )
-  [[ -z "${JOBS:-}" ]] || env+=(JOBS="$JOBS")
+  local var
+  for var in JOBS BUILD_TARGETS CCACHE_MAXSIZE; do
+    [[ -z "${!var:-}" ]] || env+=("$var=${!var}")
+  done
   local cmd=(chroot "$SID_ROOT" /usr/bin/env -i "${env[@]}"
     /bin/bash -c 'cd /src && exec "$@"' in_root "$@")
   if [[ -t 0 ]]; then

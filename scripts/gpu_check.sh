@@ -177,7 +177,8 @@ fi
 limit_for 120 180
 run_stage configure cmake -S . -B "$BUILD_DIR" ${GENERATOR[@]+"${GENERATOR[@]}"} \
   -DCMAKE_BUILD_TYPE=Release -DTRAINPACK_WERROR="${WERROR:-OFF}" -DTRAINPACK_BUILD_TESTS=ON \
-  -DTRAINPACK_BUILD_EXAMPLES=ON -DTRAINPACK_BUILD_BENCHMARKS=ON -DCMAKE_PREFIX_PATH="$PREFIX"
+  -DTRAINPACK_BUILD_EXAMPLES=ON -DTRAINPACK_BUILD_BENCHMARKS=ON -DCMAKE_PREFIX_PATH="$PREFIX" \
+  -DTRAINPACK_TORCH_PYTHON="$(command -v "$PYTHON" || echo "$PYTHON")"
 [[ -f "$OUT_DIR/configure.log" ]] && grep "trainpack:" "$OUT_DIR/configure.log" | tee -a "$SUMMARY"
 
 TARGETS=(trainpack_cuda_tests fashion_mnist trainpack_bench_gpu)

@@ -11,6 +11,7 @@
 #                                           fail (nothing is installed)
 #
 # Environment: TRAINPACK_PIP_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/trainpack/pip),
+# TRAINPACK_VENVS (the folder of the venvs; default .venvs in the repository),
 # VENV_PYTHON (the Python that makes the venv; default Debian's /usr/bin/python3, which needs
 # Debian's python3-venv), and pip's own variables (PIP_INDEX_URL, ...).
 #
@@ -29,7 +30,8 @@ PIP_TORCH_VERSION=2.15.0
 PIP_LIGHTNING_VERSION=2.6.6
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="$ROOT/.venvs/torch-$PIP_TORCH_VERSION"
+VENVS="${TRAINPACK_VENVS:-$ROOT/.venvs}"
+VENV="$VENVS/torch-$PIP_TORCH_VERSION"
 STAMP="$VENV/.trainpack-complete"
 WANTED="torch==$PIP_TORCH_VERSION lightning==$PIP_LIGHTNING_VERSION"
 export PIP_CACHE_DIR="${TRAINPACK_PIP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/trainpack/pip}"
@@ -49,9 +51,9 @@ if [[ ${1:-} == --python ]]; then
 fi
 [[ $# -eq 0 ]] || { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
-mkdir -p "$ROOT/.venvs" "$PIP_CACHE_DIR"
+mkdir -p "$VENVS" "$PIP_CACHE_DIR"
 # Two set-ups at once (two checkouts' CI on one machine, two terminals) take turns.
-exec 9>"$ROOT/.venvs/.lock"
+exec 9>"$VENVS/.lock"
 flock 9
 
 if complete; then

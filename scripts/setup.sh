@@ -16,7 +16,8 @@
 # Options combine (`--test --asan` tests the release build, then the ASan build). Arguments after
 # `--` go to every cmake configure, e.g. `-- -DTorch_DIR=/opt/libtorch/share/cmake/Torch`.
 # Environment: JOBS (parallel compile jobs; default: all cores); BUILD_DIR (the release build's
-# directory; default build, or build-pip with a Python's torch; the sanitizer builds go to
+# directory; default build, or build-pip with a Python's torch; BUILD_TARGETS (build only these
+# targets, e.g. "fashion_mnist", instead of everything; --test then runs what was built); the sanitizer builds go to
 # BUILD_DIR-asan/ and BUILD_DIR-tsan/). Compiles go through ccache when it is installed (setup.sh
 # installs it; its cache, ~/.cache/ccache, is outside the clone): a second clone, or a rebuild
 # after `git clean`, compiles only what changed.
@@ -47,10 +48,10 @@ PACKAGES=(
   dataset-fashion-mnist python3-numpy python3-pil python3-torch
   python3-protobuf python3-grpcio python3-werkzeug python3-markdown python3-six python3-packaging
   python3-absl python3-setuptools python3-bleach
-  ccache
+  ccache python3-venv
 )
 # With a Python's torch (--pip-torch, --torch-python), Debian's LibTorch and Python torch are not
-# needed; python3-venv makes pip's venv.
+# needed. python3-venv makes pip's venv (scripts/pip_libtorch.sh; a test makes one too).
 DEBIAN_TORCH_PACKAGES=(libtorch-dev python3-torch)
 
 JOBS="${JOBS:-$(nproc)}"
@@ -109,7 +110,6 @@ if [[ $PIP_TORCH -eq 1 || -n $TORCH_PYTHON ]]; then
     [[ " ${DEBIAN_TORCH_PACKAGES[*]} " == *" $pkg "* ]] || keep+=("$pkg")
   done
   PACKAGES=("${keep[@]}")
-  [[ $PIP_TORCH -eq 0 ]] || PACKAGES+=(python3-venv)
 else
   BUILD_DIR="${BUILD_DIR:-build}"
 fi
@@ -160,8 +160,15 @@ configure_and_build() {
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE="$type" -DTRAINPACK_WERROR=ON \
     ${LAUNCHER_ARGS[@]+"${LAUNCHER_ARGS[@]}"} ${TORCH_ARGS[@]+"${TORCH_ARGS[@]}"} "$@" \
     ${EXTRA_CMAKE_ARGS[@]+"${EXTRA_CMAKE_ARGS[@]}"}
-  step "Building $dir with $JOBS jobs"
-  cmake --build "$dir" -j "$JOBS"
+  if [[ -n ${BUILD_TARGETS:-} ]]; then
+    step "Building $dir with $JOBS jobs: $BUILD_TARGETS (BUILD_TARGETS)"
+    # shellcheck disable=SC2086  # a list of target names
+    cmake --build "$dir" -j "$JOBS" --target $BUILD_TARGETS
+  else
+    step "Building $dir with $JOBS jobs"
+    cmake --build "$dir" -j "$JOBS"
+  fi
+  if command -v ccache >/dev/null; then ccache --show-stats 2>/dev/null | grep -iE 'hits|misses' || true; fi
 }
 
 run_tests() {
@@ -170,59 +177,16 @@ run_tests() {
   ctest --test-dir "$dir" --output-on-failure -j "$CTEST_JOBS"
 }
 
-# use_python_torch PYTHON: the build's LibTorch is the one inside PYTHON's torch package (its
-# torch.utils.cmake_prefix_path); fails with the reason when PYTHON has none that fits.
+# use_python_torch PYTHON: the build's LibTorch is the one inside PYTHON's torch package
+# (scripts/python_torch.sh checks it and says why not).
 TORCH_ARGS=()
 use_python_torch() {
-  local py=$1 info version cuda prefix
-  command -v "$py" >/dev/null || die "the Python '$py' was not found"
-  info="$("$py" - <<'PY'
-import sys
-try:
-    import torch
-except Exception as e:  # ImportError, or a broken install's own error
-    print(f"NOTORCH {type(e).__name__}: {e}")
-    sys.exit(0)
-import torch.utils
-print("OK", torch.__version__.split("+")[0], torch.version.cuda or "cpu", torch.utils.cmake_prefix_path)
-PY
-)" || die "'$py' did not run (its error is above)"
-  info="$(tail -1 <<<"$info")"
-  case "$info" in
-    OK\ *) ;;
-    NOTORCH*) die "'$py' has no torch (${info#NOTORCH }): install it ('$py -m pip install torch')," \
-      "or use bash scripts/setup.sh --pip-torch, which makes a venv with pip's LibTorch" ;;
-    *) die "'$py' could not say where its torch is: $info" ;;
-  esac
-  read -r _ version cuda prefix <<<"$info"
-  local major=${version%%.*} rest=${version#*.}
-  local minor=${rest%%.*}
-  if (( major * 100 + minor < 113 )); then
-    die "'$py' has torch $version; trainpack needs LibTorch 1.13 or later: upgrade it" \
-      "('$py -m pip install -U torch') or use bash scripts/setup.sh --pip-torch"
-  fi
-  if [[ $cuda != cpu ]]; then
-    # A CUDA build's CMake package runs nvcc at configure time (no GPU needed).
-    local nvcc
-    nvcc="$(command -v nvcc || true)"
-    [[ -n $nvcc || ! -x /usr/local/cuda/bin/nvcc ]] || nvcc=/usr/local/cuda/bin/nvcc
-    if [[ -z $nvcc ]]; then
-      die "'$py' has torch $version built with CUDA $cuda, whose CMake package needs the CUDA" \
-        "toolkit (nvcc, 12.0 or later) at configure time, and none was found (PATH," \
-        "/usr/local/cuda/bin). Either install the CUDA toolkit, or use a CPU LibTorch" \
-        "('$py -m pip install torch --index-url https://download.pytorch.org/whl/cpu'," \
-        "or Debian's: bash scripts/setup.sh without --pip-torch)"
-    fi
-    TORCH_ARGS+=(-DCMAKE_CUDA_COMPILER="$nvcc")
-    # No GPU to detect at configure time: name the architectures (trainpack has no .cu files;
-    # this only silences LibTorch's detection). An H100/H200 is 9.0.
-    export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
-  fi
-  echo "LibTorch: torch $version from $py (CUDA: $cuda), CMake prefix $prefix"
-  TORCH_ARGS+=(-DCMAKE_PREFIX_PATH="$prefix" -DTRAINPACK_TORCH_PYTHON="$py")
-  local torchrun
-  torchrun="$(dirname "$py")/torchrun"
-  [[ ! -x $torchrun ]] || TORCH_ARGS+=(-DTRAINPACK_TORCHRUN="$torchrun")
+  local out
+  out="$(bash scripts/python_torch.sh "$1")" || exit 1
+  mapfile -t TORCH_ARGS <<<"$out"
+  # No GPU to detect at configure time: LibTorch's package is told the architectures (trainpack
+  # has no .cu files; this only replaces its detection). An H100/H200 is 9.0.
+  export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
 }
 
 # ccache for every compile when it is installed; precompiled headers need its sloppiness.
