@@ -195,6 +195,8 @@ if command -v ccache >/dev/null; then
   LAUNCHER_ARGS=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
   export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-20G}"
+  # Paths under the source tree hashed relative to it: another clone hits the same entries.
+  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"
 fi
 
 SECONDS=0

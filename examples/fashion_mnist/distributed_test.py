@@ -269,13 +269,13 @@ def store_refusal():
 
 
 def main():
+    global TORCHRUN
     parser = argparse.ArgumentParser()
     parser.add_argument("--binary", required=True)
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--torchrun", default=TORCHRUN)
     parser.add_argument("mode", choices=["standalone", "elastic"])
     args = parser.parse_args()
-    global TORCHRUN
     TORCHRUN = args.torchrun
     if not os.access(TORCHRUN, os.X_OK):
         print(f"distributed_test.py {args.mode}: SKIPPED: torchrun ({TORCHRUN}) is missing "
