@@ -38,7 +38,11 @@ in_sid() { grep -q '^CMAKE_HOME_DIRECTORY:INTERNAL=/src$' "$1/CMakeCache.txt"; }
 torch_of() { sed -n 's/^TRAINPACK_TORCH_VERSION_FOUND:INTERNAL=/LibTorch /p' "$1/CMakeCache.txt"; }
 for b in "${BUILDS[@]}"; do
   for t in overhead precision; do
-    [[ -x $b/bench/trainpack_bench_$t ]] || { echo "$b/bench/trainpack_bench_$t is not built" >&2; exit 1; }
+    [[ -x $b/bench/trainpack_bench_$t ]] || {
+      echo "$b/bench/trainpack_bench_$t is not built: cmake --build $b --target trainpack_benchmarks" \
+        "(in the sid root for a sid build: scripts/debian_sid.sh --exec cmake --build $b ...)" >&2
+      exit 1
+    }
   done
 done
 

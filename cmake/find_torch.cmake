@@ -5,10 +5,12 @@
 #    its package at configure time, with or without a GPU. Without a CUDA toolkit it stops with
 #    "Your installed Caffe2 version uses CUDA but I cannot find the CUDA libraries"; here the
 #    error says what is missing and the two ways out.
-# 2. Its find_library calls for libtorch and libc10 search the system's directories before the
-#    LibTorch's own lib/. With Debian's libtorch-dev also installed, pip's package would link
-#    Debian's libtorch.so and libc10.so (1.13) under its own headers. The LibTorch's lib/ is
-#    searched first, and a library found anywhere else is refused.
+# 2. Its find_library calls for libtorch and libc10, and its find_package(Caffe2 PATHS ...), search
+#    the system's directories before the LibTorch's own. With Debian's libtorch-dev also
+#    installed, pip's package would link Debian's libtorch.so, libc10.so and torch_cpu targets
+#    (1.13) under its own headers (seen whenever CMAKE_PREFIX_PATH did not name the wheel, as in
+#    a project that finds the installed trainpack). The LibTorch's own Caffe2 package and lib/
+#    are taken first, and a library or package found anywhere else is refused.
 # 3. A wheel's libraries find their CUDA dependencies (cuDNN, NCCL, cuBLAS, the CUDA runtime) in
 #    the nvidia-* wheels beside it, through their own RPATH, at run time; the linker does not look
 #    there, and takes the CUDA toolkit's instead, which may be older than the wheel's (NCCL lacked
@@ -72,7 +74,24 @@ endif()
 if(_tp_torch_dir AND NOT Torch_DIR)
   set(Torch_DIR "${_tp_torch_dir}" CACHE PATH "LibTorch's CMake package" FORCE)
 endif()
+set(_tp_caffe2_dir "")
+if(_tp_torch_dir AND EXISTS "${_tp_torch_dir}/../Caffe2/Caffe2Config.cmake")
+  get_filename_component(_tp_caffe2_dir "${_tp_torch_dir}/../Caffe2" ABSOLUTE)
+  if(NOT Caffe2_DIR)
+    set(Caffe2_DIR "${_tp_caffe2_dir}" CACHE PATH "LibTorch's Caffe2 package" FORCE)
+  endif()
+endif()
 find_package(Torch REQUIRED)
+if(_tp_caffe2_dir)
+  get_filename_component(_tp_found_dir "${Caffe2_DIR}" REALPATH)
+  get_filename_component(_tp_want_dir "${_tp_caffe2_dir}" REALPATH)
+  if(NOT _tp_found_dir STREQUAL _tp_want_dir)
+    message(FATAL_ERROR
+      "trainpack: LibTorch's package in ${_tp_torch_dir} took the Caffe2 package in "
+      "${Caffe2_DIR}, which is not its own (${_tp_caffe2_dir}): two LibTorches would be mixed. "
+      "Configure a fresh build directory, or pass -DCaffe2_DIR=${_tp_caffe2_dir}.")
+  endif()
+endif()
 if(_tp_torch_lib_dir)
   set(CMAKE_LIBRARY_PATH "${_tp_saved_library_path}")
   foreach(_tp_var TORCH_LIBRARY c10_LIBRARY)
@@ -100,7 +119,7 @@ if(_tp_torch_lib_dir)
                    "${_tp_nvidia_path}")
   endif()
 endif()
-foreach(_tp_var _tp_site_packages _tp_nvidia_lib_dirs _tp_nvidia_path _tp_torch_dir _tp_candidates _tp_torch_lib_dir _tp_torch_root _tp_caffe2_config
+foreach(_tp_var _tp_caffe2_dir _tp_site_packages _tp_nvidia_lib_dirs _tp_nvidia_path _tp_torch_dir _tp_candidates _tp_torch_lib_dir _tp_torch_root _tp_caffe2_config
                 _tp_uses_cuda _tp_saved_library_path _tp_found_dir _tp_want_dir _tp_dir _tp_prefix)
   unset(${_tp_var})
 endforeach()

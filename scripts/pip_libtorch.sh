@@ -21,10 +21,10 @@ set -euo pipefail
 
 # ---- the pinned version: the one place to change it ----
 # PyPI's newest torch. Its wheel is built with CUDA 13.2 (cuda-toolkit 13.2.2); the machines here
-# have the CUDA 13.0 toolkit, with which it configures, builds and links (its find_package(Torch)
-# needs an nvcc of 12.0 or later, not the same minor version), and the CPU path runs. The programs
-# link the toolkit's libcudart.so.13 and the wheel's libraries load theirs under the same name;
-# whichever comes first serves both (docs/libtorch-versions.md).
+# have the CUDA 13.0 toolkit, with which it configures, builds, links and runs its CPU path: its
+# find_package(Torch) needs an nvcc of 12.0 or later, not the wheel's own version, and the programs
+# run with the wheel's CUDA 13.2 libraries (cmake/find_torch.cmake puts the nvidia-* wheels first).
+# The toolkit's 13.0 runtime would also serve: every cudart symbol 2.15.0 needs is in it.
 PIP_TORCH_VERSION=2.15.0
 # Lightning, for bench/gpu's Python side (a bare Python loop and Lightning next to trainpack).
 PIP_LIGHTNING_VERSION=2.6.6

@@ -4,8 +4,8 @@
 #            CUDA build without nvcc, a CPU build (accepted, no CUDA compiler asked for);
 #   cmake    cmake/find_torch.cmake in a small project with stand-in LibTorch packages: a CUDA
 #            build without nvcc, Debian's libtorch.so taken for another LibTorch's (only where
-#            Debian's libtorch-dev is installed), a LibTorch's own lib/ searched first, and the
-#            nvidia-* wheels' libraries put first;
+#            Debian's libtorch-dev is installed), a LibTorch's own lib/ and Caffe2 package taken
+#            first (also when only Torch_DIR names it), and the nvidia-* wheels' libraries first;
 #   offline  scripts/pip_libtorch.sh with a registry that cannot be reached: it fails within a
 #            minute, naming the command that failed.
 # ctest runs each case as its own test: bash libtorch_setup_test.sh CASE WORKDIR.
@@ -83,6 +83,7 @@ fake_libtorch() {
   local root=$1 cuda=$2 libs=$3
   mkdir -p "$root/share/cmake/Torch" "$root/share/cmake/Caffe2" "$root/lib"
   cat >"$root/share/cmake/Torch/TorchConfig.cmake" <<'CMAKE'
+find_package(Caffe2 REQUIRED PATHS "${CMAKE_CURRENT_LIST_DIR}/../Caffe2")
 find_library(TORCH_LIBRARY torch PATHS "${CMAKE_CURRENT_LIST_DIR}/../../../lib")
 find_library(c10_LIBRARY c10 PATHS "${CMAKE_CURRENT_LIST_DIR}/../../../lib")
 if(NOT TARGET torch)
@@ -94,19 +95,30 @@ CMAKE
   if [[ $libs == yes ]]; then : >"$root/lib/libtorch.so"; : >"$root/lib/libc10.so"; fi
 }
 
-# configure NAME ROOT [ARGS...]: configures a project that includes cmake/find_torch.cmake.
+# configure NAME ROOT [ARGS...]: configures a project that includes cmake/find_torch.cmake, with
+# CMAKE_PREFIX_PATH naming ROOT's packages; configure_dir does the same with Torch_DIR alone.
 configure() {
   local name=$1 root=$2
   shift 2
+  configure_with "$name" -DCMAKE_PREFIX_PATH="$root/share/cmake" "$@"
+}
+configure_dir() {
+  local name=$1 root=$2
+  shift 2
+  configure_with "$name" -DTorch_DIR="$root/share/cmake/Torch" "$@"
+}
+configure_with() {
+  local name=$1
+  shift
   mkdir -p "$WORK/$name/src"
   cat >"$WORK/$name/src/CMakeLists.txt" <<CMAKE
 cmake_minimum_required(VERSION 3.18)
 project(find_torch_check LANGUAGES CXX)
 include("$ROOT/cmake/find_torch.cmake")
 message(STATUS "TORCH_LIBRARY=\${TORCH_LIBRARY}")
+message(STATUS "Caffe2_DIR=\${Caffe2_DIR}")
 CMAKE
-  env PATH=/usr/bin:/bin CUDA_HOME= cmake -S "$WORK/$name/src" -B "$WORK/$name/build" \
-    -DCMAKE_PREFIX_PATH="$root/share/cmake" "$@"
+  env PATH=/usr/bin:/bin CUDA_HOME= cmake -S "$WORK/$name/src" -B "$WORK/$name/build" "$@"
 }
 
 case_cmake() {
@@ -127,6 +139,13 @@ case_cmake() {
   grep -qF "nvidia-* wheels' libraries come first" "$WORK/own.out" ||
     { cat "$WORK/own.out"; fail "the nvidia-* wheels' libraries were not named"; }
   echo "ok: cmake_own_lib_first, and the nvidia-* wheels' libraries first"
+  configure_dir own_dir "$WORK/site/torch" >"$WORK/own_dir.out" 2>&1 ||
+    { cat "$WORK/own_dir.out"; fail "Torch_DIR alone refused"; }
+  grep -qF "Caffe2_DIR=$WORK/site/torch/share/cmake/Caffe2" "$WORK/own_dir.out" ||
+    { cat "$WORK/own_dir.out"; fail "with Torch_DIR alone, another Caffe2 package was taken"; }
+  grep -qF "TORCH_LIBRARY=$WORK/site/torch/lib/libtorch.so" "$WORK/own_dir.out" ||
+    { cat "$WORK/own_dir.out"; fail "with Torch_DIR alone, another libtorch.so was taken"; }
+  echo "ok: cmake_torch_dir_alone takes the LibTorch's own Caffe2 package and lib/"
 
   if [[ -e /usr/lib/x86_64-linux-gnu/libtorch.so ]]; then
     fake_libtorch "$WORK/empty_root" OFF no
