@@ -35,7 +35,8 @@ bool libtorch_exports_filesystem() {
   if (torch_cpu == nullptr) torch_cpu = dlopen("libtorch.so", RTLD_NOW | RTLD_NOLOAD);
   if (torch_cpu == nullptr) return false;
   void* symbol = dlsym(torch_cpu, kRemoveAll);
-  const bool exported = symbol != nullptr && object_of(symbol).find("libtorch") != std::string::npos;
+  const bool exported =
+      symbol != nullptr && object_of(symbol).find("libtorch") != std::string::npos;
   dlclose(torch_cpu);
   return exported;
 }
