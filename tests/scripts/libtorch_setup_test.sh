@@ -160,7 +160,7 @@ case_offline() {
   local start=$SECONDS
   expect_fail pip_offline "this command failed" "pip install" "torch==" -- \
     env TRAINPACK_VENVS="$WORK/venvs" TRAINPACK_PIP_CACHE="$WORK/pip-cache" \
-    PIP_INDEX_URL=http://127.0.0.1:9/simple PIP_FIND_LINKS= PIP_NO_INDEX= \
+    PIP_INDEX_URL=http://127.0.0.1:9/simple PIP_FIND_LINKS= \
     bash "$ROOT/scripts/pip_libtorch.sh"
   ((SECONDS - start < 60)) || fail "pip_offline took $((SECONDS - start)) s (a minute at most)"
   echo "ok: pip_offline failed in $((SECONDS - start)) s"
