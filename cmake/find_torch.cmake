@@ -1,4 +1,4 @@
-# find_package(Torch REQUIRED), with two guards that LibTorch's own CMake package lacks. Included
+# find_package(Torch REQUIRED), with three guards that LibTorch's own CMake package lacks. Included
 # by trainpack's CMakeLists.txt and, installed as trainpackFindTorch.cmake, by trainpackConfig.cmake.
 #
 # 1. A CUDA build of LibTorch (PyTorch's pip wheel, pytorch.org's CUDA archives) runs nvcc inside
@@ -39,15 +39,16 @@ foreach(_tp_dir IN LISTS _tp_candidates)
 endforeach()
 
 set(_tp_torch_lib_dir "")
+set(_tp_caffe2_dir "")
 if(_tp_torch_dir)
   # <root>/share/cmake/Torch -> <root>/lib (pip's wheel, pytorch.org's archive, a source build).
   get_filename_component(_tp_torch_root "${_tp_torch_dir}/../../.." ABSOLUTE)
   if(EXISTS "${_tp_torch_root}/lib")
     set(_tp_torch_lib_dir "${_tp_torch_root}/lib")
   endif()
-  set(_tp_caffe2_config "${_tp_torch_dir}/../Caffe2/Caffe2Config.cmake")
-  if(EXISTS "${_tp_caffe2_config}")
-    file(STRINGS "${_tp_caffe2_config}" _tp_uses_cuda REGEX "^[ \t]*set\\(CAFFE2_USE_CUDA ON\\)")
+  if(EXISTS "${_tp_torch_dir}/../Caffe2/Caffe2Config.cmake")
+    get_filename_component(_tp_caffe2_dir "${_tp_torch_dir}/../Caffe2" ABSOLUTE)
+    file(STRINGS "${_tp_caffe2_dir}/Caffe2Config.cmake" _tp_uses_cuda REGEX "^[ \t]*set\\(CAFFE2_USE_CUDA ON\\)")
     if(_tp_uses_cuda AND NOT CMAKE_CUDA_COMPILER)
       find_program(_tp_nvcc nvcc
         HINTS "${CUDA_TOOLKIT_ROOT_DIR}/bin" ENV CUDA_HOME ENV CUDA_PATH /usr/local/cuda/bin)
@@ -74,41 +75,36 @@ endif()
 if(_tp_torch_dir AND NOT Torch_DIR)
   set(Torch_DIR "${_tp_torch_dir}" CACHE PATH "LibTorch's CMake package" FORCE)
 endif()
-set(_tp_caffe2_dir "")
-if(_tp_torch_dir AND EXISTS "${_tp_torch_dir}/../Caffe2/Caffe2Config.cmake")
-  get_filename_component(_tp_caffe2_dir "${_tp_torch_dir}/../Caffe2" ABSOLUTE)
-  if(NOT Caffe2_DIR)
-    set(Caffe2_DIR "${_tp_caffe2_dir}" CACHE PATH "LibTorch's Caffe2 package" FORCE)
-  endif()
+if(_tp_caffe2_dir AND NOT Caffe2_DIR)
+  set(Caffe2_DIR "${_tp_caffe2_dir}" CACHE PATH "LibTorch's Caffe2 package" FORCE)
 endif()
 find_package(Torch REQUIRED)
-if(_tp_caffe2_dir)
-  get_filename_component(_tp_found_dir "${Caffe2_DIR}" REALPATH)
-  get_filename_component(_tp_want_dir "${_tp_caffe2_dir}" REALPATH)
-  if(NOT _tp_found_dir STREQUAL _tp_want_dir)
+
+# _tp_require_own(WHAT FOUND_DIR OWN_DIR FIX): FOUND_DIR must be OWN_DIR (after symbolic links).
+macro(_tp_require_own what found_dir own_dir fix)
+  get_filename_component(_tp_found_real "${found_dir}" REALPATH)
+  get_filename_component(_tp_own_real "${own_dir}" REALPATH)
+  if(NOT _tp_found_real STREQUAL _tp_own_real)
     message(FATAL_ERROR
-      "trainpack: LibTorch's package in ${_tp_torch_dir} took the Caffe2 package in "
-      "${Caffe2_DIR}, which is not its own (${_tp_caffe2_dir}): two LibTorches would be mixed. "
-      "Configure a fresh build directory, or pass -DCaffe2_DIR=${_tp_caffe2_dir}.")
+      "trainpack: LibTorch's package in ${_tp_torch_dir} took ${what}, which is not its own "
+      "(${own_dir}): two LibTorches would be mixed. Configure a fresh build directory, or pass "
+      "${fix}.")
   endif()
+endmacro()
+if(_tp_caffe2_dir)
+  _tp_require_own("the Caffe2 package in ${Caffe2_DIR}" "${Caffe2_DIR}" "${_tp_caffe2_dir}"
+                  "-DCaffe2_DIR=${_tp_caffe2_dir}")
 endif()
 if(_tp_torch_lib_dir)
   set(CMAKE_LIBRARY_PATH "${_tp_saved_library_path}")
   foreach(_tp_var TORCH_LIBRARY c10_LIBRARY)
     if(${_tp_var})
       get_filename_component(_tp_found_dir "${${_tp_var}}" DIRECTORY)
-      get_filename_component(_tp_found_dir "${_tp_found_dir}" REALPATH)
-      get_filename_component(_tp_want_dir "${_tp_torch_lib_dir}" REALPATH)
-      if(NOT _tp_found_dir STREQUAL _tp_want_dir)
-        message(FATAL_ERROR
-          "trainpack: LibTorch's package in ${_tp_torch_dir} took ${_tp_var}=${${_tp_var}}, which "
-          "is not its own (${_tp_torch_lib_dir}): two LibTorches would be mixed. Configure a "
-          "fresh build directory, or pass -D${_tp_var}=${_tp_torch_lib_dir}/<its file>.")
-      endif()
+      _tp_require_own("${_tp_var}=${${_tp_var}}" "${_tp_found_dir}" "${_tp_torch_lib_dir}"
+                      "-D${_tp_var}=${_tp_torch_lib_dir}/<its file>")
     endif()
   endforeach()
-endif()
-if(_tp_torch_lib_dir)
+
   get_filename_component(_tp_site_packages "${_tp_torch_root}/.." ABSOLUTE)
   file(GLOB _tp_nvidia_lib_dirs LIST_DIRECTORIES true "${_tp_site_packages}/nvidia/*/lib")
   if(_tp_nvidia_lib_dirs)
@@ -119,7 +115,9 @@ if(_tp_torch_lib_dir)
                    "${_tp_nvidia_path}")
   endif()
 endif()
-foreach(_tp_var _tp_caffe2_dir _tp_site_packages _tp_nvidia_lib_dirs _tp_nvidia_path _tp_torch_dir _tp_candidates _tp_torch_lib_dir _tp_torch_root _tp_caffe2_config
-                _tp_uses_cuda _tp_saved_library_path _tp_found_dir _tp_want_dir _tp_dir _tp_prefix)
+foreach(_tp_var _tp_caffe2_dir _tp_site_packages _tp_nvidia_lib_dirs _tp_nvidia_path _tp_torch_dir
+                _tp_candidates _tp_torch_lib_dir _tp_torch_root _tp_uses_cuda
+                _tp_saved_library_path _tp_found_dir _tp_found_real _tp_own_real _tp_dir
+                _tp_prefix)
   unset(${_tp_var})
 endforeach()

@@ -16,9 +16,9 @@
 # Options combine (`--test --asan` tests the release build, then the ASan build). Arguments after
 # `--` go to every cmake configure, e.g. `-- -DTorch_DIR=/opt/libtorch/share/cmake/Torch`.
 # Environment: JOBS (parallel compile jobs; default: all cores); BUILD_DIR (the release build's
-# directory; default build, or build-pip with a Python's torch; BUILD_TARGETS (build only these
-# targets, e.g. "fashion_mnist", instead of everything; --test then runs what was built); the sanitizer builds go to
-# BUILD_DIR-asan/ and BUILD_DIR-tsan/). Compiles go through ccache when it is installed (setup.sh
+# directory; default build, or build-pip with a Python's torch; the sanitizer builds go to
+# BUILD_DIR-asan/ and BUILD_DIR-tsan/); BUILD_TARGETS (build only these targets, e.g.
+# "fashion_mnist", instead of everything; --test then runs what was built). Compiles go through ccache when it is installed (setup.sh
 # installs it; its cache, ~/.cache/ccache, is outside the clone): a second clone, or a rebuild
 # after `git clean`, compiles only what changed.
 set -euo pipefail
