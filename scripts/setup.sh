@@ -3,7 +3,7 @@
 # only what is missing and rebuilds only what changed.
 #
 #   bash scripts/setup.sh            install packages, configure and build (build/, Release)
-#   bash scripts/setup.sh --run      ... then run the main job
+#   bash scripts/setup.sh --run      ... build only the main job (library and example) and run it
 #   bash scripts/setup.sh --test     ... then run the whole test suite (ctest)
 #   bash scripts/setup.sh --asan     build and test with AddressSanitizer+UBSan in build-asan/
 #   bash scripts/setup.sh --tsan     build and test with ThreadSanitizer in build-tsan/
@@ -115,6 +115,12 @@ else
 fi
 # The release build is made unless only sanitizer builds were asked for.
 DO_RELEASE=1
+# `--run` alone builds what the main job needs (the library and the example), not the tests and
+# benchmarks (most of a full build): the job starts minutes sooner. `--test` builds everything.
+MAIN_JOB_TARGETS="fashion_mnist"
+if [[ $DO_RUN -eq 1 && $DO_TEST -eq 0 && -z ${BUILD_TARGETS:-} ]]; then
+  BUILD_TARGETS=$MAIN_JOB_TARGETS
+fi
 if [[ $((DO_ASAN + DO_TSAN)) -gt 0 && $((DO_RUN + DO_TEST)) -eq 0 ]]; then DO_RELEASE=0; fi
 
 install_packages() {

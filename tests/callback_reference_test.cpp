@@ -10,7 +10,7 @@
 #include <regex>
 #include <string>
 
-namespace {
+namespace callback_reference_test {
 
 namespace fs = std::filesystem;
 
@@ -70,4 +70,4 @@ TEST(CallbackReference, EveryHeaderLinkPointsAtAFile) {
   EXPECT_GT(links, 15);
 }
 
-}  // namespace
+}  // namespace callback_reference_test

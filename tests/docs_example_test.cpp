@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-namespace {
+namespace docs_example_test {
 
 class StepTime : public trainpack::Callback {
  public:
@@ -93,4 +93,4 @@ TEST(DocsExample, CallbacksMdShowsThisTest) {
   }
 }
 
-}  // namespace
+}  // namespace docs_example_test

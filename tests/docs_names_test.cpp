@@ -14,7 +14,7 @@
 #include "trainpack/train/defaults.h"
 
 namespace trainpack {
-namespace {
+namespace docs_names_test {
 
 namespace fs = std::filesystem;
 
@@ -71,5 +71,5 @@ TEST(DocsNames, NothingNamesTrainpackSetLoggerDirOutsideTheLogger) {
   EXPECT_GT(files, 100);
 }
 
-}  // namespace
+}  // namespace docs_names_test
 }  // namespace trainpack

@@ -7,7 +7,7 @@
 #include "trainpack/graph.h"
 
 namespace trainpack {
-namespace {
+namespace graph_test {
 
 using ::testing::HasSubstr;
 
@@ -125,5 +125,5 @@ TEST(Graph, AnUnknownOpListsTheOnesThatExist) {
   }
 }
 
-}  // namespace
+}  // namespace graph_test
 }  // namespace trainpack

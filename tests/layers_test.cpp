@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-namespace {
+namespace layers_test {
 
 namespace fs = std::filesystem;
 
@@ -168,4 +168,4 @@ TEST(Layers, TheListedExceptionsAreUpward) {
   EXPECT_FALSE(listed_upward(/*header=*/false, "input/input_source", "train/tower"));
 }
 
-}  // namespace
+}  // namespace layers_test

@@ -11,7 +11,7 @@
 #include "trainpack/callbacks/misc.h"
 
 namespace trainpack {
-namespace {
+namespace testing_test {
 
 using testing::ActionCallback;
 using testing::FakeClock;
@@ -77,5 +77,5 @@ TEST(TestingTools, ActionCallbackAsksForTensorsAndSeesThem) {
   EXPECT_EQ(probe->values, nullptr);  // only set during after_run
 }
 
-}  // namespace
+}  // namespace testing_test
 }  // namespace trainpack

@@ -9,7 +9,7 @@
 
 #include "trainpack/trainpack.h"
 
-namespace {
+namespace umbrella_header_test {
 
 namespace fs = std::filesystem;
 
@@ -33,4 +33,4 @@ TEST(UmbrellaHeader, IncludesEveryPublicHeader) {
   EXPECT_GT(checked, 40);
 }
 
-}  // namespace
+}  // namespace umbrella_header_test

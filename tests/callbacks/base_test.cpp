@@ -9,7 +9,7 @@
 #include "trainpack/testing.h"
 
 namespace trainpack {
-namespace {
+namespace base_test {
 
 using ::testing::HasSubstr;
 using testing::LogCapture;
@@ -281,5 +281,5 @@ TEST(RunUpdateOps, AnEmptyCollectionRunsNothingAndLogsNothing) {
   EXPECT_FALSE(log.contains("Applying collection"));
 }
 
-}  // namespace
+}  // namespace base_test
 }  // namespace trainpack

@@ -32,7 +32,7 @@
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
-namespace {
+namespace callback_state_test {
 
 using testing::ActionCallback;
 using ::testing::HasSubstr;
@@ -754,5 +754,5 @@ TEST(CallbackState, AStringEntryThatDoesNotFitNamesTheCallbackAndTheEntry) {
   EXPECT_THROW(state_string("Mine", {}, "id"), std::invalid_argument);
 }
 
-}  // namespace
+}  // namespace callback_state_test
 }  // namespace trainpack

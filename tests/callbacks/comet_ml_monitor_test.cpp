@@ -37,7 +37,7 @@
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
-namespace {
+namespace comet_ml_monitor_test {
 
 namespace fs = std::filesystem;
 using testing::CometExperiment;
@@ -509,5 +509,5 @@ TEST_F(CometMLMonitorTest, LoadStateRestoresTheKeyAndRefusesAnythingElse) {
                std::invalid_argument);
 }
 
-}  // namespace
+}  // namespace comet_ml_monitor_test
 }  // namespace trainpack

@@ -26,7 +26,7 @@
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
-namespace {
+namespace concurrency_test {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
@@ -496,5 +496,5 @@ TEST(StoppableThread, StartingTwiceIsALogicError) {
   EXPECT_TRUE(t->stop(1s));
 }
 
-}  // namespace
+}  // namespace concurrency_test
 }  // namespace trainpack

@@ -22,7 +22,7 @@
 #include "trainpack/utils/float_repr.h"
 
 namespace trainpack {
-namespace {
+namespace console_test {
 
 namespace fs = std::filesystem;
 using testing::ActionCallback;
@@ -490,5 +490,5 @@ TEST(Console, RunConsoleCommandsStopsAtTheFirstStopOrContinue) {
                                                    ConsoleOutcome::kContinue}));
 }
 
-}  // namespace
+}  // namespace console_test
 }  // namespace trainpack

@@ -25,7 +25,7 @@
 #include "trainpack/utils/checkpoint.h"
 
 namespace trainpack {
-namespace {
+namespace early_stopping_test {
 
 using testing::ActionCallback;
 using testing::LogCapture;
@@ -255,5 +255,5 @@ TEST_F(EarlyStoppingResumeTest, AResumedRunContinuesTheCount) {
   }
 }
 
-}  // namespace
+}  // namespace early_stopping_test
 }  // namespace trainpack

@@ -26,7 +26,7 @@
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {
-namespace {
+namespace graph_profiler_test {
 
 namespace fs = std::filesystem;
 using ::testing::ElementsAre;
@@ -281,5 +281,5 @@ TEST(GraphProfilerOptionsTest, NothingToWriteIsRefused) {
   }
 }
 
-}  // namespace
+}  // namespace graph_profiler_test
 }  // namespace trainpack

@@ -29,7 +29,7 @@
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
-namespace {
+namespace hooks_test {
 
 namespace fs = std::filesystem;
 using ::testing::ElementsAre;
@@ -651,5 +651,5 @@ TEST_F(LocalDebugHookTest, AWatchedNameTheStepDoesNotPublishStopsTraining) {
                         "not publish it. Names the step publishes: 'cost', 'n', 'w'"));
 }
 
-}  // namespace
+}  // namespace hooks_test
 }  // namespace trainpack

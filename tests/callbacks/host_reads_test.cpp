@@ -23,7 +23,7 @@
 #include "trainpack/trainpack.h"
 
 namespace trainpack {
-namespace {
+namespace host_reads_test {
 
 // The reads of every step, from its first before_run to the next step's (so a step's window
 // holds its after_run, trigger_step and, for the last step of an epoch, the epoch end). Register
@@ -126,5 +126,5 @@ TEST_F(HostReads, OnlyTheStepsThatShowOrSummariseReadValues) {
   }
 }
 
-}  // namespace
+}  // namespace host_reads_test
 }  // namespace trainpack

@@ -21,7 +21,7 @@
 #include "trainpack/train/single_cost.h"
 
 namespace trainpack {
-namespace {
+namespace inference_test {
 
 using testing::message_of;
 
@@ -632,5 +632,5 @@ TEST(DataParallelInferenceRunnerTest, Errors) {
   }
 }
 
-}  // namespace
+}  // namespace inference_test
 }  // namespace trainpack

@@ -23,7 +23,7 @@
 #include "support/temp_dir.h"
 
 namespace trainpack {
-namespace {
+namespace inject_shell_test {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -361,5 +361,5 @@ TEST_F(InjectShellProcess, AStepTriggerPausesAtThatStep) {
             std::vector<std::string>({"[report] after_train at global_step=6 epoch=2"}));
 }
 
-}  // namespace
+}  // namespace inject_shell_test
 }  // namespace trainpack

@@ -32,7 +32,7 @@
 #include "trainpack/testing.h"
 
 namespace trainpack {
-namespace {
+namespace json_writer_test {
 
 namespace fs = std::filesystem;
 using testing::LogCapture;
@@ -881,5 +881,5 @@ TEST_F(JSONWriterTest, AFilePaddedWithNulBytesIsReadWithoutTheThemAndItsBackupSt
   EXPECT_LT(static_cast<int64_t>(st.st_blocks) * 512, int64_t{1} << 20);
 }
 
-}  // namespace
+}  // namespace json_writer_test
 }  // namespace trainpack

@@ -17,7 +17,7 @@
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {
-namespace {
+namespace misc_test {
 
 using testing::ActionCallback;
 using ::testing::ElementsAre;
@@ -156,5 +156,5 @@ TEST_F(SendStatTest, BadTemplateIsAnErrorAtConstruction) {
   EXPECT_THROW(SendStat("echo cost}", {"cost"}), std::invalid_argument);
 }
 
-}  // namespace
+}  // namespace misc_test
 }  // namespace trainpack

@@ -45,7 +45,7 @@
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
-namespace {
+namespace mlflow_monitor_test {
 
 namespace fs = std::filesystem;
 using testing::ActionCallback;
@@ -636,11 +636,11 @@ TEST_F(MLflowMonitorTest, TheStateIsTheRunsIdAsText) {
   EXPECT_THROW(monitor.load_state({{"run", state_string("x")}}), std::invalid_argument);
 }
 
-}  // namespace
+}  // namespace mlflow_monitor_test
 }  // namespace trainpack
 
 namespace trainpack {
-namespace {
+namespace mlflow_monitor_test {
 
 // ---- the fake server itself: it answers as MLflow does, and refuses what MLflow refuses ----
 
@@ -769,5 +769,5 @@ TEST_F(FakeMLflowTest, FaultsAnswerTheNextRequestsOrThoseOfAnEndpoint) {
   EXPECT_EQ(post("runs/create", R"({"experiment_id": "0", "start_time": 1})").status, 401);
 }
 
-}  // namespace
+}  // namespace mlflow_monitor_test
 }  // namespace trainpack

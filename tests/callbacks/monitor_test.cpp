@@ -6,7 +6,7 @@
 #include "trainpack/testing.h"
 
 namespace trainpack {
-namespace {
+namespace monitor_test {
 
 class Recorder : public MonitorBase {
  public:
@@ -72,5 +72,5 @@ TEST(Monitors, AreNotChiefOnly) {
 
 TEST(Monitors, ANullMonitorIsAnError) { EXPECT_THROW(Monitors({nullptr}), std::invalid_argument); }
 
-}  // namespace
+}  // namespace monitor_test
 }  // namespace trainpack

@@ -15,7 +15,7 @@
 #include "trainpack/testing.h"
 
 namespace trainpack {
-namespace {
+namespace monitors_test {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -383,5 +383,5 @@ TEST(MonitorsPutEvent, BeforeSetupTheStepIsZero) {
   EXPECT_GT(f.a->events.at(0).wall_time, 1.6e9);  // seconds since 1970, not a clock since boot
 }
 
-}  // namespace
+}  // namespace monitors_test
 }  // namespace trainpack

@@ -26,7 +26,7 @@
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
-namespace {
+namespace param_test {
 
 using testing::message_of;
 
@@ -1072,11 +1072,11 @@ TEST(ValueRangeTest, BoundsAndText) {
             "ValueRange: no value is finite, >= 1 and < 1; check the bounds");
 }
 
-}  // namespace
+}  // namespace param_test
 }  // namespace trainpack
 
 namespace trainpack {
-namespace {
+namespace param_test {
 
 TEST(HyperParamRefTest, AcceptsASharedPtrToAnyHyperParamSubclass) {
   double value = 1.0;
@@ -1090,5 +1090,5 @@ TEST(HyperParamRefTest, AcceptsASharedPtrToAnyHyperParamSubclass) {
   EXPECT_DOUBLE_EQ(value, 0.125);  // before_train, then after epochs 1 and 2
 }
 
-}  // namespace
+}  // namespace param_test
 }  // namespace trainpack

@@ -18,7 +18,7 @@
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {
-namespace {
+namespace prof_gpu_test {
 
 using testing::ActionCallback;
 using ::testing::ElementsAre;
@@ -391,5 +391,5 @@ TEST(GPUMemoryTracker, BadArgumentsAreErrors) {
   EXPECT_EQ(message({1, -2}), "GPUMemoryTracker: devices has -2; a GPU index must be >= 0");
 }
 
-}  // namespace
+}  // namespace prof_gpu_test
 }  // namespace trainpack

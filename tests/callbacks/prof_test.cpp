@@ -14,7 +14,7 @@
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {
-namespace {
+namespace prof_test {
 
 using ::testing::HasSubstr;
 using testing::LogCapture;
@@ -117,5 +117,5 @@ TEST(HostMemoryTracker, LogsAndPutsFreeMemory) {
                                "[0-9]+\\.[0-9][0-9] GB\\.")));
 }
 
-}  // namespace
+}  // namespace prof_test
 }  // namespace trainpack

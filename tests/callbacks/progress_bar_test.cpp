@@ -20,7 +20,7 @@
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {
-namespace {
+namespace progress_bar_test {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -418,5 +418,5 @@ TEST(ProgressBar, WritesToAStream) {
   EXPECT_EQ(std::string(buf, n), "100%|##########| 2/2 [00:01<00:00,  2.00it/s]\n");
 }
 
-}  // namespace
+}  // namespace progress_bar_test
 }  // namespace trainpack

@@ -40,7 +40,7 @@
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
-namespace {
+namespace saver_test {
 
 namespace fs = std::filesystem;
 using testing::ActionCallback;
@@ -1024,5 +1024,5 @@ TEST_F(SaverTest, SyncSavesOnTheTrainingThreadBeforeSaveReturns) {
   EXPECT_EQ(writers, (std::vector<std::thread::id>(2, std::this_thread::get_id())));
 }
 
-}  // namespace
+}  // namespace saver_test
 }  // namespace trainpack

@@ -14,7 +14,7 @@
 #include "trainpack/testing.h"
 
 namespace trainpack {
-namespace {
+namespace scalar_printer_test {
 
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
@@ -220,5 +220,5 @@ TEST(ScalarPrinter, IsNotChiefOnlyAndStaysOffTheStepPathUnlessAsked) {
   EXPECT_FALSE(per_step.overrides(Hook::kTriggerEpoch));
 }
 
-}  // namespace
+}  // namespace scalar_printer_test
 }  // namespace trainpack

@@ -16,7 +16,7 @@
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {
-namespace {
+namespace send_monitor_data_test {
 
 using testing::ActionCallback;
 using ::testing::ElementsAre;
@@ -91,5 +91,5 @@ TEST_F(SendMonitorDataTest, BadTemplateIsAnErrorAtConstruction) {
   EXPECT_THROW(SendMonitorData("echo a}", {"a"}), std::invalid_argument);
 }
 
-}  // namespace
+}  // namespace send_monitor_data_test
 }  // namespace trainpack

@@ -12,7 +12,7 @@
 #include "trainpack/callbacks/session_run_timeout.h"
 
 namespace trainpack {
-namespace {
+namespace session_run_timeout_process_test {
 
 using ::testing::ContainsRegex;
 using ::testing::MatchesRegex;
@@ -44,5 +44,5 @@ TEST_F(SessionRunTimeoutProcessTest, AHungStepEndsTheProcessWithTheMessageInTheL
   EXPECT_GT(std::stoll(json["timestamp"].get<std::string>()), 1600000000);
 }
 
-}  // namespace
+}  // namespace session_run_timeout_process_test
 }  // namespace trainpack

@@ -25,7 +25,7 @@
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {
-namespace {
+namespace session_run_timeout_test {
 
 using ::testing::HasSubstr;
 using testing::LogCapture;
@@ -219,5 +219,5 @@ TEST(SessionRunTimeout, NoThreadOutlivesTraining) {
   EXPECT_EQ(threads(), before);
 }
 
-}  // namespace
+}  // namespace session_run_timeout_test
 }  // namespace trainpack

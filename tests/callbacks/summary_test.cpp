@@ -33,7 +33,7 @@
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
-namespace {
+namespace summary_test {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -160,9 +160,9 @@ size_t count_lines(const LogCapture& log, const std::string& text) {
 TEST(MergeAllSummaries, ChiefOnlyButRunOnEveryRankOfADataParallelRun) {
   // Their results are the chief's; under data-parallel training every rank keeps its own
   // averages and takes part in the mean over the ranks (tests/distributed/inference_test.cpp).
-  for (const CallbackPtr& cb : {CallbackPtr(std::make_shared<MovingAverageSummary>()),
-                                MergeAllSummaries(),
-                                MergeAllSummaries(MergeAllSummariesOptions().run_alone(true))}) {
+  for (const CallbackPtr& cb :
+       {CallbackPtr(std::make_shared<MovingAverageSummary>()), MergeAllSummaries(),
+        MergeAllSummaries(MergeAllSummariesOptions().run_alone(true))}) {
     EXPECT_TRUE(cb->chief_only()) << cb->name();
     EXPECT_TRUE(cb->runs_on_every_rank()) << cb->name();
   }
@@ -664,5 +664,5 @@ TEST_F(SummaryFilesTest, TheMovingCostLandsInStatsJsonAndTheEventFileAsCost) {
   EXPECT_EQ(seen, (std::vector<std::string>{"1:img/image", "1:cost", "2:img/image", "2:cost"}));
 }
 
-}  // namespace
+}  // namespace summary_test
 }  // namespace trainpack

@@ -32,7 +32,7 @@
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
-namespace {
+namespace tensors_test {
 
 namespace fs = std::filesystem;
 using ::testing::ElementsAre;
@@ -593,5 +593,5 @@ TEST(CheckNumerics, RejectsBadArguments) {
             "CheckNumerics: names[1] is empty");
 }
 
-}  // namespace
+}  // namespace tensors_test
 }  // namespace trainpack

@@ -31,7 +31,7 @@
 #include "trainpack/utils/png.h"
 
 namespace trainpack {
-namespace {
+namespace tf_event_writer_test {
 
 namespace fs = std::filesystem;
 using testing::ActionCallback;
@@ -655,5 +655,5 @@ TEST_F(TFEventWriterTest, SplitFilesKeepEachEpochInItsFileWhenTheWriterIsBehind)
   expect_one_file_per_epoch(*w, /*checked_event=*/2);
 }
 
-}  // namespace
+}  // namespace tf_event_writer_test
 }  // namespace trainpack

@@ -22,7 +22,7 @@
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {
-namespace {
+namespace tracking_monitor_test {
 
 using testing::ActionCallback;
 using ::testing::ElementsAre;
@@ -502,5 +502,5 @@ TEST(TrackingMonitor, BadOptionsNameTheOption) {
   }
 }
 
-}  // namespace
+}  // namespace tracking_monitor_test
 }  // namespace trainpack

@@ -7,7 +7,7 @@
 #include "trainpack/testing.h"
 
 namespace trainpack {
-namespace {
+namespace trigger_test {
 
 using testing::message_of;
 
@@ -227,11 +227,11 @@ TEST(EnableCallbackIf, NameWrapsTheInnerName) {
   EXPECT_EQ(c.name(), "EnableCallbackIf-TriggerRecorder");
 }
 
-}  // namespace
+}  // namespace trigger_test
 }  // namespace trainpack
 
 namespace trainpack {
-namespace {
+namespace trigger_test {
 
 TEST(Wrappers, ANullCallbackIsAnErrorNamingTheWrapper) {
   EXPECT_THAT(message_of<std::invalid_argument>(
@@ -247,11 +247,11 @@ TEST(Wrappers, ANullCallbackIsAnErrorNamingTheWrapper) {
               ::testing::StartsWith("ProxyCallback: callback is null"));
 }
 
-}  // namespace
+}  // namespace trigger_test
 }  // namespace trainpack
 
 namespace trainpack {
-namespace {
+namespace trigger_test {
 
 class EpochOnly : public Callback {
  protected:
@@ -309,5 +309,5 @@ TEST(WrapperDispatch, ASubclassOfAProxyThatAddsAHookIsCalledThere) {
   EXPECT_EQ(counting->steps, 3);
 }
 
-}  // namespace
+}  // namespace trigger_test
 }  // namespace trainpack

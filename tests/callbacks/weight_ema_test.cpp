@@ -33,7 +33,7 @@
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
-namespace {
+namespace weight_ema_test {
 
 using testing::ActionCallback;
 using ::testing::HasSubstr;
@@ -401,5 +401,5 @@ TEST(WeightEMA, BadArgumentsAreRefused) {
               HasSubstr("WeightEMA: the trainer has no trainable variables to average"));
 }
 
-}  // namespace
+}  // namespace weight_ema_test
 }  // namespace trainpack

@@ -18,7 +18,7 @@
 #endif
 
 namespace trainpack {
-namespace {
+namespace cuda_graph_cuda_test {
 
 // A small MLP on 64 random points of 16 features, 8 classes; batches of 16 (4 steps per epoch),
 // or of 24 with the remainder (24, 24, 16: shapes that change).
@@ -223,5 +223,5 @@ TEST_F(CudaGraphResume, AStoppedAndResumedRunEndsWithTheParametersOfOneNeverStop
   expect_close(straight.weights, resumed);
 }
 
-}  // namespace
+}  // namespace cuda_graph_cuda_test
 }  // namespace trainpack

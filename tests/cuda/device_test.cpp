@@ -3,7 +3,7 @@
 
 #include "support/cuda.h"
 
-namespace {
+namespace device_test {
 
 TEST(CudaDevice, ATensorRoundTripsThroughTheGpu) {
   TRAINPACK_REQUIRE_CUDA();
@@ -13,4 +13,4 @@ TEST(CudaDevice, ATensorRoundTripsThroughTheGpu) {
   EXPECT_TRUE(torch::equal(device.cpu(), host));
 }
 
-}  // namespace
+}  // namespace device_test

@@ -28,7 +28,7 @@
 #endif
 
 namespace trainpack {
-namespace {
+namespace host_sync_cuda_test {
 
 #ifdef TRAINPACK_WITH_CUDA
 void set_sync_debug(bool error) {
@@ -106,5 +106,5 @@ TEST_F(HostSyncCuda, QuietStepsOfTheMainJobsCallbacksDoNotSynchronise) {
 #endif
 }
 
-}  // namespace
+}  // namespace host_sync_cuda_test
 }  // namespace trainpack

@@ -25,7 +25,7 @@
 #endif
 
 namespace trainpack {
-namespace {
+namespace staging_input_cuda_test {
 
 // Datapoints {x: float [2] = (i, -i), y: long i} for i in [0, 10), shuffled (seeded), in batches
 // of 2: 5 batches a pass.
@@ -192,5 +192,5 @@ TEST(StagingInputCudaTraining, TrainingThroughItGivesTheSameParameters) {
   EXPECT_TRUE(staged.equal(plain)) << staged << "\nvs\n" << plain;
 }
 
-}  // namespace
+}  // namespace staging_input_cuda_test
 }  // namespace trainpack

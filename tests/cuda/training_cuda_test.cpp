@@ -22,7 +22,7 @@
 #endif
 
 namespace trainpack {
-namespace {
+namespace training_cuda_test {
 
 using testing::LinearRegressionModel;
 
@@ -181,5 +181,5 @@ TEST_F(TrainingCuda, SessionRunTimeoutEndsAStepHeldUpByTheGpu) {
 #endif
 }
 
-}  // namespace
+}  // namespace training_cuda_test
 }  // namespace trainpack

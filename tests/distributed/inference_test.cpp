@@ -41,7 +41,7 @@
 #endif
 
 namespace trainpack {
-namespace {
+namespace inference_test {
 
 namespace fs = std::filesystem;
 
@@ -280,5 +280,5 @@ TEST_F(DistributedInference, InferencerWithoutPartialSumsIsRefusedAtSetup) {
   }
 }
 
-}  // namespace
+}  // namespace inference_test
 }  // namespace trainpack

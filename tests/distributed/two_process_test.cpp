@@ -21,11 +21,11 @@
 #include "support/temp_dir.h"
 
 namespace trainpack {
-namespace {
+namespace two_process_test {
 
 namespace fs = std::filesystem;
-using testing::Clock;
 using testing::read_text;
+using testing::SteadyClock;
 using testing::WorkerPair;
 using testing::WorkerProcess;
 
@@ -36,7 +36,7 @@ bool long_tests() {
   return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double seconds(SteadyClock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 class TwoProcessTest : public testing::TempDirFixture<> {
  protected:
@@ -304,7 +304,7 @@ TEST_F(TwoProcessTest, ARankKilledMakesTheOtherExitNamingIt) {
   auto pair = start("kill", {"--timeout-ms", "20000"},
                     {"--timeout-ms", "20000", "--only-rank", "1", "--wait-signal-at", "5"});
   ASSERT_TRUE((*pair)[1].wait_line("step 5", kRunSeconds)) << (*pair)[1].describe();
-  const Clock::time_point killed = Clock::now();
+  const SteadyClock::time_point killed = SteadyClock::now();
   (*pair)[1].signal(SIGKILL);
   EXPECT_EQ((*pair)[0].wait_exit(kRunSeconds), 1) << (*pair)[0].describe();
   EXPECT_LT(seconds((*pair)[0].ended() - killed), 5)
@@ -323,7 +323,7 @@ TEST_F(TwoProcessTest, AHangingRankMakesTheOtherFailAfterTheTimeout) {
   auto pair = start("hang", {"--timeout-ms", "2000"},
                     {"--timeout-ms", "2000", "--only-rank", "1", "--wait-signal-at", "5"});
   ASSERT_TRUE((*pair)[1].wait_line("step 5", kRunSeconds)) << (*pair)[1].describe();
-  const Clock::time_point stopped = Clock::now();
+  const SteadyClock::time_point stopped = SteadyClock::now();
   (*pair)[1].signal(SIGSTOP);
   EXPECT_EQ((*pair)[0].wait_exit(kRunSeconds), 1) << (*pair)[0].describe();
   const double took = seconds((*pair)[0].ended() - stopped);
@@ -348,5 +348,5 @@ TEST_F(TwoProcessTest, DifferentStepsPerEpochAreAClearError) {
   }
 }
 
-}  // namespace
+}  // namespace two_process_test
 }  // namespace trainpack

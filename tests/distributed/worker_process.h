@@ -24,12 +24,14 @@
 #include <thread>
 #include <vector>
 
+#include "support/files.h"
+
 extern char** environ;
 
 namespace trainpack {
 namespace testing {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 // A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick for port 0): tests that
 // run in parallel never share one.
@@ -69,11 +71,6 @@ inline int exit_code_of(int status) {
   return -1;
 }
 
-inline std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 // One trainpack_dp_worker process: stdout (its report lines) is read through a pipe, stderr (its
 // log and errors) goes to a file. The destructor kills and reaps a process still running.
 class WorkerProcess {
@@ -108,7 +105,7 @@ class WorkerProcess {
       ADD_FAILURE() << "pipe: " << std::strerror(errno);
       return;
     }
-    started_ = Clock::now();
+    started_ = SteadyClock::now();
     pid_ = ::fork();
     if (pid_ == 0) {
       ::close(fds[0]);
@@ -148,7 +145,7 @@ class WorkerProcess {
 
   // Reads report lines until one starts with `prefix` (returned), EOF or `seconds`.
   std::optional<std::string> wait_line(const std::string& prefix, double seconds) {
-    const Clock::time_point deadline = deadline_in(seconds);
+    const SteadyClock::time_point deadline = deadline_in(seconds);
     size_t seen = 0;
     while (true) {
       for (; seen < lines_.size(); ++seen) {
@@ -162,14 +159,14 @@ class WorkerProcess {
   // failure). Returns the exit code (128 + signal when a signal ended it).
   int wait_exit(double seconds) {
     if (reaped_) return exit_code_of(status_);
-    const Clock::time_point deadline = deadline_in(seconds);
+    const SteadyClock::time_point deadline = deadline_in(seconds);
     while (read_some(deadline)) {
     }
     while (true) {
       const pid_t r = ::waitpid(pid_, &status_, WNOHANG);
       if (r == pid_) break;
       if (r < 0 && errno != EINTR) return -1;
-      if (Clock::now() >= deadline) {
+      if (SteadyClock::now() >= deadline) {
         ADD_FAILURE() << "worker " << pid_ << " did not end within " << seconds << " s; killed";
         ::kill(pid_, SIGKILL);
         ::waitpid(pid_, &status_, 0);
@@ -178,7 +175,7 @@ class WorkerProcess {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     reaped_ = true;
-    ended_ = Clock::now();
+    ended_ = SteadyClock::now();
     return exit_code_of(status_);
   }
 
@@ -191,8 +188,8 @@ class WorkerProcess {
     return "";
   }
   std::string err() const { return read_text(stderr_file_); }
-  Clock::time_point ended() const { return ended_; }
-  Clock::time_point started() const { return started_; }
+  SteadyClock::time_point ended() const { return ended_; }
+  SteadyClock::time_point started() const { return started_; }
   std::string describe() const {
     std::string out = "printed:";
     for (const auto& l : lines_) out += " [" + l + "]";
@@ -200,16 +197,17 @@ class WorkerProcess {
   }
 
  private:
-  static Clock::time_point deadline_in(double seconds) {
-    return Clock::now() +
-           std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  static SteadyClock::time_point deadline_in(double seconds) {
+    return SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
+                                    std::chrono::duration<double>(seconds));
   }
   // Reads what is there (waiting until `deadline`); false at EOF or the deadline.
-  bool read_some(Clock::time_point deadline) {
+  bool read_some(SteadyClock::time_point deadline) {
     if (out_fd_ < 0) return false;
     while (true) {
       const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now())
+              .count();
       if (left <= 0) return false;
       pollfd p{out_fd_, POLLIN, 0};
       const int ready = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 100)));
@@ -238,7 +236,7 @@ class WorkerProcess {
   int out_fd_ = -1;
   int status_ = 0;
   bool reaped_ = false;
-  Clock::time_point started_{}, ended_{};
+  SteadyClock::time_point started_{}, ended_{};
   std::string pending_;
   std::vector<std::string> lines_;
 };
@@ -262,8 +260,8 @@ struct WorkerPair {
       vars.emplace("MASTER_ADDR", "127.0.0.1");
       vars.emplace("MASTER_PORT", std::to_string(port));
       if (r == 1) {
-        const Clock::time_point give_up = Clock::now() + std::chrono::seconds(20);
-        while (!listening(port) && Clock::now() < give_up) {
+        const SteadyClock::time_point give_up = SteadyClock::now() + std::chrono::seconds(20);
+        while (!listening(port) && SteadyClock::now() < give_up) {
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
       }

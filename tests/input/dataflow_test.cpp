@@ -12,7 +12,7 @@
 #include "support/errors.h"
 
 namespace trainpack {
-namespace {
+namespace dataflow_test {
 
 std::vector<Datapoint> scalars(int64_t n) {
   std::vector<Datapoint> points;
@@ -263,5 +263,5 @@ TEST(MapData, AppliesTheFunctionAndDropsOnNullopt) {
   EXPECT_EQ(ds.position(), 3);
 }
 
-}  // namespace
+}  // namespace dataflow_test
 }  // namespace trainpack

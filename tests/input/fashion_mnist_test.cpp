@@ -14,7 +14,7 @@
 #include "support/temp_dir.h"
 
 namespace trainpack {
-namespace {
+namespace fashion_mnist_test {
 
 namespace fs = std::filesystem;
 
@@ -184,5 +184,5 @@ TEST(FashionMnist, UnknownSplit) {
   EXPECT_THROW(FashionMnist::read("validation"), std::invalid_argument);
 }
 
-}  // namespace
+}  // namespace fashion_mnist_test
 }  // namespace trainpack

@@ -21,7 +21,7 @@
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {
-namespace {
+namespace input_source_test {
 
 using testing::SourceTrainer;
 using testing::wait_until;
@@ -545,5 +545,5 @@ TEST(QueueInput, QueueSizeIsTheCapacityWhenTheProducerKeepsUp) {
   EXPECT_EQ(values, (std::vector<float>{50.0f, 50.0f, 50.0f}));
 }
 
-}  // namespace
+}  // namespace input_source_test
 }  // namespace trainpack

@@ -29,7 +29,7 @@
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {
-namespace {
+namespace resume_position_test {
 
 using testing::SourceTrainer;
 using testing::wait_until;
@@ -448,5 +448,5 @@ TEST(ResumePosition, FashionMnistBatchesResumeExactly) {
   }
 }
 
-}  // namespace
+}  // namespace resume_position_test
 }  // namespace trainpack

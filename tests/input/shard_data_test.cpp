@@ -20,7 +20,7 @@
 #include "trainpack/testing.h"
 
 namespace trainpack {
-namespace {
+namespace shard_data_test {
 
 using testing::LogCapture;
 using testing::message_of;
@@ -351,5 +351,5 @@ TEST(ShardData, BadArgumentsSayWhatIsWrongAndWhatToDo) {
   EXPECT_NO_THROW(ShardData(counting_generator(1), 2, 3));  // unknown size: checked per pass
 }
 
-}  // namespace
+}  // namespace shard_data_test
 }  // namespace trainpack

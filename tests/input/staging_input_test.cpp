@@ -30,7 +30,7 @@
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {
-namespace {
+namespace staging_input_test {
 
 using testing::SourceTrainer;
 using testing::wait_until;
@@ -419,5 +419,5 @@ TEST(StagingInput, TrainingThroughItGivesTheSameParameters) {
   EXPECT_FALSE(plain.first.equal(testing::LinearRegressionModel(0.9).net->weight.detach()));
 }
 
-}  // namespace
+}  // namespace staging_input_test
 }  // namespace trainpack

@@ -26,7 +26,7 @@
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
-namespace {
+namespace accumulate_test {
 
 namespace fs = std::filesystem;
 
@@ -373,5 +373,5 @@ TEST_F(AccumulationResume, WithGradientProcessorsAloneACrashResumesExactly) {
   expect_same_state(resumed.state, straight.state);
 }
 
-}  // namespace
+}  // namespace accumulate_test
 }  // namespace trainpack

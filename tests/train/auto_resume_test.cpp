@@ -27,7 +27,7 @@
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
-namespace {
+namespace auto_resume_test {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -415,5 +415,5 @@ TEST_F(AutoResumeTest, ANegativeStartingGlobalStepIsAnError) {
   }
 }
 
-}  // namespace
+}  // namespace auto_resume_test
 }  // namespace trainpack

@@ -21,7 +21,7 @@
 #include "trainpack/train/tower_registry.h"
 
 namespace trainpack {
-namespace {
+namespace cuda_graph_test {
 
 using testing::LinearRegressionModel;
 using testing::LogCapture;
@@ -211,5 +211,5 @@ TEST(TowerRegistryStepRecordTest, AReplayedRecordIsWhatTheStepRecorded) {
   EXPECT_EQ(registry.moving_averages()[0].updates, 2);
 }
 
-}  // namespace
+}  // namespace cuda_graph_test
 }  // namespace trainpack

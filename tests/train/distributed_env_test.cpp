@@ -12,7 +12,7 @@
 #include "trainpack/train/distributed.h"
 
 namespace trainpack {
-namespace {
+namespace distributed_env_test {
 
 using Vars = std::map<std::string, std::string>;
 
@@ -230,5 +230,5 @@ TEST(DistributedOptionsTest, Errors) {
              "got -1000 ms");
 }
 
-}  // namespace
+}  // namespace distributed_env_test
 }  // namespace trainpack

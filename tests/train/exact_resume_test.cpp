@@ -43,7 +43,7 @@
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
-namespace {
+namespace exact_resume_test {
 
 namespace fs = std::filesystem;
 
@@ -531,5 +531,5 @@ INSTANTIATE_TEST_SUITE_P(SourcesAndOptimizers, ExactResume,
                            return param_name(info.param);
                          });
 
-}  // namespace
+}  // namespace exact_resume_test
 }  // namespace trainpack

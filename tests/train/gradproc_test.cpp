@@ -22,7 +22,7 @@
 #include "trainpack/train/single_cost.h"
 
 namespace trainpack {
-namespace {
+namespace gradproc_test {
 
 // Parameters "fc.weight" [1, 2], "fc.bias" [1] and "scale" [1].
 struct TwoPartsImpl : torch::nn::Module {
@@ -521,5 +521,5 @@ TEST(CheckGradient, FiniteGradientsPassUnchanged) {
   EXPECT_EQ(values(after->seen[1]["fc.weight"]), (std::vector<float>{3e38f, 3e38f}));
 }
 
-}  // namespace
+}  // namespace gradproc_test
 }  // namespace trainpack

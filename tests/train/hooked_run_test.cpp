@@ -9,7 +9,7 @@
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {
-namespace {
+namespace hooked_run_test {
 
 using ::testing::HasSubstr;
 using testing::Trace;
@@ -198,5 +198,5 @@ TEST(HookedRun, APlainCallOfTheOpRunsNoHooks) {
   for (const auto& line : *trace) EXPECT_THAT(line, ::testing::Not(HasSubstr("_run")));
 }
 
-}  // namespace
+}  // namespace hooked_run_test
 }  // namespace trainpack

@@ -42,7 +42,7 @@
 #endif
 
 namespace trainpack {
-namespace {
+namespace kill_resume_test {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -350,5 +350,5 @@ TEST(KillResume, TwentySigkillsAtRandomMomentsEndWithTheParametersOfAnUnkilledRu
   if (!HasFailure()) fs::remove_all(root);
 }
 
-}  // namespace
+}  // namespace kill_resume_test
 }  // namespace trainpack

@@ -15,7 +15,7 @@
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {
-namespace {
+namespace list_options_test {
 
 template <typename T>
 bool any_is(const std::vector<CallbackPtr>& list) {
@@ -91,5 +91,5 @@ TEST(ListOptions, UnsetExtraCallbacksAndMonitorsAreTheDefaults) {
   EXPECT_TRUE(any_is<ScalarPrinter>(r));
 }
 
-}  // namespace
+}  // namespace list_options_test
 }  // namespace trainpack

@@ -27,7 +27,7 @@
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
-namespace {
+namespace loss_scaler_test {
 
 // One parameter whose gradient is `grad` (a scaled gradient, as backward leaves it).
 NamedGradients one_gradient(const at::Tensor& grad) {
@@ -262,5 +262,5 @@ TEST_F(LossScalingResume, TheScaleIsInTheCheckpointAndAResumedRunContinuesIt) {
   }
 }
 
-}  // namespace
+}  // namespace loss_scaler_test
 }  // namespace trainpack

@@ -25,7 +25,7 @@
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
-namespace {
+namespace precision_test {
 
 TEST(Precision, ParsesTheUsualSpellingsAndRefusesOthers) {
   EXPECT_EQ(parse_precision("fp32"), Precision::kFloat32);
@@ -327,5 +327,5 @@ TEST(Precision, SettingItAfterSetupGraphIsRefusedNamingTheFix) {
   }
 }
 
-}  // namespace
+}  // namespace precision_test
 }  // namespace trainpack

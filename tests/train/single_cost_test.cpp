@@ -17,7 +17,7 @@
 #include "trainpack/train/config.h"
 
 namespace trainpack {
-namespace {
+namespace single_cost_test {
 
 using testing::ActionCallback;
 using testing::message_of;
@@ -425,5 +425,5 @@ TEST(LaunchTrainWithConfigTest, BadConfigs) {
             std::string::npos);
 }
 
-}  // namespace
+}  // namespace single_cost_test
 }  // namespace trainpack

@@ -13,7 +13,7 @@
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {
-namespace {
+namespace starting_point_test {
 
 using testing::LogCapture;
 using testing::Trace;
@@ -95,5 +95,5 @@ TEST(StartingPoint, BadValuesAreErrorsNamingTheSetting) {
   EXPECT_THROW(trainer.set_starting_global_step(3), std::logic_error);
 }
 
-}  // namespace
+}  // namespace starting_point_test
 }  // namespace trainpack

@@ -20,7 +20,7 @@
 #include "trainpack/utils/checkpoint.h"
 
 namespace trainpack {
-namespace {
+namespace state_test {
 
 using testing::LogCapture;
 using testing::Trace;
@@ -849,5 +849,5 @@ TEST_F(OptimizerStateTest, PythonsTorchLoadReadsTheOptimizerEntries) {
             "'optimizer/1/3/step']");
 }
 
-}  // namespace
+}  // namespace state_test
 }  // namespace trainpack

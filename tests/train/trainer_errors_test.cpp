@@ -11,7 +11,7 @@
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {
-namespace {
+namespace trainer_errors_test {
 
 using testing::ActionCallback;
 using ::testing::HasSubstr;
@@ -354,11 +354,11 @@ TEST(TrainerSignals, SighupAndSigquitStopAtTheNextStepLikeSigterm) {
 
 TEST(TrainerSignals, NoSignalMeansExitCodeZero) { EXPECT_EQ(exit_code_for_signal(0), 0); }
 
-}  // namespace
+}  // namespace trainer_errors_test
 }  // namespace trainpack
 
 namespace trainpack {
-namespace {
+namespace trainer_errors_test {
 
 TEST(TrainerSignals, ASignalDuringTheLastStepIsStillReported) {
   NoOpTrainer trainer;
@@ -406,11 +406,11 @@ TEST(TrainerErrors, AGraphChangeInsideTheLoopNamesTheCallback) {
   }
 }
 
-}  // namespace
+}  // namespace trainer_errors_test
 }  // namespace trainpack
 
 namespace trainpack {
-namespace {
+namespace trainer_errors_test {
 
 TEST(TrainerSignals, AnIgnoredSignalStaysIgnored) {
   struct sigaction ignore {
@@ -427,5 +427,5 @@ TEST(TrainerSignals, AnIgnoredSignalStaysIgnored) {
   EXPECT_EQ(after.sa_handler, SIG_IGN);
 }
 
-}  // namespace
+}  // namespace trainer_errors_test
 }  // namespace trainpack

@@ -5,7 +5,7 @@
 #include "trainpack/train/trainer.h"
 
 namespace trainpack {
-namespace {
+namespace trainer_loop_test {
 
 using testing::run_noop;
 using testing::Trace;
@@ -31,11 +31,11 @@ TEST(TrainerLoop, TwoEpochsOfTwoStepsFollowTensorpacksTimeline) {
   EXPECT_EQ(*trace, expected);
 }
 
-}  // namespace
+}  // namespace trainer_loop_test
 }  // namespace trainpack
 
 namespace trainpack {
-namespace {
+namespace trainer_loop_test {
 
 using testing::ActionCallback;
 using testing::LogCapture;
@@ -276,5 +276,5 @@ TEST(TrainerLoop, LogsTensorpacksEpochLines) {
   EXPECT_EQ(log.lines().back(), "Training has finished!");
 }
 
-}  // namespace
+}  // namespace trainer_loop_test
 }  // namespace trainpack

@@ -26,7 +26,7 @@
 #include "trainpack/utils/checkpoint.h"
 
 namespace trainpack {
-namespace {
+namespace write_failures_test {
 
 namespace fs = std::filesystem;
 using testing::ActionCallback;
@@ -265,5 +265,5 @@ TEST_F(WriteFailuresTest, MinSaverAfterALaterFailedSaveSaysSo) {
   EXPECT_EQ(max->best()->first, 2);
 }
 
-}  // namespace
+}  // namespace write_failures_test
 }  // namespace trainpack

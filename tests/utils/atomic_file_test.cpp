@@ -20,7 +20,7 @@
 #include "trainpack/utils/atomic_file.h"
 
 namespace trainpack {
-namespace {
+namespace atomic_file_test {
 
 namespace fs = std::filesystem;
 using testing::FileSizeLimit;
@@ -296,5 +296,5 @@ TEST(ParentDirectory, IsTheDirectoryPartOrDot) {
   EXPECT_EQ(parent_directory("./c"), ".");
 }
 
-}  // namespace
+}  // namespace atomic_file_test
 }  // namespace trainpack

@@ -27,7 +27,7 @@
 #include "trainpack/utils/crc32c.h"
 
 namespace trainpack {
-namespace {
+namespace checkpoint_test {
 
 namespace fs = std::filesystem;
 using testing::FileSizeLimit;
@@ -681,5 +681,5 @@ TEST_F(CheckpointTest, ResolveRefusesWhatNamesNoCheckpoint) {
             ": the checkpoint path is empty");
 }
 
-}  // namespace
+}  // namespace checkpoint_test
 }  // namespace trainpack

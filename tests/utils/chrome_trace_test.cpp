@@ -13,7 +13,7 @@
 #include "support/trace_event_format.h"
 
 namespace trainpack {
-namespace {
+namespace chrome_trace_test {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -162,5 +162,5 @@ TEST(TraceEventFormatCheck, CatchesWhatViewersReject) {
   EXPECT_THAT(trace_event_format_problems("{\"traceEvents\":"), ElementsAre(HasSubstr("not JSON")));
 }
 
-}  // namespace
+}  // namespace chrome_trace_test
 }  // namespace trainpack

@@ -14,7 +14,7 @@
 #include "trainpack/utils/float_repr.h"
 
 namespace trainpack {
-namespace {
+namespace command_template_test {
 
 using ::testing::HasSubstr;
 
@@ -99,5 +99,5 @@ TEST(CommandTemplate, RunShellCommandReturnsTheExitStatus) {
   EXPECT_EQ(run_shell_command("/nonexistent/command 2>/dev/null"), 127);
 }
 
-}  // namespace
+}  // namespace command_template_test
 }  // namespace trainpack

@@ -13,7 +13,7 @@
 #include "trainpack/utils/crc32c.h"
 
 namespace trainpack {
-namespace {
+namespace crc32c_test {
 
 using Extend = uint32_t (*)(uint32_t, const void*, size_t);
 
@@ -117,5 +117,5 @@ TEST(Crc32c, ExtendingPieceByPieceGivesTheWholeCrc) {
   }
 }
 
-}  // namespace
+}  // namespace crc32c_test
 }  // namespace trainpack

@@ -23,7 +23,7 @@
 #include "trainpack/utils/crc32c.h"
 
 namespace trainpack {
-namespace {
+namespace event_file_writer_test {
 
 namespace fs = std::filesystem;
 using testing::LogCapture;
@@ -269,5 +269,5 @@ TEST_F(EventFileWriterTest, ALossFoundAfterRequestFlushIsReturnedByTheNextFlush)
   EXPECT_TRUE(w.flush());          // reported once
 }
 
-}  // namespace
+}  // namespace event_file_writer_test
 }  // namespace trainpack

@@ -16,7 +16,7 @@
 #include "trainpack/utils/png.h"
 
 namespace trainpack {
-namespace {
+namespace event_utils_test {
 
 // ---- CRC-32C ----
 TEST(Crc32cTest, PublishedCheckValue) {
@@ -202,5 +202,5 @@ TEST(HistogramTest, IntegerAndMultiDimensional) {
   EXPECT_EQ(total, 12);
 }
 
-}  // namespace
+}  // namespace event_utils_test
 }  // namespace trainpack

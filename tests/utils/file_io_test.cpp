@@ -18,7 +18,7 @@
 #include "support/temp_dir.h"
 
 namespace trainpack {
-namespace {
+namespace file_io_test {
 
 namespace fs = std::filesystem;
 using testing::FileSizeLimit;
@@ -191,5 +191,5 @@ TEST_F(FileIoTest, ThrowFileErrorCarriesTheErrno) {
   ADD_FAILURE() << "nothing thrown";
 }
 
-}  // namespace
+}  // namespace file_io_test
 }  // namespace trainpack

@@ -6,7 +6,7 @@
 #include <string>
 
 namespace trainpack {
-namespace {
+namespace file_names_test {
 
 TEST(SafeFileNameComponentTest, KeepsAnOrdinaryName) {
   EXPECT_EQ(safe_file_name_component("val-error-top1"), "val-error-top1");
@@ -79,5 +79,5 @@ TEST(SafeFileNameComponentTest, IsIdempotentAndAgreesWithFileNameProblem) {
   }
 }
 
-}  // namespace
+}  // namespace file_names_test
 }  // namespace trainpack

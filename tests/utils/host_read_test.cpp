@@ -7,7 +7,7 @@
 #include <cstdint>
 
 namespace trainpack {
-namespace {
+namespace host_read_test {
 
 TEST(HostRead, EachCallCountsOneRead) {
   HostReadCounter reads;
@@ -56,5 +56,5 @@ TEST(HostRead, AFailedReadStillCounts) {
   EXPECT_EQ(reads.count(), 1u);
 }
 
-}  // namespace
+}  // namespace host_read_test
 }  // namespace trainpack

@@ -13,7 +13,7 @@
 #include "support/fake_http_server.h"
 
 namespace trainpack {
-namespace {
+namespace http_client_test {
 
 using testing::FakeHttpServer;
 using testing::FakeResponse;
@@ -197,5 +197,5 @@ TEST(UrlEncode, KeepsUnreservedAndEncodesTheRest) {
   EXPECT_EQ(url_encode(""), "");
 }
 
-}  // namespace
+}  // namespace http_client_test
 }  // namespace trainpack

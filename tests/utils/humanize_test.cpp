@@ -8,7 +8,7 @@
 #include "trainpack/utils/humanize.h"
 
 namespace trainpack {
-namespace {
+namespace humanize_test {
 
 TEST(HumanizeTimeDelta, MatchesTensorpacksExamples) {
   EXPECT_EQ(humanize_time_delta(0), "0 second");
@@ -39,17 +39,19 @@ TEST(FormatG, MatchesPythonsGFormat) {
   EXPECT_EQ(format_g(-INFINITY, 5), "-inf");
 }
 
+namespace {
 namespace inner {
 struct Thing {};
 template <typename T>
 struct Box {};
 }  // namespace inner
+}  // namespace
 
 TEST(ClassName, DropsNamespacesButKeepsTemplateArguments) {
   EXPECT_EQ(class_name(typeid(inner::Thing)), "Thing");
   EXPECT_EQ(class_name(typeid(inner::Box<inner::Thing>)),
-            "Box<trainpack::(anonymous namespace)::inner::Thing>");
+            "Box<trainpack::humanize_test::(anonymous namespace)::inner::Thing>");
 }
 
-}  // namespace
+}  // namespace humanize_test
 }  // namespace trainpack

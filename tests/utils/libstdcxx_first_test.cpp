@@ -18,7 +18,7 @@
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-namespace {
+namespace libstdcxx_first_test {
 
 constexpr const char* kRemoveAll = "_ZNSt10filesystem10remove_allERKNS_7__cxx114pathE";
 
@@ -40,8 +40,6 @@ bool libtorch_exports_filesystem() {
   dlclose(torch_cpu);
   return exported;
 }
-
-}  // namespace
 
 TEST(LibstdcxxFirst, StdFilesystemIsAnsweredByTheCompilersLibstdcxx) {
   const auto remove_all = static_cast<std::uintmax_t (*)(const fs::path&)>(&fs::remove_all);
@@ -68,3 +66,5 @@ TEST(LibstdcxxFirst, WithoutTheOrderLibTorchsExportWouldAnswer) {
   EXPECT_THAT(out, HasSubstr("remove_all: ")) << "status " << status;
   EXPECT_THAT(out, HasSubstr("libtorch")) << "status " << status;
 }
+
+}  // namespace libstdcxx_first_test

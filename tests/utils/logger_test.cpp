@@ -27,7 +27,7 @@
 #include "trainpack/testing.h"
 
 namespace trainpack {
-namespace {
+namespace logger_test {
 
 namespace fs = std::filesystem;
 using ::testing::ContainsRegex;
@@ -708,5 +708,5 @@ TEST(LoggerConsole, ColourOnlyOnATerminal) {
   EXPECT_THAT(screen, HasSubstr("]\033[0m \033[5m\033[31mWRN \033[0mred tag"));
 }
 
-}  // namespace
+}  // namespace logger_test
 }  // namespace trainpack

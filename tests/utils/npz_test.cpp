@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 using trainpack::encode_npy;
 using trainpack::write_npz;
 
-namespace {
+namespace npz_test {
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -75,8 +75,6 @@ class NpzTest : public trainpack::testing::TempDirTest {};
 at::Tensor f32_2x3() {
   return at::tensor({1.5f, -2.0f, 0.25f, 3.0f, 4.0f, -0.125f}).reshape({2, 3});
 }
-
-}  // namespace
 
 TEST(Npy, HeaderBytesForFloat32Matrix) {
   const std::string npy = encode_npy(f32_2x3());
@@ -275,3 +273,5 @@ TEST_F(NpzTest, ReplacesAtomicallyAndNamesThePathOnError) {
       {blocked.string(), "rename"});
   EXPECT_TRUE(trainpack::testing::temporary_files(blocked.parent_path()).empty());
 }
+
+}  // namespace npz_test

@@ -9,7 +9,7 @@
 #include "support/fake_nvml.h"
 
 namespace trainpack {
-namespace {
+namespace nvml_test {
 
 using testing::FakeNvml;
 using ::testing::HasSubstr;
@@ -94,5 +94,5 @@ TEST(Nvml, LibraryPathIsTheArgumentThenTheVariableThenTheDriversName) {
   }
 }
 
-}  // namespace
+}  // namespace nvml_test
 }  // namespace trainpack

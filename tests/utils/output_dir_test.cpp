@@ -13,7 +13,7 @@
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {
-namespace {
+namespace output_dir_test {
 
 namespace fs = std::filesystem;
 using testing::message_of;
@@ -54,5 +54,5 @@ TEST_F(OutputDirTest, ElseOneMessageNamingTheClassAndTheFix) {
       "trainpack::logger::set_logger_dir(dir) first");
 }
 
-}  // namespace
+}  // namespace output_dir_test
 }  // namespace trainpack

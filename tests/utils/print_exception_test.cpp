@@ -13,7 +13,7 @@
 #include "trainpack/exceptions.h"
 
 namespace trainpack {
-namespace {
+namespace print_exception_test {
 
 // What catching `throw_it`'s exception and describing it gives.
 template <typename F>
@@ -72,5 +72,5 @@ TEST(PrintException, PrintWritesTheDescriptionAndANewline) {
   EXPECT_EQ(out.str(), "error (std::logic_error): call setup_graph first\n");
 }
 
-}  // namespace
+}  // namespace print_exception_test
 }  // namespace trainpack

@@ -22,7 +22,7 @@
 #include "trainpack/utils/atomic_file.h"
 
 namespace trainpack {
-namespace {
+namespace process_io_test {
 
 namespace fs = std::filesystem;
 
@@ -146,5 +146,5 @@ TEST_F(ProcessIoFiles, AFileSizeLimitIsAnErrorNotADeath) {
             0);
 }
 
-}  // namespace
+}  // namespace process_io_test
 }  // namespace trainpack

@@ -14,7 +14,7 @@
 #include "trainpack/testing.h"
 
 namespace trainpack {
-namespace {
+namespace runtime_test {
 
 using testing::LogCapture;
 
@@ -143,5 +143,5 @@ TEST(ConfigureRuntime, KeepsAWaitPolicyFromTheEnvironment) {
             "OMP_WAIT_POLICY: ACTIVE\n");
 }
 
-}  // namespace
+}  // namespace runtime_test
 }  // namespace trainpack

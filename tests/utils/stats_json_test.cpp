@@ -8,7 +8,7 @@
 #include "trainpack/utils/stats_json.h"
 
 namespace trainpack {
-namespace {
+namespace stats_json_test {
 
 TEST(StatsJson, ParsesAValidFile) {
   const std::string text = R"([{"a": 0.5, "epoch_num": 1}, {"b": NaN, "epoch_num": 2}])";
@@ -44,5 +44,5 @@ TEST(StatsJson, ReportsAMalformedText) {
   EXPECT_EQ(parse_stats_file("").message, "the file is empty");
 }
 
-}  // namespace
+}  // namespace stats_json_test
 }  // namespace trainpack
