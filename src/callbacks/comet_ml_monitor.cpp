@@ -31,10 +31,6 @@ int64_t steady_ms() {
       .count();
 }
 
-bool starts_with(const std::string& s, const std::string& prefix) {
-  return s.compare(0, prefix.size(), prefix) == 0;
-}
-
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -45,9 +41,27 @@ std::string strip_trailing_slashes(std::string s) {
   return s;
 }
 
+// "http://..." or "https://..." (the scheme in any case) with something after "://".
 bool is_http_url(const std::string& s) {
-  return (starts_with(s, "http://") && s.size() > 7) ||
-         (starts_with(s, "https://") && s.size() > 8);
+  const UrlParts parts = split_url(s);
+  return (parts.scheme == "http" || parts.scheme == "https") && !parts.rest.empty();
+}
+
+// `url` with its scheme in lower case. Throws std::invalid_argument naming `what` when the URL
+// holds an '@' (user information, or a password holding '/', '?' or '#'): Comet takes the API key
+// alone, and the message quotes the URL without anything up to its last '@' (url_for_display).
+std::string checked_http_url(const std::string& url, const std::string& what,
+                             const std::string& api_key) {
+  const UrlParts parts = split_url(url);
+  if (parts.has_userinfo || parts.at_after_host) {
+    throw std::invalid_argument(fmt::format(
+        "CometMLMonitor: {} ('{}') holds an '@' (a user name and password before the host, "
+        "perhaps one holding '/', '?' or '#'); Comet authenticates with the API key alone "
+        "(CometMLMonitorOptions::api_key or COMET_API_KEY): remove them from the URL (an '@' of "
+        "its path is written %40)",
+        what, redact(url_for_display(url), api_key)));
+  }
+  return parts.scheme + "://" + parts.rest;
 }
 
 // The web address of the server whose REST base is `rest_url` (`https://h/api/rest/v2` ->
@@ -116,8 +130,9 @@ CometMLMonitor::CometMLMonitor(CometMLMonitorOptions options)
       throw std::invalid_argument(fmt::format(
           "CometMLMonitor: url '{}' is not an http:// or https:// address; give the REST API's "
           "base, e.g. https://www.comet.com/api/rest/v2",
-          redact(options_.url(), api_key_)));
+          redact(url_for_display(options_.url()), api_key_)));
     }
+    url_ = strip_trailing_slashes(checked_http_url(options_.url(), "url", api_key_));
   } else if (const std::string override_url = detail::environment_variable("COMET_URL_OVERRIDE");
              !override_url.empty()) {
     url_ = rest_url_from_override(override_url);
@@ -126,8 +141,10 @@ CometMLMonitor::CometMLMonitor(CometMLMonitorOptions options)
           "CometMLMonitor: the environment variable COMET_URL_OVERRIDE ('{}') is not an http:// "
           "or https:// address; Comet's form for a self-hosted server is "
           "https://comet.example.com/clientlib/ (or set CometMLMonitorOptions::url)",
-          redact(override_url, api_key_)));
+          redact(url_for_display(override_url), api_key_)));
     }
+    url_ = rest_url_from_override(
+        checked_http_url(override_url, "the environment variable COMET_URL_OVERRIDE", api_key_));
   } else {
     url_ = kDefaultRestUrl;
   }

@@ -4,7 +4,6 @@
 #include <pwd.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -61,32 +60,6 @@ std::string base64(const std::string& in) {
     out += kAlphabet[(v >> 12) & 63];
     out += kAlphabet[(v >> 6) & 63];
     out += '=';
-  }
-  return out;
-}
-
-// The URI without "user:password@" (what the log shows).
-std::string without_userinfo(const std::string& uri) {
-  const size_t scheme = uri.find("://");
-  if (scheme == std::string::npos) return uri;
-  const size_t host = scheme + 3;
-  const size_t end = uri.find('/', host);
-  const size_t at = uri.rfind('@', end == std::string::npos ? std::string::npos : end);
-  if (at == std::string::npos || at < host) return uri;
-  return uri.substr(0, host) + uri.substr(at + 1);
-}
-
-std::string percent_decode(const std::string& text) {
-  std::string out;
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '%' && i + 2 < text.size() &&
-        std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
-        std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
-      out += static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16));
-      i += 2;
-    } else {
-      out += text[i];
-    }
   }
   return out;
 }
@@ -224,14 +197,32 @@ MLflowMonitor::MLflowMonitor(MLflowMonitorOptions options)
         "MLflowMonitor: no tracking URI: pass MLflowMonitorOptions().tracking_uri(\"http://host:"
         "5000\") or set the environment variable MLFLOW_TRACKING_URI");
   }
-  if (uri_.rfind("http://", 0) != 0 && uri_.rfind("https://", 0) != 0) {
+  // Every message below quotes the URI as url_for_display gives it (no user information, in any
+  // form); what the monitor keeps and sends to is "scheme://host[:port][/prefix]" without it.
+  const UrlParts parts = split_url(uri_);
+  if (parts.scheme != "http" && parts.scheme != "https") {
     throw std::invalid_argument(fmt::format(
         "MLflowMonitor: tracking_uri (or MLFLOW_TRACKING_URI) '{}' is not an http:// or https:// "
         "URI: MLflowMonitor needs a tracking server (a file: URI or a path is MLflow's local file "
-        "store, which only MLflow's Python client writes). Start one with `mlflow server --host "
-        "127.0.0.1 --port 5000` and use http://127.0.0.1:5000",
-        without_userinfo(uri_)));
+        "store, which only MLflow's Python client writes; host:port needs http:// in front). Start "
+        "one with `mlflow server --host 127.0.0.1 --port 5000` and use http://127.0.0.1:5000",
+        url_for_display(uri_)));
   }
+  if (parts.at_after_host) {
+    throw std::invalid_argument(fmt::format(
+        "MLflowMonitor: tracking_uri (or MLFLOW_TRACKING_URI) '{}' has an '@' after its host "
+        "part, so where its host ends is ambiguous (a password holding '/', '?' or '#' would be "
+        "taken for the host and sent in the path): percent-encode those characters in the user "
+        "and password ('/' %2F, '?' %3F, '#' %23, '@' %40), and an '@' of the path as %40",
+        url_for_display(uri_)));
+  }
+  if (parts.rest.empty() || parts.rest.find_first_of("/?#") == 0) {
+    throw std::invalid_argument(
+        fmt::format("MLflowMonitor: tracking_uri (or MLFLOW_TRACKING_URI) '{}' has no host; give "
+                    "http(s)://host:port, e.g. http://127.0.0.1:5000",
+                    url_for_display(uri_)));
+  }
+  uri_ = parts.scheme + "://" + parts.rest;
   while (!uri_.empty() && uri_.back() == '/') uri_.pop_back();
 
   experiment_name_ = !options.experiment_name().empty()
@@ -280,17 +271,12 @@ MLflowMonitor::MLflowMonitor(MLflowMonitorOptions options)
   given_run_id_ =
       !options.run_id().empty() ? options.run_id() : detail::environment_variable("MLFLOW_RUN_ID");
 
-  // "http://user:password@host": the credentials leave the URI (which messages quote) for the
-  // Authorization header, as Python's requests does with them.
-  std::string uri_user, uri_password;
-  if (const std::string bare = without_userinfo(uri_); bare != uri_) {
-    const size_t host = uri_.find("://") + 3;
-    const std::string userinfo = uri_.substr(host, uri_.size() - bare.size() - 1);
-    const size_t colon = userinfo.find(':');
-    uri_user = percent_decode(userinfo.substr(0, colon));
-    if (colon != std::string::npos) uri_password = percent_decode(userinfo.substr(colon + 1));
-    uri_ = bare;
-  }
+  // "http://user:password@host": the credentials left the URI above (messages quote it) for the
+  // Authorization header, as Python's requests does with them. The password is a secret even
+  // when the environment's credentials win over it.
+  const std::string uri_user = parts.user;
+  const std::string uri_password = parts.password;
+  set_secret(uri_password);
   std::string user = detail::environment_variable("MLFLOW_TRACKING_USERNAME");
   std::string password = detail::environment_variable("MLFLOW_TRACKING_PASSWORD");
   const std::string token = detail::environment_variable("MLFLOW_TRACKING_TOKEN");
@@ -330,8 +316,7 @@ std::string MLflowMonitor::experiment_id() const {
 std::string MLflowMonitor::run_url() const {
   std::lock_guard<std::mutex> lock(run_mutex_);
   if (run_id_.empty()) return "";
-  return fmt::format("{}/#/experiments/{}/runs/{}", without_userinfo(uri_), experiment_id_,
-                     run_id_);
+  return fmt::format("{}/#/experiments/{}/runs/{}", uri_, experiment_id_, run_id_);
 }
 
 void MLflowMonitor::set_run(std::string run_id, std::string experiment_id) {

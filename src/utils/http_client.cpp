@@ -251,4 +251,67 @@ std::string url_encode(const std::string& value) {
   return out;
 }
 
+std::string percent_decode(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size() &&
+        std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
+      out += static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// Where the host part of `url` starts: after "scheme://" (RFC 3986's scheme: a letter, then
+// letters, digits, '+', '-', '.'), else at 0. `scheme` gets the scheme in lower case, or "".
+size_t host_start(const std::string& url, std::string* scheme) {
+  const size_t sep = url.find("://");
+  if (sep == std::string::npos || sep == 0 || !std::isalpha(static_cast<unsigned char>(url[0]))) {
+    return 0;
+  }
+  std::string lower;
+  for (size_t i = 0; i < sep; ++i) {
+    const auto c = static_cast<unsigned char>(url[i]);
+    if (!std::isalnum(c) && c != '+' && c != '-' && c != '.') return 0;
+    lower += static_cast<char>(std::tolower(c));
+  }
+  if (scheme != nullptr) *scheme = lower;
+  return sep + 3;
+}
+
+}  // namespace
+
+UrlParts split_url(const std::string& url) {
+  UrlParts parts;
+  const size_t start = host_start(url, &parts.scheme);
+  size_t host_end = url.find_first_of("/?#", start);
+  if (host_end == std::string::npos) host_end = url.size();
+  const size_t at = host_end > start ? url.rfind('@', host_end - 1) : std::string::npos;
+  if (at != std::string::npos && at >= start) {
+    parts.has_userinfo = true;
+    const std::string userinfo = url.substr(start, at - start);
+    const size_t colon = userinfo.find(':');
+    parts.user = percent_decode(userinfo.substr(0, colon));
+    if (colon != std::string::npos) parts.password = percent_decode(userinfo.substr(colon + 1));
+    parts.rest = url.substr(at + 1);
+  } else {
+    parts.rest = url.substr(start);
+  }
+  parts.at_after_host = url.find('@', host_end) != std::string::npos;
+  return parts;
+}
+
+std::string url_for_display(const std::string& url) {
+  const size_t start = host_start(url, nullptr);
+  const size_t at = url.rfind('@');
+  if (at == std::string::npos || at < start) return url;
+  return url.substr(0, start) + "***@" + url.substr(at + 1);
+}
+
 }  // namespace trainpack

@@ -467,6 +467,86 @@ TEST_F(MLflowMonitorTest, CredentialsInTheUriAreBasicAuthAndLeaveTheUri) {
   EXPECT_EQ(testing::read_text(dir() / "log.log").find("w0rd-Q"), std::string::npos);
 }
 
+// Every form a tracking URI with credentials comes in: those accepted send to the URI without
+// them (a server that is down: every request fails with a warning that quotes its URL), those
+// refused throw; no error, log line or log.log holds any part of the credentials ("cret-" and
+// "tok3n" are in every secret and nowhere else).
+TEST_F(MLflowMonitorTest, NoFormOfTheUriPutsItsCredentialsInAMessage) {
+  const std::string down = testing::FakeHttpServer::unused_url().substr(7);  // 127.0.0.1:<port>
+  struct Case {
+    std::string uri;
+    std::string tracking_uri;  // what the monitor keeps, "" when the URI is refused
+    std::string error;         // a part of the refusal's message
+  };
+  const std::vector<Case> cases = {
+      {"http://alice:S3cret-a1@" + down, "http://" + down, ""},
+      {"HTTP://alice:S3cret-a2@" + down, "http://" + down, ""},
+      {"hTTpS://alice:S3cret-a3@" + down + "/prefix/", "https://" + down + "/prefix", ""},
+      {"http://alice:S3%2Fcret-a4@" + down, "http://" + down, ""},  // '/' percent-encoded
+      {"http://tok3n-a5@" + down, "http://" + down, ""},            // a user alone
+      {"alice:S3cret-r1@" + down, "", "'***@" + down + "' is not an http:// or https:// URI"},
+      {"http://alice:S3/cret-r2@" + down, "", "'http://***@" + down + "' has an '@' after"},
+      {"http://alice:S3?cret-r3@" + down, "", "percent-encode"},
+      {"http://alice:S3#cret-r4@" + down + "/x", "", "percent-encode"},
+      {"ftp://alice:S3cret-r5@" + down, "", "is not an http:// or https:// URI"},
+      {"file://alice:S3cret-r6@" + down + "/mlruns", "", "is not an http:// or https:// URI"},
+      {"HTTPS://alice:S3cret-r7@/api", "", "has no host"},
+  };
+  LogCapture log;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.uri);
+    std::string error;
+    try {
+      auto monitor = std::make_shared<MLflowMonitor>(options().tracking_uri(c.uri).tracking(
+          fast().max_attempts(2).flush_timeout(std::chrono::milliseconds(300))));
+      EXPECT_EQ(monitor->tracking_uri(), c.tracking_uri);
+      train_plain(monitor, 1);
+    } catch (const std::invalid_argument& e) {
+      error = e.what();
+    }
+    if (c.tracking_uri.empty()) {
+      EXPECT_THAT(error, HasSubstr(c.error));
+      EXPECT_THAT(error, HasSubstr("tracking_uri (or MLFLOW_TRACKING_URI)"));
+    } else {
+      EXPECT_EQ(error, "");
+    }
+    EXPECT_EQ(error.find("cret-"), std::string::npos) << error;
+    EXPECT_EQ(error.find("tok3n"), std::string::npos) << error;
+  }
+  // The same refusal for a URI from the environment.
+  ScopedEnv::set("MLFLOW_TRACKING_URI", "alice:S3cret-e1@" + down);
+  try {
+    MLflowMonitor monitor;
+    ADD_FAILURE() << "a URI without a scheme was taken";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).find("cret-"), std::string::npos) << e.what();
+  }
+  // The accepted ones made requests, which failed with warnings quoting their URLs.
+  bool warned = false;
+  for (const auto& line : log.lines()) {
+    warned = warned || (line.rfind("WRN MLflow: ", 0) == 0 && line.find(down) != std::string::npos);
+    EXPECT_EQ(line.find("cret-"), std::string::npos) << line;
+    EXPECT_EQ(line.find("tok3n"), std::string::npos) << line;
+  }
+  EXPECT_TRUE(warned);
+  const std::string text = testing::read_text(dir() / "log.log");
+  EXPECT_EQ(text.find("cret-"), std::string::npos);
+  EXPECT_EQ(text.find("tok3n"), std::string::npos);
+}
+
+TEST_F(MLflowMonitorTest, AnUpperCaseSchemeIsHttpAndItsCredentialsAreBasicAuth) {
+  mlflow.require_basic_auth("bob", "pw/Upper-9");
+  const std::string uri = "HTTP://bob:pw%2FUpper-9@" + mlflow.url().substr(7) + "/";
+  auto monitor = std::make_shared<MLflowMonitor>(options().tracking_uri(uri));
+  EXPECT_EQ(monitor->tracking_uri(), mlflow.url());
+  LogCapture log;
+  train(monitor, 1);
+  EXPECT_EQ(mlflow.only_run().status, "FINISHED");
+  EXPECT_TRUE(log.contains("MLflowMonitor: run " + monitor->run_id() +
+                           " in experiment 'fashion': " + mlflow.url() + "/#/experiments/"));
+  EXPECT_EQ(testing::read_text(dir() / "log.log").find("Upper-9"), std::string::npos);
+}
+
 TEST_F(MLflowMonitorTest, ATokenFromTheEnvironmentIsABearerToken) {
   mlflow.require_token("tok-abc-123");
   ScopedEnv::set("MLFLOW_TRACKING_TOKEN", "tok-abc-123");

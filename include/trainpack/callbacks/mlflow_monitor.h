@@ -56,17 +56,22 @@
 //   run_id           MLFLOW_RUN_ID, else none (a new run is created)
 //   authentication   MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (both set): HTTP Basic;
 //                    else MLFLOW_TRACKING_TOKEN: `Authorization: Bearer <token>`; else the user and
-//                    password of the URI (`http://user:pass@host`, then logged without them);
-//                    else none. The password and the token never appear in a log line, an error
-//                    or a file (TrackingMonitor::set_secret). An answer of 401/403 is one warning
-//                    naming these variables (credentials_hint), and nothing more is sent.
+//                    password of the URI (`http://user:pass@host`, percent-encoded; the URI is
+//                    kept, sent to and logged without them); else none. The password and the
+//                    token never appear in a log line, an error or a file
+//                    (TrackingMonitor::set_secret; an error quotes a refused URI with everything
+//                    up to its last '@' replaced by `***@`, utils/http_client.h url_for_display).
+//                    An answer of 401/403 is one warning naming these variables
+//                    (credentials_hint), and nothing more is sent.
 // When: before_train queues the params and starts the background thread; every process_scalar
 // queues a metric; after_train ends the run and waits at most TrackingOptions::flush_timeout.
 // Puts: nothing. Writes: nothing (a checkpoint holds its state).
 // chief_only: true (one MLflow run per training, sent by the chief).
 // Errors (std::invalid_argument at construction, naming MLflowMonitor and the option): no
 // tracking URI (neither the option nor MLFLOW_TRACKING_URI); a URI that is not http(s) (a file:
-// URI or a path: MLflow's local file store is not a server; start one with `mlflow server`); an
+// URI or a path: MLflow's local file store is not a server; start one with `mlflow server`;
+// host:port without a scheme); a URI with an '@' after its host part (a password holding '/',
+// '?' or '#' unencoded: percent-encode them) or without a host; an
 // experiment name longer than MLflow's 500 bytes; a tag name MLflow refuses or one of MLflow's own
 // (`mlflow.*`); a TrackingOptions value out of range. Nothing the server does is an exception:
 // failures are warnings (TrackingMonitor); a deleted experiment is one too (restore it or use
@@ -92,8 +97,9 @@ namespace trainpack {
 using MLflowTags = std::map<std::string, std::string>;
 
 struct MLflowMonitorOptions {
-  // "http(s)://host:port[/prefix]" (a user and password in it are sent as HTTP Basic credentials).
-  // Empty: MLFLOW_TRACKING_URI.
+  // "http(s)://host:port[/prefix]", the scheme in any case (a user and password in it,
+  // "http://user:pass@host", are sent as HTTP Basic credentials; '/', '?', '#' and '@' in them
+  // percent-encoded). Empty: MLFLOW_TRACKING_URI.
   TORCH_ARG(std::string, tracking_uri);
   // Empty: MLFLOW_EXPERIMENT_NAME, else "Default". Created on the server when missing.
   TORCH_ARG(std::string, experiment_name);
@@ -121,7 +127,8 @@ class MLflowMonitor : public TrackingMonitor {
 
   std::string name() const override { return "MLflowMonitor"; }
 
-  // The resolved configuration (the URI without a trailing '/' or credentials).
+  // The resolved configuration (the URI without a trailing '/' or credentials, its scheme in
+  // lower case).
   const std::string& tracking_uri() const { return uri_; }
   const std::string& experiment_name() const { return experiment_name_; }
   const std::string& run_name() const { return run_name_; }

@@ -12,7 +12,9 @@
 // https (libcurl's OpenSSL build, the system's CA certificates) are both supported.
 //
 // Secrets: nothing in a response or an error message holds the request's headers (where an API
-// key goes); callers redact the key from bodies they log (redact() below).
+// key goes); callers redact the key from bodies they log (redact() below), take a URL's user
+// information out before they send to it or quote it (split_url), and quote a URL they refuse
+// through url_for_display.
 #pragma once
 
 #include <atomic>
@@ -93,5 +95,37 @@ std::string redact(std::string text, const std::string& secret);
 
 // `value` percent-encoded for a URL's query (RFC 3986's unreserved characters are kept).
 std::string url_encode(const std::string& value);
+
+// `text` with every "%XX" (two hex digits) replaced by its byte; a '%' without two hex digits
+// after it is kept.
+std::string percent_decode(const std::string& text);
+
+// A URL taken apart for its user information ("user:password@" before the host), which must
+// leave the URL before anything quotes it. The URL's forms: "scheme://[userinfo@]host[:port]..."
+// with a scheme in any case, or "[userinfo@]host[:port]..." without one.
+struct UrlParts {
+  // The scheme in lower case ("http"), "" when the URL has no "scheme://".
+  std::string scheme;
+  // Whether there is an '@' in the host part (user information, perhaps empty).
+  bool has_userinfo = false;
+  // Percent-decoded; "" when absent.
+  std::string user;
+  std::string password;
+  // What follows the user information: "host[:port][/path][?query][#fragment]".
+  std::string rest;
+  // Whether an '@' follows the host part (in the path, query or fragment). Such a URL is
+  // ambiguous: mostly a password holding an unencoded '/', '?' or '#' (the part before the '@'
+  // would be taken for the host and the password sent in the path), else an '@' in the path.
+  // A caller refuses it, quoting only url_for_display.
+  bool at_after_host = false;
+};
+UrlParts split_url(const std::string& url);
+
+// `url` safe to quote in a message, whatever its form: everything from the host part's start
+// ("scheme://", or the start of a URL without one) up to the last '@' of the whole URL is
+// replaced by "***@" (from the last '@' of all, since a password may hold '/', '?' or '#'):
+// "http://alice:pw@h:5000/x" -> "http://***@h:5000/x", "alice:pw@h" -> "***@h". A URL without
+// '@' is returned as it is.
+std::string url_for_display(const std::string& url);
 
 }  // namespace trainpack
