@@ -99,4 +99,5 @@
 #include "trainpack/utils/runtime.h"
 #include "trainpack/utils/stats_json.h"
 #include "trainpack/utils/summary.h"
+#include "trainpack/utils/terminal_text.h"
 #include "trainpack/utils/value_range.h"

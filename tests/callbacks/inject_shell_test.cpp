@@ -2,12 +2,16 @@
 // pseudo-terminal (forkpty: the child's stdin, stdout and stderr), the console without a terminal
 // (stdin is /dev/null: the commands come from the file), and the gdb shell (the child stops itself
 // with SIGSTOP until it gets SIGCONT). The console's commands in detail are in console_test.cpp.
+// Then, in this process (InjectShellFile), which files open the shell: only one of the job's own
+// user, never through a symbolic link; and what the file holds reaches the log with its escape
+// sequences escaped.
 #include <errno.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <pty.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,12 +19,19 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "support/temp_dir.h"
+#include "trainpack/callbacks/inject_shell.h"
+#include "trainpack/testing.h"
+#include "trainpack/train/trainer.h"
+#include "trainpack/utils/logger.h"
+#include "trainpack/utils/value_range.h"
 
 namespace trainpack {
 namespace inject_shell_test {
@@ -359,6 +370,155 @@ TEST_F(InjectShellProcess, AStepTriggerPausesAtThatStep) {
       std::vector<std::string>({"[Console] End of input: training continues at global_step=2."}));
   EXPECT_EQ(lines_with(log, "[report] after_train"),
             std::vector<std::string>({"[report] after_train at global_step=6 epoch=2"}));
+}
+
+// ---- in this process: which file opens the shell, and what of it reaches the log ----
+
+// A uid that is not the job's (the tests give files to it with chown, as root).
+constexpr uid_t kOtherUid = 4242;
+
+class InjectShellFile : public testing::TempDirTest {
+ protected:
+  std::string file() const { return path("INJECT_SHELL.tmp").string(); }
+
+  // Trains a NoOpTrainer (2 steps per epoch, epochs 1..max_epoch, a `learning_rate` variable)
+  // with `at_epoch` run in every before_epoch and then an InjectShell on file() whose console
+  // reads its commands from the file (no terminal). Returns the last epoch trained.
+  int64_t run(int64_t max_epoch, std::function<void(int64_t)> at_epoch = {}) {
+    double lr = 0.1;
+    NoOpTrainer trainer;
+    trainer.set_handle_signals(false);
+    trainer.graph().add_variable(
+        "learning_rate", [&] { return lr; }, [&](double v) { lr = v; }, true,
+        ValueRange().min_exclusive(0));
+    int64_t last_epoch = 0;
+    auto before = std::make_shared<testing::ActionCallback>();
+    before->before_epoch_fn = [&](testing::ActionCallback& self) {
+      last_epoch = self.epoch_num();
+      if (at_epoch) at_epoch(self.epoch_num());
+    };
+    auto shell =
+        std::make_shared<InjectShell>(file(), "console", InjectShellOptions().interactive(false));
+    trainer.train({before, shell}, {}, 2, 1, max_epoch);
+    return last_epoch;
+  }
+
+  static int count(const testing::LogCapture& log, const std::string& text) {
+    int n = 0;
+    for (const auto& line : log.lines()) n += line.find(text) != std::string::npos ? 1 : 0;
+    return n;
+  }
+};
+
+TEST_F(InjectShellFile, EscapeSequencesInTheFileReachNeitherTheLogNorTheTerminal) {
+  logger::set_logger_dir(path("log").string(), 'k');
+  // An OSC 52 clipboard write, a screen clear with a CRLF line end, a C1 CSI (UTF-8) and a lone
+  // 0x9b byte (CSI to a terminal in an 8-bit mode); then a command that works.
+  std::ofstream(file()) << "\x1b]52;c;cHduZWQ=\x07\n"
+                        << "set learning_rate 0.5\x1b[2J\r\n"
+                        << "\xc2\x9b"
+                        << "31mred \x9b"
+                        << "32mgreen\n"
+                        << "set learning_rate 0.02\r\n";
+  testing::LogCapture log;
+  EXPECT_EQ(run(2), 2);
+  for (const auto& line : log.lines()) {
+    for (const char c : line) {
+      const auto byte = static_cast<unsigned char>(c);
+      EXPECT_TRUE((byte >= 0x20 || c == '\n' || c == '\t') && byte != 0x7f && byte != 0x9b) << line;
+    }
+  }
+  EXPECT_EQ(count(log, "[Console] > \\x1b]52;c;cHduZWQ=\\x07"), 1);
+  EXPECT_EQ(count(log, "[Console] > set learning_rate 0.5\\x1b[2J"), 1);
+  EXPECT_EQ(count(log, "[Console] > \\xc2\\x9b31mred \\x9b32mgreen"), 1);
+  // The CRLF line's command still runs (its '\r' is a line end, not part of it).
+  EXPECT_EQ(count(log, "[Console] At global_step=2, learning_rate changes from 0.1 to 0.02."), 1);
+  const std::string text = read_file(path("log") / "log.log");
+  EXPECT_NE(text.find("\\x1b]52;c;cHduZWQ=\\x07"), std::string::npos);
+  EXPECT_EQ(text.find("\x07"), std::string::npos);
+  EXPECT_EQ(text.find("\x1b]"), std::string::npos);
+  EXPECT_EQ(text.find("\x1b[2J"), std::string::npos);
+  EXPECT_EQ(text.find("\x9b"), std::string::npos);
+}
+
+TEST_F(InjectShellFile, AnotherUsersFileIsIgnoredWithOneWarningPerVersion) {
+  if (::geteuid() != 0) {
+    GTEST_SKIP() << "needs root, to give the file to another uid (chown); run as root to test it";
+  }
+  // Someone else's file in a shared directory: `stop` would end training at epoch 1.
+  std::ofstream(file()) << "stop\n";
+  ASSERT_EQ(::chown(file().c_str(), kOtherUid, kOtherUid), 0) << std::strerror(errno);
+  testing::LogCapture log;
+  const int64_t last = run(5, [&](int64_t epoch) {
+    // Another version of it at epoch 4: given to another uid.
+    if (epoch == 4) {
+      ASSERT_EQ(::chown(file().c_str(), kOtherUid + 1, kOtherUid + 1), 0);
+    }
+  });
+  EXPECT_EQ(last, 5);
+  EXPECT_EQ(count(log, "entering shell"), 0);
+  EXPECT_EQ(count(log, "[Console]"), 0);
+  const std::string warning = "WRN [InjectShell] " + file() + " is a file owned by uid ";
+  EXPECT_EQ(count(log, warning + "4242, not by this job's user (uid 0): it is ignored"), 1);
+  EXPECT_EQ(count(log, warning + "4243, not by this job's user (uid 0)"), 1);
+  EXPECT_EQ(count(log, "create it as uid 0, or give InjectShell a path in a directory of your own"),
+            2);
+  // Not removed, by the trigger or by after_train: it is not the job's.
+  EXPECT_TRUE(fs::exists(file()));
+}
+
+TEST_F(InjectShellFile, AnotherUsersFileDoesNotHideTheJobsOwnLater) {
+  if (::geteuid() != 0) {
+    GTEST_SKIP() << "needs root, to give the file to another uid (chown); run as root to test it";
+  }
+  std::ofstream(file()) << "stop\n";
+  ASSERT_EQ(::chown(file().c_str(), kOtherUid, kOtherUid), 0) << std::strerror(errno);
+  testing::LogCapture log;
+  const int64_t last = run(5, [&](int64_t epoch) {
+    if (epoch == 3) {  // its owner removes it, and the job's user creates one
+      fs::remove(file());
+      std::ofstream(file()) << "stop\n";
+    }
+  });
+  EXPECT_EQ(last, 3);  // stopped by the job's own file at the end of epoch 3
+  EXPECT_EQ(count(log, "owned by uid 4242"), 1);
+  EXPECT_EQ(count(log, "entering shell"), 1);
+  EXPECT_FALSE(fs::exists(file()));
+}
+
+TEST_F(InjectShellFile, ASymbolicLinkIsNeitherFollowedNorRead) {
+  std::ofstream(path("private")) << "stop\n";
+  fs::create_symlink(path("private"), file());
+  testing::LogCapture log;
+  EXPECT_EQ(run(2), 2);
+  EXPECT_EQ(count(log, "WRN [InjectShell] " + file() +
+                           " is a symbolic link and is not followed; removed it."),
+            1);
+  EXPECT_EQ(count(log, "entering shell"), 0);
+  EXPECT_FALSE(fs::is_symlink(file()));
+  EXPECT_EQ(read_file(path("private")), "stop\n");
+  if (::geteuid() != 0) return;
+  // Another user's link is theirs: left in place, one warning.
+  fs::create_symlink(path("private"), file());
+  ASSERT_EQ(::lchown(file().c_str(), kOtherUid, kOtherUid), 0) << std::strerror(errno);
+  testing::LogCapture again;
+  EXPECT_EQ(run(3), 3);
+  EXPECT_EQ(count(again, file() + " is a symbolic link owned by uid 4242"), 1);
+  EXPECT_EQ(count(again, "entering shell"), 0);
+  EXPECT_TRUE(fs::is_symlink(file()));
+}
+
+TEST_F(InjectShellFile, AFileOverTheLimitRunsNoCommand) {
+  std::ofstream(file()) << "stop\n" << std::string(InjectShell::kMaxFileSize, '#') << "\n";
+  testing::LogCapture log;
+  EXPECT_EQ(run(2), 2);
+  EXPECT_EQ(count(log, "WRN [InjectShell] " + file() + " is " +
+                           std::to_string(InjectShell::kMaxFileSize + 6) +
+                           " bytes, more than the 65536-byte limit for a console command file; "
+                           "no commands are run."),
+            1);
+  EXPECT_EQ(count(log, "entering shell"), 1);
+  EXPECT_FALSE(fs::exists(file()));
 }
 
 }  // namespace inject_shell_test
