@@ -414,6 +414,7 @@ int run_main(int argc, char** argv) {
   std::string precision_text = "fp32";
   std::string device_text = "cpu";
   bool cuda_graph = false;
+  std::string console_file = "INJECT_SHELL.tmp";
 
   // Bounds said in words; `nan`, `inf`, `-1` for the seed and `1e3` for a count are refused here,
   // naming the flag (flag_checks.h).
@@ -539,6 +540,17 @@ int run_main(int argc, char** argv) {
   app.add_flag("--cuda-graph", cuda_graph,
                "Capture the training step as a CUDA graph after 3 warm-up steps and replay it "
                "(--device cuda; SGD; docs/gpu.md)");
+  app.add_option("--console-file", console_file,
+                 "The file whose appearance pauses training at the next epoch end in the "
+                 "training console (InjectShell; its lines are the console's commands without a "
+                 "terminal). A relative path is relative to the working directory; only a file "
+                 "of this job's user counts (docs/looking-inside.md)")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            return text.empty() ? "must not be empty" : std::string();
+          },
+          "PATH"));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -720,9 +732,10 @@ int run_main(int argc, char** argv) {
       // GPUUtil/<device> every epoch on a machine with NVIDIA's driver; elsewhere one warning
       // saying why, and nothing else (docs/looking-inside.md).
       std::make_shared<trainpack::GPUUtilizationTracker>(),
-      // `touch INJECT_SHELL.tmp` (in the working directory) pauses training at the next epoch
-      // end in a console: statistics, the learning rate, save now, stop (docs/looking-inside.md).
-      std::make_shared<trainpack::InjectShell>(),
+      // `touch INJECT_SHELL.tmp` (--console-file; in the working directory) pauses training at
+      // the next epoch end in a console: statistics, the learning rate, save now, stop
+      // (docs/looking-inside.md).
+      std::make_shared<trainpack::InjectShell>(console_file),
   };
   if (!profile_steps.empty()) {
     // EnableCallbackIf decides in before_run, where global_step is still the previous step's.

@@ -51,7 +51,7 @@ if(MODE STREQUAL "help")
   foreach(flag --logdir --max-epoch --steps-per-epoch --batch-size --lr --seed --data --threads
                --train-limit --val-limit --max-val-error --malloc --blas-threads --resume
                --no-resume --dist-timeout --oversubscribe --profile-steps --precision --device
-               --cuda-graph)
+               --cuda-graph --console-file)
     expect_in("${out}" "${flag}" "the output of --help")
   endforeach()
   return()
