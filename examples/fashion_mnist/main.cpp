@@ -40,6 +40,9 @@
 //            (trainpack::WriteFailedError: training went on, the summary names the files; this
 //            wins over the signal statuses when a signal stopped the run too);
 //   2        a bad flag or missing data;
+//   3        out of memory: an allocation failed, or configure_runtime refused to start under an
+//            address-space or data-size limit (ulimit -v, ulimit -d; SGE's h_vmem) below what the
+//            job needs (trainpack/utils/runtime.h); one line says which limit and how much;
 //   130/143/129/131  stopped by SIGINT/SIGTERM/SIGHUP/SIGQUIT: training stops at the next step
 //            boundary, a checkpoint of that step is saved, and the log says where it stopped and
 //            how to resume. A signal that arrives after the last step of the last epoch stops
@@ -616,6 +619,8 @@ int run_main(int argc, char** argv) {
                                        .intra_op_threads(threads)
                                        .blas_threads(blas_threads)
                                        .tune_malloc(malloc_mode == "tuned")
+                                       // the 70,000 images as read (bytes) and as floats
+                                       .job_memory_bytes(int64_t{70000} * 28 * 28 * (1 + 4))
                                        .log(false)
                                        .log_level(trainpack::logger::Level::kInfo));
 
@@ -626,6 +631,11 @@ int run_main(int argc, char** argv) {
                               trainpack::DataFromListOptions().shuffle(true).seed(seed));
     test_points = load_split("test", data_dir, val_limit, {});
   } catch (const std::exception& e) {
+    if (trainpack::is_out_of_memory(e)) {
+      std::fprintf(stderr, "fashion_mnist: error: %s\n",
+                   trainpack::describe_out_of_memory(e).c_str());
+      return trainpack::kOutOfMemoryExitStatus;
+    }
     std::fprintf(stderr, "fashion_mnist: error: %s\n", e.what());
     return 2;
   }
@@ -837,7 +847,10 @@ int run_main(int argc, char** argv) {
     TP_LOG_ERROR("fashion_mnist: FAILED: {}", e.what());
     return fashion_mnist::share_chief_status(*group, 1);
   } catch (const std::exception& e) {
-    TP_LOG_ERROR("fashion_mnist: training failed: {}", trainpack::describe_exception(e));
+    const bool out_of_memory = trainpack::is_out_of_memory(e);
+    TP_LOG_ERROR("fashion_mnist: training failed: {}", out_of_memory
+                                                           ? trainpack::describe_out_of_memory(e)
+                                                           : trainpack::describe_exception(e));
     // The trainer reports a failure during training to the other ranks; this also covers one
     // before it (setting up the callbacks), so that their error names this rank.
     group->report_failure(
@@ -850,7 +863,7 @@ int run_main(int argc, char** argv) {
           "over.",
           resumed_from);
     }
-    return 1;
+    return out_of_memory ? trainpack::kOutOfMemoryExitStatus : 1;
   }
   const double total_seconds = seconds_since(start);
   // Training ended on every rank at the same step. The verdict is the chief's: the others have
@@ -872,11 +885,17 @@ int run_main(int argc, char** argv) {
 }
 
 // An exception that escapes run_main (a log directory that cannot be made, a failure outside the
-// training loop) ends the program with its whole chain on stderr and status 1, not an abort.
+// training loop) ends the program with its whole chain on stderr and status 1, not an abort; a
+// failed allocation or configure_runtime's MemoryLimitError with one line and status 3.
 int main(int argc, char** argv) {
   try {
     return run_main(argc, argv);
   } catch (const std::exception& e) {
+    if (trainpack::is_out_of_memory(e)) {
+      std::fprintf(stderr, "fashion_mnist: error: %s\n",
+                   trainpack::describe_out_of_memory(e).c_str());
+      return trainpack::kOutOfMemoryExitStatus;
+    }
     trainpack::print_exception(e);
     return 1;
   }

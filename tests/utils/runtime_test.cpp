@@ -1,15 +1,30 @@
 // configure_runtime: threads, malloc, BLAS and OpenMP's waiting in one call.
 #include "trainpack/utils/runtime.h"
 
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <array>
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <exception>
 #include <memory>
+#include <new>
+#include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "trainpack/testing.h"
 
@@ -141,6 +156,194 @@ TEST(ConfigureRuntime, KeepsAWaitPolicyFromTheEnvironment) {
   EXPECT_EQ(out,
             "start\nOMP_WAIT_POLICY=ACTIVE marker=- args= one two words\n"
             "OMP_WAIT_POLICY: ACTIVE\n");
+}
+
+// ---- memory limits ----
+
+struct LimitedRun {
+  std::string output;   // stdout and stderr together
+  int status = 0;       // from waitpid
+  bool killed = false;  // still running after the deadline
+  double seconds = 0;
+};
+
+// Runs the child with `args` under the soft and hard `resource` limit of `limit` bytes (none when
+// negative), set between fork and exec as `ulimit` does; kills it after `deadline_s`.
+LimitedRun run_limited(int resource, long long limit, const std::vector<std::string>& args,
+                       double deadline_s = 20) {
+  LimitedRun run;
+  int fds[2];
+  if (::pipe(fds) != 0) {
+    ADD_FAILURE() << "pipe: " << std::strerror(errno);
+    return run;
+  }
+  const std::string program = TRAINPACK_RUNTIME_CHILD;
+  std::vector<char*> argv{const_cast<char*>(program.c_str())};
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ADD_FAILURE() << "fork: " << std::strerror(errno);
+    return run;
+  }
+  if (pid == 0) {
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    if (limit >= 0) {
+      struct rlimit l {};
+      l.rlim_cur = l.rlim_max = static_cast<rlim_t>(limit);
+      if (::setrlimit(resource, &l) != 0) ::_exit(126);
+    }
+    ::execv(program.c_str(), argv.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  for (;;) {
+    if (!run.killed && elapsed() > deadline_s) {
+      ::kill(pid, SIGKILL);
+      run.killed = true;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    const int ready = ::poll(&p, 1, 100);
+    if (ready < 0 && errno != EINTR) break;
+    if (ready <= 0) continue;
+    char buf[4096];
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    run.output.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  while (::waitpid(pid, &run.status, 0) < 0 && errno == EINTR) {
+  }
+  run.seconds = elapsed();
+  return run;
+}
+
+std::string describe(const LimitedRun& run) {
+  std::ostringstream out;
+  out << (run.killed ? "killed after the deadline (hung)" : "ended") << " in " << run.seconds
+      << " s, status " << run.status << ", output:\n"
+      << run.output;
+  return out.str();
+}
+
+// The child's VmSize and VmData at start, in bytes, from a run without a limit.
+struct AtStart {
+  long long vm_size = -1;
+  long long vm_data = -1;
+};
+
+AtStart measure_child() {
+  const LimitedRun run = run_limited(RLIMIT_AS, -1, {"--memory-job"}, 60);
+  AtStart at;
+  std::istringstream in(run.output);
+  std::string word;
+  while (in >> word) {
+    if (word == "at_start" && in >> at.vm_size >> at.vm_data) {
+      at.vm_size *= 1024;
+      at.vm_data *= 1024;
+    }
+  }
+  EXPECT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 0) << describe(run);
+  EXPECT_NE(run.output.find("\nran "), std::string::npos) << describe(run);
+  return at;
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define RUNTIME_TEST_SKIP_UNDER_SANITIZERS() \
+  GTEST_SKIP() << "a sanitizer's shadow memory needs far more address space than any ulimit -v"
+#else
+#define RUNTIME_TEST_SKIP_UNDER_SANITIZERS() (void)0
+#endif
+
+// A limit that leaves the job 96 MiB beyond what it had mapped at start: enough to start, not
+// for OpenBLAS's buffers. Without the check OpenBLAS retries its allocation forever (Debian's
+// LibTorch) or LibTorch fails with an allocation error and its backtrace.
+TEST(ConfigureRuntimeMemory, AnAddressSpaceLimitBelowTheNeedIsRefusedAtOnceInOneLine) {
+  RUNTIME_TEST_SKIP_UNDER_SANITIZERS();
+  const AtStart at = measure_child();
+  ASSERT_GT(at.vm_size, 0);
+  const long long limit = at.vm_size + (96LL << 20);
+  const LimitedRun run = run_limited(RLIMIT_AS, limit, {"--memory-job"});
+  ASSERT_FALSE(run.killed) << describe(run);
+  EXPECT_LT(run.seconds, 10) << describe(run);
+  ASSERT_TRUE(WIFEXITED(run.status)) << describe(run);
+  EXPECT_EQ(WEXITSTATUS(run.status), kOutOfMemoryExitStatus) << describe(run);
+  // The start line, then one line naming the limit, its value and what is needed.
+  const std::string refusal = run.output.substr(run.output.find('\n') + 1);
+  EXPECT_EQ(std::count(refusal.begin(), refusal.end(), '\n'), 1) << describe(run);
+  EXPECT_NE(refusal.find("trainpack_runtime_child: configure_runtime: the address-space limit "
+                         "(ulimit -v) is " +
+                         std::to_string(limit / 1024) + " KiB, below the "),
+            std::string::npos)
+      << describe(run);
+  EXPECT_NE(refusal.find("KiB this job needs ("), std::string::npos) << describe(run);
+  EXPECT_NE(refusal.find("Raise the limit (ulimit -v "), std::string::npos) << describe(run);
+}
+
+TEST(ConfigureRuntimeMemory, ADataSizeLimitBelowTheNeedIsRefusedNamingUlimitD) {
+  RUNTIME_TEST_SKIP_UNDER_SANITIZERS();
+  const AtStart at = measure_child();
+  ASSERT_GT(at.vm_data, 0);
+  const long long limit = at.vm_data + (96LL << 20);
+  const LimitedRun run = run_limited(RLIMIT_DATA, limit, {"--memory-job"});
+  ASSERT_FALSE(run.killed) << describe(run);
+  ASSERT_TRUE(WIFEXITED(run.status)) << describe(run);
+  EXPECT_EQ(WEXITSTATUS(run.status), kOutOfMemoryExitStatus) << describe(run);
+  EXPECT_NE(run.output.find("configure_runtime: the data-size limit (ulimit -d) is " +
+                            std::to_string(limit / 1024) + " KiB"),
+            std::string::npos)
+      << describe(run);
+}
+
+// A limit above the estimate: the job runs (the estimate does not refuse what fits).
+TEST(ConfigureRuntimeMemory, ALimitAboveTheNeedLetsTheJobRun) {
+  RUNTIME_TEST_SKIP_UNDER_SANITIZERS();
+  const AtStart at = measure_child();
+  ASSERT_GT(at.vm_size, 0);
+  const LimitedRun run = run_limited(RLIMIT_AS, at.vm_size + (1LL << 30), {"--memory-job"});
+  ASSERT_FALSE(run.killed) << describe(run);
+  EXPECT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 0) << describe(run);
+  EXPECT_NE(run.output.find("\nran "), std::string::npos) << describe(run);
+}
+
+TEST(ConfigureRuntimeMemory, FailedAllocationsAreOutOfMemoryEvenWhenNested) {
+  EXPECT_TRUE(is_out_of_memory(std::bad_alloc()));
+  EXPECT_TRUE(is_out_of_memory(MemoryLimitError("configure_runtime: ...")));
+  EXPECT_FALSE(is_out_of_memory(std::runtime_error("no such file")));
+  try {
+    try {
+      // What LibTorch's CPU allocator throws (1.13's wording).
+      TORCH_CHECK(false,
+                  "[enforce fail at alloc_cpu.cpp:75] err == 0. DefaultCPUAllocator: can't "
+                  "allocate memory: you tried to allocate 25088000 bytes. Error code 12 "
+                  "(Cannot allocate memory)");
+    } catch (...) {
+      std::throw_with_nested(std::runtime_error("Callback InferenceRunner failed in before_train"));
+    }
+  } catch (const std::exception& e) {
+    EXPECT_TRUE(is_out_of_memory(e));
+    const std::string line = describe_out_of_memory(e);
+    EXPECT_EQ(line.rfind("out of memory: [enforce fail at alloc_cpu.cpp:75] err == 0. "
+                         "DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+                         "25088000 bytes. Error code 12 (Cannot allocate memory)",
+                         0),
+              0u)
+        << line;
+    EXPECT_EQ(line.find('\n'), std::string::npos) << line;
+  }
+  try {
+    TORCH_CHECK(false, "shapes do not match");
+  } catch (const std::exception& e) {
+    EXPECT_FALSE(is_out_of_memory(e));
+  }
 }
 
 }  // namespace runtime_test
