@@ -16,8 +16,10 @@
 
 #include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/callbacks/progress_bar.h"
+#include "trainpack/exceptions.h"
 #include "trainpack/train/single_cost.h"
 #include "trainpack/utils/logger.h"
+#include "trainpack/utils/print_exception.h"
 
 namespace trainpack {
 namespace detail {
@@ -95,6 +97,25 @@ class InferenceTower {
 }  // namespace detail
 
 namespace {
+
+// Called in a catch block for the exception that reading or running validation batch `index`
+// (1-based) of a round of `size` batches (-1: unknown) threw: throws a std::runtime_error that
+// names the batch, with the exception nested in it. StopTraining goes through as it is.
+[[noreturn]] void rethrow_for_batch(const std::string& who, int64_t index, int64_t size,
+                                    const std::string& part) {
+  const std::string batch =
+      fmt::format("{}: validation batch {} of {}{} failed", who, index,
+                  size >= 0 ? std::to_string(size) : std::string("a pass of unknown size"), part);
+  try {
+    throw;
+  } catch (const StopTraining&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::throw_with_nested(std::runtime_error(batch + ": " + exception_message(e)));
+  } catch (...) {
+    std::throw_with_nested(std::runtime_error(batch + ": an exception of unknown type"));
+  }
+}
 
 // Puts every tower back in its mode when the round ends, also by an exception.
 class RoundGuard {
@@ -436,6 +457,10 @@ void InferenceRunner::run_round(bool parallel, const std::string& who) {
                     input_->name(), done, size_));
   };
 
+  // A failure in a batch names it: which batch of the round, and whose part of the set.
+  const std::string part =
+      sharded_ ? fmt::format(" (rank {}'s part of the set)", trainer().process_group()->rank())
+               : std::string();
   int64_t done = 0;
   const int64_t n_towers = static_cast<int64_t>(towers_.size());
   if (parallel && n_towers > 1) {
@@ -446,7 +471,12 @@ void InferenceRunner::run_round(bool parallel, const std::string& who) {
     std::vector<std::exception_ptr> errors(static_cast<size_t>(n_towers));
     while (size_ - done >= n_towers) {
       for (int64_t k = 0; k < n_towers; ++k) {
-        auto batch = next();
+        std::optional<Datapoint> batch;
+        try {
+          batch = next();
+        } catch (...) {
+          rethrow_for_batch(who, done + k + 1, size_, part);
+        }
         if (!batch) stopped_early(done + k);
         group[static_cast<size_t>(k)] = std::move(*batch);
       }
@@ -467,21 +497,38 @@ void InferenceRunner::run_round(bool parallel, const std::string& who) {
         errors[0] = std::current_exception();
       }
       for (auto& t : threads) t.join();
-      for (auto& e : errors) {
-        if (e) std::rethrow_exception(e);
+      for (int64_t k = 0; k < n_towers; ++k) {
+        const auto i = static_cast<size_t>(k);
+        if (!errors[i]) continue;
+        try {
+          std::rethrow_exception(errors[i]);
+        } catch (...) {
+          rethrow_for_batch(who, done + k + 1, size_, part);
+        }
       }
-      for (auto& out : outputs) deliver(out);
+      for (int64_t k = 0; k < n_towers; ++k) {
+        try {
+          deliver(outputs[static_cast<size_t>(k)]);
+        } catch (...) {
+          rethrow_for_batch(who, done + k + 1, size_, part);
+        }
+      }
       done += n_towers;
       bar.update(n_towers);
     }
   }
   while (size_ < 0 || done < size_) {
-    auto batch = next();
+    std::optional<Datapoint> batch;
+    try {
+      batch = next();
+      if (batch) deliver(towers_[0]->run(*batch, fetches_));
+    } catch (...) {
+      rethrow_for_batch(who, done + 1, size_, part);
+    }
     if (!batch) {
       if (size_ >= 0) stopped_early(done);
       break;
     }
-    deliver(towers_[0]->run(*batch, fetches_));
     ++done;
     bar.update(1);
   }

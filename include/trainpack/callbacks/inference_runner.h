@@ -27,8 +27,12 @@
 //   - every inferencer's after_inference; each statistic is put with Monitors::put_scalar.
 // A progress bar (tqdm's line, on stderr) shows the round unless disabled.
 //
-// Errors: a trainer that is not a TowerTrainer, an output no tower produced (at before_train,
-// listing those that exist), a batch that does not match the signature, a dataflow whose pass ends
+// Errors: an exception while reading or running a batch of a round (the dataflow, the signature
+// check, the tower, an inferencer's on_fetches) is nested in a std::runtime_error naming the batch,
+// "InferenceRunner: validation batch 3 of 40 failed: <its message>" (" (rank 1's part of the set)"
+// under data-parallel training); StopTraining goes through as it is. Besides: a trainer that is
+// not a TowerTrainer, an output no tower produced (at before_train, listing those that exist), a
+// batch that does not match the signature, a dataflow whose pass ends
 // before `size()` batches (logged as tensorpack's ERROR line, then std::runtime_error), null
 // arguments. An empty input is std::runtime_error naming the runner and the dataflow: a size() of 0
 // at before_train, a pass that yields no batch at a round (tensorpack would put statistics of zero
