@@ -43,12 +43,13 @@
 //   3        out of memory: an allocation failed, or configure_runtime refused to start under an
 //            address-space or data-size limit (ulimit -v, ulimit -d; SGE's h_vmem) below what the
 //            job needs (trainpack/utils/runtime.h); one line says which limit and how much;
-//   130/143/129/131  stopped by SIGINT/SIGTERM/SIGHUP/SIGQUIT: training stops at the next step
-//            boundary, a checkpoint of that step is saved, and the log says where it stopped and
-//            how to resume. A signal that arrives after the last step of the last epoch stops
-//            nothing: the run is complete and gets the verdict above. A closed terminal or pipe
-//            (`job | tee log` after the session ended, `job | head`) does not end the run: what
-//            cannot be printed is dropped, and log.log keeps every line.
+//   130/143/129/131/138/140  stopped by SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGUSR1/SIGUSR2 (the last
+//            two: a scheduler's warning before it kills the job, SLURM's --signal): training stops
+//            at the next step boundary, a checkpoint of that step is saved, and the log says where
+//            it stopped and how to resume. A signal that arrives after the last step of the last
+//            epoch stops nothing: the run is complete and gets the verdict above. A closed
+//            terminal or pipe (`job | tee log` after the session ended, `job | head`) does not
+//            end the run: what cannot be printed is dropped, and log.log keeps every line.
 // A finished run run again (nothing left to train) takes its verdict from the val-error-top1 its
 // latest checkpoint holds (EpochSummary's state), not from stats.json.
 //

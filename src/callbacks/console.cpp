@@ -290,7 +290,7 @@ class LineInput {
       // to look at the flag again.
       sigset_t stop_signals, previous;
       sigemptyset(&stop_signals);
-      for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&stop_signals, sig);
+      for (int sig : detail::default_stop_signals()) sigaddset(&stop_signals, sig);
       pthread_sigmask(SIG_BLOCK, &stop_signals, &previous);
       int r = 0;
       int err = 0;

@@ -1,6 +1,12 @@
 #include "trainpack/detail/signals.h"
 
 #include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <utility>
 
 namespace trainpack {
 namespace detail {
@@ -19,46 +25,99 @@ extern "C" void on_stop_signal(int sig) {
   }
 }
 
-}  // namespace
-
-namespace {
-// The signals that stop training at a step boundary: Ctrl-C, a scheduler's or kill's SIGTERM, a
-// closed terminal or ssh session (SIGHUP), and Ctrl-\ (SIGQUIT, whose default action would dump
-// core and lose the steps since the last checkpoint).
-constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-constexpr size_t kStopSignalCount = sizeof(kStopSignals) / sizeof(kStopSignals[0]);
-}  // namespace
-
-struct SignalHandlerScope::Saved {
-  struct sigaction previous[kStopSignalCount];
+// The line a notice signal writes, built before the handler is installed (the handler may only
+// call async-signal-safe functions: write, signal, raise).
+struct Notice {
+  int sig;
+  char line[200];
 };
+Notice g_notices[3];
 
-SignalHandlerScope::SignalHandlerScope(bool enable) : enabled_(enable) {
-  g_pending_signal.store(0);
-  if (!enabled_) return;
-  saved_ = new Saved();
-  struct sigaction action {};
-  action.sa_handler = on_stop_signal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;  // blocking I/O in the step resumes; the loop polls the flag
-  for (size_t i = 0; i < kStopSignalCount; ++i) {
-    install(kStopSignals[i], action, &saved_->previous[i]);
+extern "C" void on_notice_signal(int sig) {
+  for (const Notice& n : g_notices) {
+    if (n.sig != sig) continue;
+    ssize_t ignored = ::write(STDERR_FILENO, n.line, strlen(n.line));
+    (void)ignored;
+  }
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);  // delivered when the handler returns: the default action, termination
+}
+
+const char* notice_name(int sig) {
+  switch (sig) {
+    case SIGALRM:
+      return "SIGALRM";
+    case SIGVTALRM:
+      return "SIGVTALRM";
+#ifdef SIGPWR
+    case SIGPWR:
+      return "SIGPWR";
+#endif
+    default:
+      return "a signal";
   }
 }
 
-// A signal that the process ignores (`nohup`, `cmd &` in a script) stays ignored, as in Python.
-void SignalHandlerScope::install(int sig, const struct sigaction& action,
-                                 struct sigaction* previous) {
-  sigaction(sig, nullptr, previous);
-  if (previous->sa_handler == SIG_IGN) return;
-  sigaction(sig, &action, nullptr);
+}  // namespace
+
+const std::vector<int>& default_stop_signals() {
+  static const std::vector<int> signals{SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+  return signals;
+}
+
+const std::vector<int>& notice_signals() {
+  static const std::vector<int> signals{SIGALRM, SIGVTALRM,
+#ifdef SIGPWR
+                                        SIGPWR
+#endif
+  };
+  return signals;
+}
+
+struct SignalHandlerScope::Saved {
+  std::vector<std::pair<int, struct sigaction>> previous;  // for every signal whose handler was set
+};
+
+SignalHandlerScope::SignalHandlerScope(bool enable, const std::vector<int>& stop_signals) {
+  g_pending_signal.store(0);
+  if (!enable) return;
+  saved_ = new Saved();
+  struct sigaction stop {};
+  stop.sa_handler = on_stop_signal;
+  sigemptyset(&stop.sa_mask);
+  stop.sa_flags = SA_RESTART;  // blocking I/O in the step resumes; the loop polls the flag
+  for (const int sig : stop_signals) {
+    struct sigaction previous {};
+    if (sigaction(sig, nullptr, &previous) != 0) continue;
+    // A signal that the process ignores (`nohup`, `cmd &` in a script) stays ignored, as in
+    // Python.
+    if (previous.sa_handler == SIG_IGN) continue;
+    if (sigaction(sig, &stop, nullptr) == 0) saved_->previous.emplace_back(sig, previous);
+  }
+  struct sigaction notice {};
+  notice.sa_handler = on_notice_signal;
+  sigemptyset(&notice.sa_mask);
+  size_t n = 0;
+  for (const int sig : notice_signals()) {
+    if (std::find(stop_signals.begin(), stop_signals.end(), sig) != stop_signals.end()) continue;
+    struct sigaction previous {};
+    if (sigaction(sig, nullptr, &previous) != 0) continue;
+    // Only the default action: a handler of the program's own (a profiler's SIGVTALRM, a
+    // watchdog's SIGALRM) or an ignored signal is left alone.
+    if ((previous.sa_flags & SA_SIGINFO) != 0 || previous.sa_handler != SIG_DFL) continue;
+    Notice& line = g_notices[n++];
+    line.sig = sig;
+    snprintf(line.line, sizeof line.line,
+             "trainpack: received %s; its default action ends the process now, without a "
+             "checkpoint (Trainer::set_stop_signals can make it a stop signal)\n",
+             notice_name(sig));
+    if (sigaction(sig, &notice, nullptr) == 0) saved_->previous.emplace_back(sig, previous);
+  }
 }
 
 SignalHandlerScope::~SignalHandlerScope() {
-  if (enabled_) {
-    for (size_t i = 0; i < kStopSignalCount; ++i) {
-      sigaction(kStopSignals[i], &saved_->previous[i], nullptr);
-    }
+  if (saved_ != nullptr) {
+    for (const auto& [sig, previous] : saved_->previous) sigaction(sig, &previous, nullptr);
     delete saved_;
   }
   g_pending_signal.store(0);

@@ -33,10 +33,24 @@ std::string stop_signal_name(int signal) {
       return "SIGHUP";
     case SIGQUIT:
       return "SIGQUIT";
+    case SIGUSR1:
+      return "SIGUSR1";
+    case SIGUSR2:
+      return "SIGUSR2";
+    case SIGALRM:
+      return "SIGALRM";
+    case SIGVTALRM:
+      return "SIGVTALRM";
+#ifdef SIGPWR
+    case SIGPWR:
+      return "SIGPWR";
+#endif
     default:
       return "signal " + std::to_string(signal);
   }
 }
+
+std::vector<int> default_stop_signals() { return detail::default_stop_signals(); }
 
 Trainer::Trainer() : step_context_(*this) {}
 Trainer::~Trainer() = default;
@@ -297,7 +311,7 @@ void Trainer::main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t
   next_ = start;
 
   protect_process_io();
-  detail::SignalHandlerScope signals(handle_signals_);
+  detail::SignalHandlerScope signals(handle_signals_, stop_signals_);
   try {
     check_same_loop_on_every_rank(steps_per_epoch, max_epoch);
     run_stoppable([&] { callbacks_->before_train(); });

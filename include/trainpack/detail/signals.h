@@ -1,11 +1,15 @@
-// SIGINT/SIGTERM/SIGHUP/SIGQUIT handling for the training loop. The handler only records the signal; the loop
-// polls it at step boundaries. A second signal while one is pending restores the default action
-// and re-raises, so a second Ctrl-C ends the process at once.
+// Signal handling for the training loop. The stop signals (by default SIGINT, SIGTERM, SIGHUP,
+// SIGQUIT, SIGUSR1 and SIGUSR2) only record the signal; the loop polls it at step boundaries. A
+// second stop signal while one is pending restores the default action and re-raises, so a second
+// Ctrl-C ends the process at once. The notice signals (SIGALRM, SIGVTALRM, SIGPWR, unless they
+// are stop signals) are announced with one line on stderr, then take their default action (the
+// process ends, as without trainpack).
 #pragma once
 
 #include <signal.h>
 
 #include <atomic>
+#include <vector>
 
 namespace trainpack {
 namespace detail {
@@ -15,19 +19,30 @@ extern std::atomic<int> g_pending_signal;
 
 inline int pending_signal() { return g_pending_signal.load(std::memory_order_relaxed); }
 
+// The stop signals unless the trainer is told otherwise (Trainer::set_stop_signals): Ctrl-C, a
+// scheduler's or kill's SIGTERM, a closed terminal or ssh session (SIGHUP), Ctrl-\ (SIGQUIT, whose
+// default action would dump core and lose the steps since the last checkpoint), and the signals
+// that schedulers send some time before they kill a job (SIGUSR1, SIGUSR2: SLURM's --signal,
+// PyTorch Lightning's requeue).
+const std::vector<int>& default_stop_signals();
+
+// The signals whose default action ends the process and that a scheduler or a timer may send
+// (SIGALRM, SIGVTALRM, SIGPWR): announced, then their default action.
+const std::vector<int>& notice_signals();
+
 // Installs the handlers for its lifetime (when `enable`), restoring the previous ones after;
-// clears the pending signal on both ends. A signal that was ignored stays ignored.
+// clears the pending signal on both ends. A stop signal that was ignored stays ignored; a notice
+// signal is announced only when it had its default action (not ignored, no handler of the
+// program's own).
 class SignalHandlerScope {
  public:
-  explicit SignalHandlerScope(bool enable);
+  explicit SignalHandlerScope(bool enable,
+                              const std::vector<int>& stop_signals = default_stop_signals());
   ~SignalHandlerScope();
   SignalHandlerScope(const SignalHandlerScope&) = delete;
   SignalHandlerScope& operator=(const SignalHandlerScope&) = delete;
 
  private:
-  static void install(int sig, const struct sigaction& action, struct sigaction* previous);
-
-  bool enabled_;
   struct Saved;
   Saved* saved_ = nullptr;
 };

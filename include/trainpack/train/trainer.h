@@ -25,11 +25,14 @@
 // MaintainStepCounter (the first callback after the trainer's own), so trigger_step sees the
 // incremented value.
 //
-// SIGINT, SIGTERM, SIGHUP and SIGQUIT (handle_signals, on by default): the handler only sets a
-// flag; the loop stops at the next step boundary as if StopTraining were raised, every
-// after_train runs (ModelSaver saves a checkpoint of the stop step), and `received_signal()`
-// tells the caller, who can exit with `exit_code_for_signal()` (130 / 143 / 129 / 131).
-// A second signal while the first is pending terminates the process at once.
+// The stop signals, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 unless
+// set_stop_signals says otherwise (handle_signals, on by default): the handler only sets a flag;
+// the loop stops at the next step boundary as if StopTraining were raised, every after_train runs
+// (ModelSaver saves a checkpoint of the stop step), and `received_signal()` tells the caller, who
+// can exit with `exit_code_for_signal()` (130 / 143 / 129 / 131 / 138 / 140). A second signal
+// while the first is pending terminates the process at once. SIGALRM, SIGVTALRM and SIGPWR, when
+// not stop signals and without a handler of the program's own, write one line to stderr naming
+// the signal, then take their default action (the process ends, without a checkpoint).
 //
 // Promised writes: a callback that cannot write a file it promised (ModelSaver's checkpoint,
 // MinSaver's copy, stats.json, the event file) logs an ERROR, reports it with
@@ -60,6 +63,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/arg.h>
@@ -100,6 +104,11 @@ struct TrainOptions {
   TORCH_ARG(std::optional<int64_t>, starting_global_step);
   TORCH_ARG(int64_t, max_epoch) = 9999999;
 };
+
+// The signals that stop training unless Trainer::set_stop_signals says otherwise: SIGINT, SIGTERM,
+// SIGHUP, SIGQUIT, and SIGUSR1 and SIGUSR2, which schedulers send some time before they kill a job
+// (SLURM's --signal, PyTorch Lightning's requeue).
+std::vector<int> default_stop_signals();
 
 class Trainer {
  public:
@@ -202,10 +211,13 @@ class Trainer {
   void request_stop() { stop_requested_ = true; }
   bool stop_requested() const { return stop_requested_; }
 
-  // Install the SIGINT/SIGTERM/SIGHUP/SIGQUIT handlers during main_loop (default: true).
+  // Install the stop signals' handlers during main_loop (default: true).
   void set_handle_signals(bool handle) { handle_signals_ = handle; }
-  // The signal received during main_loop (SIGINT, SIGTERM, SIGHUP or SIGQUIT), or 0. Set also when
-  // it arrived too late to stop anything (during the last step or after_train).
+  // The signals that stop training at the next step boundary (default: default_stop_signals()).
+  void set_stop_signals(std::vector<int> signals) { stop_signals_ = std::move(signals); }
+  const std::vector<int>& stop_signals() const { return stop_signals_; }
+  // The stop signal received during main_loop, or 0. Set also when it arrived too late to stop
+  // anything (during the last step or after_train).
   int received_signal() const { return received_signal_; }
   // Whether main_loop trained every epoch up to max_epoch (true also when a signal arrived after
   // the last step: it stopped nothing, so the run is complete, not interrupted).
@@ -322,6 +334,7 @@ class Trainer {
   bool is_chief_ = true;
   bool stop_requested_ = false;
   bool handle_signals_ = true;
+  std::vector<int> stop_signals_ = default_stop_signals();
   int received_signal_ = 0;
   bool finished_ = false;
   std::vector<WriteFailure> write_failures_;
@@ -348,10 +361,12 @@ class NoOpTrainer : public Trainer {
 };
 
 // The conventional exit status of a process stopped by `signal` (128 + signal: 130 for SIGINT,
-// 143 for SIGTERM, 129 for SIGHUP, 131 for SIGQUIT), or 0 when `signal` is 0.
+// 143 for SIGTERM, 129 for SIGHUP, 131 for SIGQUIT, 138 for SIGUSR1, 140 for SIGUSR2 on Linux), or
+// 0 when `signal` is 0.
 int exit_code_for_signal(int signal);
 
-// "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT" (the signals that stop training), else "signal <n>".
+// "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGVTALRM",
+// "SIGPWR", else "signal <n>".
 std::string stop_signal_name(int signal);
 
 }  // namespace trainpack

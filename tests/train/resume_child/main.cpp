@@ -7,18 +7,25 @@
 //   start <global_step> <epoch> <step_in_epoch>   where training continues (before_train)
 //   saved <global_step>                      after the checkpoint of that step is complete
 //   done <global_step>                       training finished
+//   stopped <signal name> <global_step>      a stop signal ended training (stop_signals_test.cpp)
 //
-//   trainpack_resume_child <log dir>
-// Exit status 0 when training finished, 1 on an error (printed to stderr).
+//   trainpack_resume_child <log dir> [--stop-test]
+// With --stop-test (for stop_signals_test.cpp): ModelSaver saves at every epoch's end only (and at
+// a stop by a signal), every step takes 50 ms and prints "step <global_step>".
+// Exit status 0 when training finished, exit_code_for_signal when a stop signal ended it, 1 on an
+// error (printed to stderr).
 #include <torch/torch.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "trainpack/callbacks/json_writer.h"
@@ -98,7 +105,7 @@ class Model : public ModelDesc {
 // Reports the start point and every completed save; puts the step's cost to the monitors.
 class Reporter : public Callback {
  public:
-  explicit Reporter(std::string dir) : dir_(std::move(dir)) {}
+  Reporter(std::string dir, bool stop_test) : dir_(std::move(dir)), stop_test_(stop_test) {}
 
  protected:
   void _before_train() override {
@@ -113,6 +120,11 @@ class Reporter : public Callback {
   void _trigger_step() override {
     trainer().monitors().put_scalar("step_cost", cost_);
     const int64_t gs = global_step();
+    if (stop_test_) {
+      say("step " + std::to_string(gs));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      return;
+    }
     // The save of this step may still be in flight on ModelSaver's writer thread: "saved" means
     // durable, so wait for it (the kills land during the writes all the same).
     wait_for_model_savers(trainer());
@@ -123,20 +135,23 @@ class Reporter : public Callback {
 
  private:
   std::string dir_;
+  bool stop_test_;
   double cost_ = 0;
 };
 
-int run(const std::string& dir) {
+int run(const std::string& dir, bool stop_test) {
   at::set_num_threads(1);
   logger::set_logger_dir(dir, 'k');
   auto saver = std::make_shared<ModelSaver>(ModelSaverOptions().max_to_keep(2));
+  CallbackPtr saving = saver;  // every epoch's end
+  if (!stop_test) {
+    saving = std::make_shared<PeriodicTrigger>(saver, PeriodicTriggerOptions().every_k_steps(1));
+  }
   AutoResumeTrainConfig config(
       TrainConfig()
           .model(std::make_shared<Model>())
           .dataflow(make_flow())
-          .callbacks(
-              {std::make_shared<PeriodicTrigger>(saver, PeriodicTriggerOptions().every_k_steps(1)),
-               std::make_shared<Reporter>(dir)})
+          .callbacks({saving, std::make_shared<Reporter>(dir, stop_test)})
           .extra_callbacks(std::vector<CallbackPtr>{std::make_shared<MovingAverageSummary>(),
                                                     MergeAllSummaries()})
           .monitors(std::vector<MonitorPtr>{JSONWriter::create()})
@@ -144,6 +159,11 @@ int run(const std::string& dir) {
   say(config.found_checkpoint().empty() ? "fresh" : "found " + config.found_checkpoint());
   SimpleTrainer trainer;
   launch_train_with_config(config, trainer);
+  if (trainer.received_signal() != 0 && !trainer.finished()) {
+    say("stopped " + stop_signal_name(trainer.received_signal()) + " " +
+        std::to_string(trainer.global_step()));
+    return exit_code_for_signal(trainer.received_signal());
+  }
   say("done " + std::to_string(trainer.global_step()));
   return 0;
 }
@@ -151,8 +171,9 @@ int run(const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s <log dir>\n", argv[0]);
+  const bool stop_test = argc == 3 && std::strcmp(argv[2], "--stop-test") == 0;
+  if (argc != 2 && !stop_test) {
+    std::fprintf(stderr, "usage: %s <log dir> [--stop-test]\n", argv[0]);
     return 2;
   }
   // The logger writes to stdout: keep stdout for the reports alone.
@@ -162,7 +183,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   try {
-    return run(argv[1]);
+    return run(argv[1], stop_test);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "trainpack_resume_child: %s\n", e.what());
     return 1;
