@@ -6,7 +6,6 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
-#include <sstream>
 #include <stdexcept>
 #include <system_error>
 
@@ -17,6 +16,7 @@
 #include "trainpack/utils/file_io.h"
 #include "trainpack/utils/float_repr.h"
 #include "trainpack/utils/humanize.h"
+#include "trainpack/utils/hyper_txt.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/output_dir.h"
 
@@ -34,27 +34,6 @@ std::string python_round3(double v) {
 
 // numpy.isclose(a, b) with its defaults (rtol 1e-5, atol 1e-8).
 bool is_close(double a, double b) { return std::fabs(a - b) <= 1e-8 + 1e-5 * std::fabs(b); }
-
-std::string strip(const std::string& s) {
-  const char* ws = " \t\n\r\f\v";
-  const auto begin = s.find_first_not_of(ws);
-  if (begin == std::string::npos) return "";
-  const auto end = s.find_last_not_of(ws);
-  return s.substr(begin, end - begin + 1);
-}
-
-// Parses all of `text` as a number (Python's float(): an optional sign, decimal or exponent
-// notation, inf, nan). std::from_chars does not depend on the locale.
-std::optional<double> parse_double(const std::string& text) {
-  std::string s = strip(text);
-  if (!s.empty() && s[0] == '+') s.erase(0, 1);
-  if (s.empty() || s[0] == '+') return std::nullopt;
-  double value = 0;
-  const char* end = s.data() + s.size();
-  auto [ptr, ec] = std::from_chars(s.data(), end, value);
-  if (ec != std::errc() || ptr != end) return std::nullopt;
-  return value;
-}
 
 HyperParamPtr checked_param(const HyperParamRef& ref, const char* class_name) {
   HyperParamPtr p = ref.get();
@@ -306,36 +285,10 @@ std::optional<double> HumanHyperParamSetter::_get_value_to_set() {
   }
   const std::string& file_state = text;  // warnings repeat only when the content changes
 
-  // Every line is `name: value`, blank or a `#` comment (Python's readlines(): a final newline
-  // ends the last line and starts none).
-  std::vector<std::string> lines;
-  std::string line;
-  std::istringstream stream(text);
-  while (std::getline(stream, line)) lines.push_back(line);
-
-  std::optional<double> found;
-  size_t found_line = 0;
-  size_t first_bad = 0;  // 1-based; 0: none
-  size_t bad_count = 0;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    const std::string stripped = strip(lines[i]);
-    if (stripped.empty() || stripped[0] == '#') continue;
-    const auto colon = stripped.find(':');
-    std::optional<double> value;
-    std::string key;
-    if (colon != std::string::npos && stripped.find(':', colon + 1) == std::string::npos) {
-      key = strip(stripped.substr(0, colon));
-      value = parse_double(stripped.substr(colon + 1));
-    }
-    if (key.empty() || !value) {
-      if (bad_count++ == 0) first_bad = i + 1;
-      continue;
-    }
-    if (key == name) {  // the last line for the name wins, as in a Python dict
-      found = value;
-      found_line = i + 1;
-    }
-  }
+  const HyperTxtLookup lookup = lookup_hyper_txt(text, name);
+  const std::optional<double> found = lookup.value;
+  const size_t found_line = lookup.line, first_bad = lookup.first_bad_line,
+               bad_count = lookup.bad_lines;
   if (bad_count > 0) {
     const std::string others = bad_count == 1
                                    ? ""

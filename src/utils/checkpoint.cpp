@@ -13,11 +13,15 @@
 
 #include <ATen/core/Dict.h>
 #include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
+#include <caffe2/serialize/in_memory_adapter.h>
 #include <caffe2/serialize/inline_container.h>
 #include <fmt/format.h>
 #include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/csrc/jit/serialization/pickler.h>
+#include <torch/csrc/jit/serialization/storage_context.h>
 
 #include <algorithm>
 #include <cctype>
@@ -35,6 +39,8 @@
 #include "trainpack/utils/crc32c.h"
 #include "trainpack/utils/file_io.h"
 #include "trainpack/utils/logger.h"
+#include "trainpack/utils/pickle_check.h"
+#include "trainpack/utils/zip_directory.h"
 
 namespace trainpack {
 
@@ -78,10 +84,13 @@ constexpr uint64_t kMaxIndexBytes = uint64_t{1} << 20;
 // `max_bytes`. Other errors: CheckpointError.
 std::optional<std::vector<char>> read_checkpoint_file(
     const std::string& path, const char* kind,
-    uint64_t max_bytes = std::numeric_limits<uint64_t>::max()) {
+    uint64_t max_bytes = std::numeric_limits<uint64_t>::max(), bool follow_symlinks = true,
+    bool owner_only = false) {
   ReadFileOptions options;
   options.kind = kind;
   options.max_bytes = max_bytes;
+  options.follow_symlinks = follow_symlinks;
+  options.owner_only = owner_only;
   try {
     return read_file_if_exists<std::vector<char>>(path, options);
   } catch (const FileRefusedError& e) {
@@ -316,21 +325,30 @@ class DataFileSink {
 };
 
 // Reads `<prefix>.data` and checks it against its trailer.
-std::vector<char> read_checked_data(const std::string& prefix, Trailer* trailer_out = nullptr) {
-  const std::string path = prefix + kDataSuffix;
-  auto data = read_checkpoint_file(path, "checkpoint");
-  if (!data) {
-    throw CheckpointError(path, "the checkpoint's data file does not exist");
-  }
-  const Trailer trailer = parse_trailer(path, data->data(), data->size(), prefix);
-  const uint32_t crc = crc32c::value(data->data(), trailer.checked_bytes);
+// Checks `data`, the bytes of the data file `path` of checkpoint `prefix`, against its trailer.
+Trailer check_trailer(const std::string& path, const std::string& prefix,
+                      const std::vector<char>& data) {
+  const Trailer trailer = parse_trailer(path, data.data(), data.size(), prefix);
+  const uint32_t crc = crc32c::value(data.data(), trailer.checked_bytes);
   if (crc != trailer.crc32c) {
     throw CheckpointError(path,
                           fmt::format("checksum mismatch (CRC-32C 0x{:08x}, but its trailer says "
                                       "0x{:08x}): the file is corrupt",
                                       crc, trailer.crc32c));
   }
-  if (trailer_out != nullptr) *trailer_out = trailer;
+  return trailer;
+}
+
+// Reads `<prefix>.data` and checks it against its trailer.
+std::vector<char> read_checked_data(const std::string& prefix, const CheckpointReadOptions& options) {
+  const std::string path = prefix + kDataSuffix;
+  auto data = read_checkpoint_file(path, "checkpoint", std::numeric_limits<uint64_t>::max(),
+                                   /*follow_symlinks=*/!options.own_files_only(),
+                                   /*owner_only=*/options.own_files_only());
+  if (!data) {
+    throw CheckpointError(path, "the checkpoint's data file does not exist");
+  }
+  (void)check_trailer(path, prefix, *data);
   return std::move(*data);
 }
 
@@ -472,6 +490,110 @@ std::string join_path(const std::string& dir, const std::string& name) {
   return (fs::path(dir) / name).string();
 }
 
+// ---- what LibTorch's reader does not check ----
+
+// The folder that every entry of a PyTorch archive lies in ("archive/"), with its slash.
+std::string archive_top(const std::string& path, const ZipDirectory& zip) {
+  if (zip.entries.empty()) throw CheckpointError(path, "its archive is empty");
+  const std::string& first = zip.entries.front().name;
+  const size_t slash = first.find('/');
+  if (slash == std::string::npos || slash == 0) {
+    throw CheckpointError(path, fmt::format("its archive entry '{}' is not in a folder, as "
+                                            "PyTorch's are",
+                                            printable(first)));
+  }
+  return first.substr(0, slash + 1);
+}
+
+// What PyTorchStreamReader's constructor requires, checked first: when it throws, LibTorch 1.13
+// leaks the zip reader's memory (found by the fuzzer), and its message carries a C++ backtrace.
+// Every entry in `top`, and a version record of decimal digits in the supported range (2.x
+// writes `.data/version` beside `version` and reads it first).
+void check_archive_layout(const std::string& path, const std::vector<char>& data,
+                          const ZipDirectory& zip, const std::string& top) {
+  for (const ZipEntry& entry : zip.entries) {
+    if (entry.name.compare(0, top.size(), top) != 0) {
+      throw CheckpointError(path, fmt::format("corrupt or crafted: its archive entry '{}' is not in "
+                                              "the folder '{}' of the others",
+                                              printable(entry.name), top));
+    }
+  }
+  const ZipEntry* version = zip.find(top + ".data/version");
+  if (version == nullptr) version = zip.find(top + "version");
+  if (version == nullptr) throw CheckpointError(path, "its archive has no version record");
+  std::string text(data.data() + version->data_offset, static_cast<size_t>(version->size));
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  uint64_t number = 0;
+  if (text.empty() || text.size() > 4 || !parse_digits(text, 10, &number) ||
+      number < caffe2::serialize::kMinSupportedFileFormatVersion ||
+      number > caffe2::serialize::kMaxSupportedFileFormatVersion) {
+    throw CheckpointError(
+        path, fmt::format("its archive's version record '{}' is not a version this LibTorch reads "
+                          "({} to {})",
+                          printable(text.substr(0, 16)),
+                          caffe2::serialize::kMinSupportedFileFormatVersion,
+                          caffe2::serialize::kMaxSupportedFileFormatVersion));
+  }
+}
+
+// LibTorch makes each storage as long as the pickle says (its element count times the element
+// size) around the bytes of its record, whatever the record's length: a record cut short would
+// let its tensors read the memory after it. Each storage must be exactly as long as its record.
+void check_storages_match_records(const std::string& path, const ZipDirectory& zip,
+                                  const std::string& top,
+                                  torch::jit::DeserializationStorageContext* storages) {
+  const std::string folder = top + "data/";
+  for (const ZipEntry& entry : zip.entries) {
+    if (entry.name.compare(0, folder.size(), folder) != 0) continue;
+    const std::string key = entry.name.substr(folder.size());
+    if (!storages->hasStorage(key)) continue;  // a record no tensor uses
+    const uint64_t bytes = storages->getStorage(key).nbytes();
+    if (bytes != entry.size) {
+      throw CheckpointError(
+          path, fmt::format("corrupt or crafted: storage '{}' is {} bytes by its pickle, but its "
+                            "record holds {}",
+                            printable(key), bytes, entry.size));
+    }
+  }
+}
+
+// "[2, 3]"
+std::string dims(c10::IntArrayRef values) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + std::to_string(values[i]);
+  return out + "]";
+}
+
+// "" when every element of `t` lies inside its storage: storage_offset + sum over dimensions of
+// (size_i - 1) * stride_i + 1 <= the storage's element count (nothing for an empty tensor but
+// an offset inside the storage); else what does not fit. Computed in 128 bits: crafted sizes
+// cannot overflow it.
+std::string tensor_storage_problem(const at::Tensor& t) {
+  using Wide = __int128;
+  const Wide item = static_cast<Wide>(t.element_size());
+  const Wide capacity = static_cast<Wide>(t.storage().nbytes()) / (item > 0 ? item : 1);
+  const int64_t offset = t.storage_offset();
+  if (offset < 0) return fmt::format("has a negative storage offset ({})", offset);
+  const auto sizes = t.sizes();
+  const auto strides = t.strides();
+  bool empty = false;
+  Wide last = offset;  // the index of the last element
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] < 0 || strides[i] < 0) {
+      return fmt::format("has a negative size or stride (sizes {}, strides {})", dims(sizes),
+                         dims(strides));
+    }
+    if (sizes[i] == 0) empty = true;
+    last += static_cast<Wide>(sizes[i] > 0 ? sizes[i] - 1 : 0) * strides[i];
+  }
+  if (empty ? offset > capacity : last >= capacity) {
+    return fmt::format("does not fit in its storage (storage offset {}, sizes {}, strides {}, "
+                       "but the storage holds {} elements)",
+                       offset, dims(sizes), dims(strides), static_cast<int64_t>(capacity));
+  }
+  return "";
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -524,16 +646,49 @@ void write_checkpoint(const std::string& prefix, const TensorMap& tensors,
   if (options.fsync()) fsync_directory(parent_directory(prefix));
 }
 
-TensorMap read_checkpoint(const std::string& prefix) {
-  Trailer trailer;
-  const std::vector<char> data = read_checked_data(prefix, &trailer);
-  const std::string path = prefix + kDataSuffix;
-  c10::IValue value;
+TensorMap read_checkpoint(const std::string& prefix, const CheckpointReadOptions& options) {
+  return decode_checkpoint(read_checked_data(prefix, options), prefix + kDataSuffix);
+}
+
+TensorMap decode_checkpoint(const std::vector<char>& data, const std::string& path) {
+  const std::string prefix =
+      ends_with(path, kDataSuffix) ? path.substr(0, path.size() - std::strlen(kDataSuffix)) : path;
+  const Trailer trailer = check_trailer(path, prefix, data);
+  // The archive is checked before LibTorch reads it: its directory, and the pickle's lengths
+  // (a crafted length would be allocated by the unpickler before it finds the bytes missing).
+  ZipDirectory zip;
   try {
-    value = torch::jit::pickle_load(data);
+    zip = read_zip_directory(data.data(), data.size());
+  } catch (const ZipError& e) {
+    throw CheckpointError(path, fmt::format("corrupt or crafted: {}", e.what()));
+  }
+  const std::string top = archive_top(path, zip);
+  check_archive_layout(path, data, zip, top);
+  const ZipEntry* pickle = zip.find(top + "data.pkl");
+  if (pickle == nullptr) throw CheckpointError(path, "its archive has no data.pkl");
+  if (const std::string problem =
+          pickle_bounds_problem(data.data() + pickle->data_offset, pickle->size);
+      !problem.empty()) {
+    throw CheckpointError(path, fmt::format("corrupt or crafted data.pkl: {}", problem));
+  }
+  c10::IValue value;
+  auto storages = std::make_shared<torch::jit::DeserializationStorageContext>();
+  try {
+    // torch::jit::pickle_load, with a storage context that keeps each storage by its record name.
+    caffe2::serialize::PyTorchStreamReader reader(
+        std::make_unique<caffe2::serialize::MemoryReadAdapter>(data.data(),
+                                                              static_cast<off_t>(data.size())));
+    value = torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
+                                              /*type_resolver=*/{}, /*obj_loader=*/{},
+                                              /*device=*/{}, reader,
+                                              torch::jit::Unpickler::defaultTypeParser, storages);
+  } catch (const c10::Error& e) {
+    throw CheckpointError(path,
+                          fmt::format("PyTorch cannot decode it: {}", e.what_without_backtrace()));
   } catch (const std::exception& e) {
     throw CheckpointError(path, fmt::format("PyTorch cannot decode it: {}", e.what()));
   }
+  check_storages_match_records(path, zip, top, storages.get());
   if (!value.isGenericDict()) {
     throw CheckpointError(path, fmt::format("holds a {}, not a dict of tensors", value.tagKind()));
   }
@@ -543,7 +698,13 @@ TensorMap read_checkpoint(const std::string& prefix) {
       throw CheckpointError(path, fmt::format("holds a dict entry of {} -> {}, not str -> Tensor",
                                               item.key().tagKind(), item.value().tagKind()));
     }
-    out.emplace(item.key().toStringRef(), item.value().toTensor());
+    const std::string& name = item.key().toStringRef();
+    const at::Tensor& tensor = item.value().toTensor();
+    if (const std::string problem = tensor_storage_problem(tensor); !problem.empty()) {
+      throw CheckpointError(path, fmt::format("corrupt or crafted: the tensor '{}' {}",
+                                              printable(name), problem));
+    }
+    out.emplace(name, tensor);
   }
   if (out.size() != trailer.entries) {
     throw CheckpointError(path, fmt::format("holds {} entries, but its trailer says {}", out.size(),
@@ -552,9 +713,9 @@ TensorMap read_checkpoint(const std::string& prefix) {
   return out;
 }
 
-std::string verify_checkpoint(const std::string& prefix) {
+std::string verify_checkpoint(const std::string& prefix, const CheckpointReadOptions& options) {
   try {
-    (void)read_checked_data(prefix);
+    (void)read_checked_data(prefix, options);
   } catch (const CheckpointError& e) {
     return e.what();
   }
@@ -590,7 +751,7 @@ void remove_checkpoint(const std::string& prefix) {
 void copy_checkpoint(const std::string& from, const std::string& to,
                      const CheckpointWriteOptions& options) {
   // The source is checked first: a corrupt checkpoint is not copied.
-  const std::vector<char> data = read_checked_data(from);
+  const std::vector<char> data = read_checked_data(from, CheckpointReadOptions());
   AtomicFileWriter data_file(to + kDataSuffix, options.fsync());
   data_file.write(data.data(), data.size());
   data_file.finish();
@@ -603,9 +764,13 @@ void copy_checkpoint(const std::string& from, const std::string& to,
 
 std::optional<CheckpointIndex> read_checkpoint_index(const std::string& dir) {
   const std::string path = join_path(dir, kCheckpointIndexFile);
-  const auto bytes = read_checkpoint_file(path, "checkpoint index", kMaxIndexBytes);
+  const auto bytes =
+      read_checkpoint_file(path, "checkpoint index", kMaxIndexBytes, /*follow_symlinks=*/false);
   if (!bytes) return std::nullopt;
-  const std::string text(bytes->begin(), bytes->end());
+  return parse_checkpoint_index(std::string(bytes->begin(), bytes->end()), path);
+}
+
+CheckpointIndex parse_checkpoint_index(const std::string& text, const std::string& path) {
   CheckpointIndex index;
   bool have_latest = false, have_preserved = false;
   size_t pos = 0;
@@ -619,14 +784,14 @@ std::optional<CheckpointIndex> read_checkpoint_index(const std::string& dir) {
     if (line.empty() || line[0] == '#') continue;
     const size_t colon = line.find(':');
     if (colon == std::string::npos) {
-      throw CheckpointError(
-          path, fmt::format("line {}: expected 'field: value', got '{}'", line_no, line));
+      throw CheckpointError(path, fmt::format("line {}: expected 'field: value' (not an index "
+                                              "that ModelSaver wrote)",
+                                              line_no));
     }
     const std::string key = trim(line.substr(0, colon));
     const std::string value = trim(line.substr(colon + 1));
     const auto bad = [&](const char* what) {
-      return CheckpointError(path,
-                             fmt::format("line {}: {} for '{}': {}", line_no, what, key, value));
+      return CheckpointError(path, fmt::format("line {}: {} for '{}'", line_no, what, key));
     };
     if (key == "model_checkpoint_path" || key == "all_model_checkpoint_paths") {
       std::string s;
@@ -651,7 +816,9 @@ std::optional<CheckpointIndex> read_checkpoint_index(const std::string& dir) {
         index.last_preserved_timestamp = v;
       }
     } else {
-      throw CheckpointError(path, fmt::format("line {}: unknown field '{}'", line_no, key));
+      throw CheckpointError(path, fmt::format("line {}: an unknown field (not an index that "
+                                              "ModelSaver wrote)",
+                                              line_no));
     }
   }
   if (!have_latest || index.model_checkpoint_path.empty()) {
@@ -713,10 +880,14 @@ std::string index_entry_problem(const std::string& dir, const std::string& entry
   }
   const std::string data = named.string() + kDataSuffix;
   struct stat st {};
-  if (::stat(data.c_str(), &st) != 0) {
-    if (errno == ELOOP) return fmt::format("{} is a symlink loop", data);
+  if (::lstat(data.c_str(), &st) != 0) {
     if (errno == ENOENT) return fmt::format("{} does not exist", data);
     return fmt::format("{} cannot be read: {}", data, std::strerror(errno));
+  }
+  if (S_ISLNK(st.st_mode)) {
+    return fmt::format("{} is a symbolic link (ModelSaver writes regular files; a link in a "
+                       "directory others can write may have been planted), not followed",
+                       data);
   }
   if (!S_ISREG(st.st_mode)) return fmt::format("{} is not a regular file", data);
   if (prefix != nullptr) *prefix = join_path(dir, named.filename().string());

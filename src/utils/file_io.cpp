@@ -84,6 +84,14 @@ int open_regular_file(const std::string& path, const ReadFileOptions& options, b
     throw FileRefusedError(EINVAL, path,
                            "is not a regular file (" + file_type_name(st.st_mode) + ")");
   }
+  if (options.owner_only && st.st_uid != ::geteuid()) {
+    ::close(fd);
+    throw FileRefusedError(
+        EPERM, path,
+        fmt::format("is owned by user {}, not by this process's user {} (a file another user put "
+                    "in the directory is not read; move it away, or name it explicitly)",
+                    st.st_uid, ::geteuid()));
+  }
   *size = static_cast<uint64_t>(st.st_size);
   if (*size > options.max_bytes) {
     ::close(fd);

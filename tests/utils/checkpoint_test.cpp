@@ -306,9 +306,10 @@ TEST_F(CheckpointTest, ACheckpointLinkedToDevZeroIsRefusedWithoutReadingIt) {
   fs::create_symlink("/dev/zero", prefix("model-12") + ".data");
   EXPECT_EQ(message_of<CheckpointError>([&] { read_checkpoint(prefix("model-12")); }),
             prefix("model-12") + ".data: not a regular file (a character device)");
+  // The index is never read through a link (checked before what it points to).
   fs::create_symlink("/dev/zero", dir() / "checkpoint");
   EXPECT_EQ(message_of<CheckpointError>([&] { read_checkpoint_index(dir().string()); }),
-            (dir() / "checkpoint").string() + ": not a regular file (a character device)");
+            (dir() / "checkpoint").string() + ": not a regular file (a symbolic link)");
 }
 
 TEST_F(CheckpointTest, AnIndexOverOneMebibyteIsRefused) {
@@ -611,20 +612,20 @@ TEST_F(CheckpointTest, MalformedCheckpointIndexFilesAreRefusedNamingTheFile) {
       {"", "names no checkpoint (no model_checkpoint_path)"},
       {"model_checkpoint_path: \"\"\n", "names no checkpoint (no model_checkpoint_path)"},
       {"model_checkpoint_path: model-6\n",
-       "line 1: not a quoted string for 'model_checkpoint_path': model-6"},
+       "line 1: not a quoted string for 'model_checkpoint_path'"},
       {"model_checkpoint_path: \"model-6\n",
-       "line 1: not a quoted string for 'model_checkpoint_path': \"model-6"},
+       "line 1: not a quoted string for 'model_checkpoint_path'"},
       {"model_checkpoint_path: \"a\"b\"\n",
-       "line 1: not a quoted string for 'model_checkpoint_path': \"a\"b\""},
+       "line 1: not a quoted string for 'model_checkpoint_path'"},
       {"model_checkpoint_path: \"a\\q\"\n",
-       "line 1: not a quoted string for 'model_checkpoint_path': \"a\\q\""},
+       "line 1: not a quoted string for 'model_checkpoint_path'"},
       {"model_checkpoint_path: \"a\"\nmodel_checkpoint_path: \"b\"\n",
        "line 2: 'model_checkpoint_path' appears twice"},
-      {"model_checkpoint_path: \"a\"\nlatest: \"b\"\n", "line 2: unknown field 'latest'"},
+      {"model_checkpoint_path: \"a\"\nlatest: \"b\"\n", "line 2: an unknown field (not an index that ModelSaver wrote)"},
       {"model_checkpoint_path: \"a\"\nsomething\n",
-       "line 2: expected 'field: value', got 'something'"},
+       "line 2: expected 'field: value' (not an index that ModelSaver wrote)"},
       {"model_checkpoint_path: \"a\"\nall_model_checkpoint_timestamps: soon\n",
-       "line 2: not a number for 'all_model_checkpoint_timestamps': soon"},
+       "line 2: not a number for 'all_model_checkpoint_timestamps'"},
       {"model_checkpoint_path: \"a\"\nall_model_checkpoint_paths: \"a\"\n"
        "all_model_checkpoint_timestamps: 1\nall_model_checkpoint_timestamps: 2\n",
        "has 2 all_model_checkpoint_timestamps for 1 all_model_checkpoint_paths"},

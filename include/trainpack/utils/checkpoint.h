@@ -92,15 +92,33 @@ struct CheckpointWriteOptions {
 void write_checkpoint(const std::string& prefix, const TensorMap& tensors,
                       const CheckpointWriteOptions& options = {});
 
-// Reads the checkpoint `prefix` and checks it against its trailer (CRC-32C, entry count). Throws
-// CheckpointError naming the file: a missing or empty data file, a truncated one, a checksum
-// mismatch, a malformed or missing trailer (format 1 is named as such), data that PyTorch cannot
-// decode.
-TensorMap read_checkpoint(const std::string& prefix);
+struct CheckpointReadOptions {
+  // Read only a regular file owned by this process's user, never through a symbolic link: for
+  // the checkpoints a job finds in its log directory by itself (auto-resume), where another user
+  // who can write the directory could have planted one. A checkpoint named explicitly (SaverRestore
+  // of a path the user gave) is read wherever it is.
+  TORCH_ARG(bool, own_files_only) = false;
+};
 
-// Checks the checkpoint `prefix` like read_checkpoint without decoding the tensors: returns an
-// empty string when it is valid, else the reason (the same text CheckpointError would carry).
-std::string verify_checkpoint(const std::string& prefix);
+// Reads the checkpoint `prefix` and checks it against its trailer (CRC-32C, entry count), then
+// checks what LibTorch's reader does not: the zip archive's directory (every entry inside the
+// file), the pickle's length prefixes (before the unpickler allocates them), every storage
+// exactly as long as its record, and every tensor inside its storage (storage_offset + sum of
+// (size_i - 1) * stride_i < the storage's element count). Throws CheckpointError naming the file:
+// a missing or empty data file, a truncated one, a checksum mismatch, a malformed or missing
+// trailer (format 1 is named as such), a corrupt or crafted archive ("corrupt or crafted: the
+// tensor 'conv1.weight' does not fit in its storage ..."), data that PyTorch cannot decode; with
+// own_files_only, a link or another user's file.
+TensorMap read_checkpoint(const std::string& prefix, const CheckpointReadOptions& options = {});
+
+// read_checkpoint's checks and decoding of the bytes of a data file already read (`data`, the
+// whole file, trailer included); `path` names the file in errors. What the fuzzers run.
+TensorMap decode_checkpoint(const std::vector<char>& data, const std::string& path);
+
+// Checks the checkpoint `prefix`'s file and trailer like read_checkpoint without decoding the
+// tensors: returns an empty string when it is valid, else the reason (the same text
+// CheckpointError would carry).
+std::string verify_checkpoint(const std::string& prefix, const CheckpointReadOptions& options = {});
 
 // True when `<prefix>.data` exists (the checkpoint was completely written, valid or not).
 bool checkpoint_exists(const std::string& prefix);
@@ -142,9 +160,13 @@ constexpr const char* kCheckpointIndexSwapFile = "checkpoint.previous";
 
 // Reads `<dir>/checkpoint`; nullopt when there is none. Throws CheckpointError naming the file
 // when it is malformed (an unknown field, a bad quote, timestamps not matching the paths, no
-// model_checkpoint_path). Accepts what TensorFlow writes: blank lines and `#` comments, spaces
+// model_checkpoint_path), or a symbolic link (never followed: ModelSaver writes a regular file).
+// The messages give the line and field, never the file's text: it may not be the job's to show. Accepts what TensorFlow writes: blank lines and `#` comments, spaces
 // around the ':', single or double quotes with C escapes, and no timestamps (older TF).
 std::optional<CheckpointIndex> read_checkpoint_index(const std::string& dir);
+
+// The parser of read_checkpoint_index, on the index's text; `path` names the file in errors.
+CheckpointIndex parse_checkpoint_index(const std::string& text, const std::string& path);
 
 // Replaces `<dir>/checkpoint` atomically and durably (with options.fsync), through the swap file
 // `<dir>/checkpoint.previous` (utils/atomic_file.h: replace_file_by_swap). Writes the fields in
@@ -158,9 +180,9 @@ void write_checkpoint_index(const std::string& dir, const CheckpointIndex& index
 
 // Checks an entry of the `checkpoint` index of `dir` (a model_checkpoint_path or one of the
 // all_model_checkpoint_paths): returns "" and sets `*prefix` (when given) to `<dir>/<name>` when
-// it names a checkpoint in `dir` itself whose `.data` is a regular file; else the reason, e.g.
-// "a path outside the directory ..." (`../../etc/passwd`, an absolute path elsewhere),
-// "... does not exist", "... is a symlink loop", "... is not a regular file". An index entry
+// it names a checkpoint in `dir` itself whose `.data` is a regular file (not a link to one); else
+// the reason, e.g. "a path outside the directory ..." (`../../etc/passwd`, an absolute path
+// elsewhere), "... does not exist", "... is a symbolic link ...", "... is not a regular file". An index entry
 // with a problem is ignored by the readers of the index, with a warning (or, where it is all
 // there is to go by, a CheckpointError).
 std::string index_entry_problem(const std::string& dir, const std::string& entry,

@@ -48,10 +48,14 @@ struct ReadFileOptions {
   // Whether a symbolic link as the last part of the path is followed; when not, it is refused
   // as "not a regular file (a symbolic link)".
   bool follow_symlinks = true;
+  // Whether only a file owned by the process's effective user is read; another's is refused as
+  // "is owned by user 1001, not by this process's user 0 ...". For the files a job finds in a
+  // log directory that others may write (a checkpoint planted there is not the job's own).
+  bool owner_only = false;
 };
 
 // A file refused by read_file before it was read: not a regular file (errno EINVAL in code()),
-// or larger than the limit (EFBIG). what() is "<path> <reason>", reason() the part after the
+// owned by another user when owner_only (EPERM), or larger than the limit (EFBIG). what() is "<path> <reason>", reason() the part after the
 // path ("is not a regular file (a FIFO)", "is 5000 bytes, more than the 1000-byte limit for a
 // stats file").
 class FileRefusedError : public std::system_error {
