@@ -85,6 +85,16 @@ void DataFlow::seek(int64_t datapoints_consumed_in_this_pass) {
   ended_ = false;
 }
 
+std::string DataFlow::describe() const {
+  const std::optional<int64_t> n = size();
+  return n ? fmt::format("{} ({} datapoints)", name(), *n) : name();
+}
+
+std::string BatchData::describe() const {
+  return fmt::format("BatchData(batch_size={}{}) over {}", batch_size_,
+                     remainder_ ? ", remainder=true" : "", ds_->describe());
+}
+
 void DataFlow::_seek(int64_t) { throw std::logic_error(name() + " does not support seek"); }
 
 // ---- DataFromList ----

@@ -50,8 +50,39 @@ class SourceCallback : public Callback {
   std::function<void(const CallbackState&)> load_state_;
 };
 
-CallbackState position_entries(InputPosition p) {
-  return {{"pass", state_scalar(p.pass)}, {"position", state_scalar(p.position)}};
+// The state of a source: its position, and the dataflow it is a position in (describe()), so
+// that a resume over another batch size or data set is noticed instead of reinterpreted.
+CallbackState position_entries(InputPosition p, const DataFlow& dataflow) {
+  return {{"pass", state_scalar(p.pass)},
+          {"position", state_scalar(p.position)},
+          {"dataflow", state_string(dataflow.describe())}};
+}
+
+// For a load_state: the checkpoint's position counts batches of the dataflow it was saved with.
+// Another one (a batch size, a data set of another size, another chain) would have the position
+// reinterpreted: refused, unless `allow` (then a warning). Checkpoints without the entry (saved
+// before it existed) are not checked.
+void check_same_dataflow(const std::string& who, const CallbackState& state,
+                         const DataFlow& dataflow, bool allow) {
+  if (state.count("dataflow") == 0) return;
+  const std::string saved = state_string(who, state, "dataflow");
+  const std::string now = dataflow.describe();
+  if (saved == now) return;
+  const std::string what = fmt::format(
+      "{}: the checkpoint's data position counts batches of another input: it was saved over\n"
+      "  {}\nand this run reads\n  {}\n",
+      who, saved, now);
+  if (allow) {
+    TP_LOG_WARN("{}Continuing anyway (allow_changed_input): the position is taken as a position "
+                "in this run's input, and the epochs count this run's batches.",
+                what);
+    return;
+  }
+  throw std::invalid_argument(
+      what +
+      "Resuming would reinterpret the saved position (and the epochs' length). Resume with the "
+      "batch size and data of the run that saved it; or continue anyway with "
+      "TrainConfig().allow_changed_input(true); or start over in a new directory.");
 }
 
 InputPosition read_position(const std::string& who, const CallbackState& state) {
@@ -252,9 +283,10 @@ std::vector<CallbackPtr> FeedInput::_setup() {
         dataflow_->reset_state();
         reset_done_ = true;
       },
-      nullptr, [this] { return position_entries(consumed()); },
+      nullptr, [this] { return position_entries(consumed(), *dataflow_); },
       [this](const CallbackState& state) {
-        check_state_keys(name(), state, {"pass", "position"});
+        check_state_keys(name(), state, {"pass", "position", "dataflow"});
+        check_same_dataflow(name(), state, *dataflow_, allow_changed_input());
         const InputPosition point = read_position(name(), state);
         if (can_restore_position(name(), *dataflow_, point)) resume_at(point);
       })};
@@ -325,12 +357,14 @@ std::vector<CallbackPtr> QueueInput::_setup() {
   TP_LOG_INFO("Setting up the queue '{}' for CPU prefetching ...", kQueueName);
   auto summary = std::make_shared<QueueSizeSummary>(*this);
   auto state = [this, summary] {
-    CallbackState s = position_entries(consumed());
+    CallbackState s = position_entries(consumed(), *dataflow_);
     summary->add_state(&s);
     return s;
   };
   auto load_state = [this, summary](const CallbackState& s) {
-    check_state_keys(name(), s, {"pass", "position", "queue_size_biased", "queue_size_updates"});
+    check_state_keys(name(), s,
+                     {"pass", "position", "dataflow", "queue_size_biased", "queue_size_updates"});
+    check_same_dataflow(name(), s, *dataflow_, allow_changed_input());
     const InputPosition position = read_position(name(), s);
     const auto ema = QueueSizeSummary::read_state(name(), s);
     if (can_restore_position(name(), *dataflow_, position)) resume_at(position);

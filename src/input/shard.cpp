@@ -10,6 +10,10 @@
 
 namespace trainpack {
 
+std::string ShardData::describe() const {
+  return fmt::format("ShardData(rank {} of {}) over {}", rank_, world_size_, ds_->describe());
+}
+
 ShardData::ShardData(DataFlowPtr ds, int64_t rank, int64_t world_size)
     : ds_(std::move(ds)), rank_(rank), world_size_(world_size) {
   if (!ds_) throw std::invalid_argument("ShardData: null dataflow; pass the dataflow to shard");

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <dirent.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -72,6 +73,16 @@ void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trai
           fmt::format("TrainConfig: steps_per_epoch must be >= 0, got {}", steps_per_epoch));
     }
   } else if (auto size = input->size()) {
+    if (*size == 0) {
+      // An epoch of no step would "finish" every epoch at once, validate an untrained model and
+      // save it as the best (tensorpack does the same, silently).
+      throw std::invalid_argument(fmt::format(
+          "TrainConfig: the training input yields no batch per pass ({}), so an epoch would have "
+          "no step. A batch larger than the data set drops it all: use a smaller batch or "
+          "BatchData's remainder; or the data is not where it was looked for (a folder one level "
+          "off?). TrainConfig().steps_per_epoch(n) overrides this.",
+          config.dataflow() ? config.dataflow()->describe() : input->name()));
+    }
     // A step reads accumulate_steps batches; the batches left over at the end of a pass start
     // the next epoch.
     steps_per_epoch = *size / config.accumulate_steps();
@@ -98,6 +109,7 @@ void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trai
     trainer.set_gradient_processors(config.gradient_processors());
   }
   std::shared_ptr<ModelDesc> model = config.model();
+  input->set_allow_changed_input(config.allow_changed_input());
   trainer.setup_graph(
       model->inputs(), input, model->module(),
       [model](TowerContext& ctx, const std::vector<at::Tensor>& inputs) {
@@ -164,7 +176,7 @@ std::string unusable_reason(const std::string& prefix, bool* blocks) {
   *blocks = false;
   TensorMap state;
   try {
-    state = read_checkpoint(prefix);
+    state = read_checkpoint(prefix, CheckpointReadOptions().own_files_only(true));
   } catch (const CheckpointError& e) {
     // "<file>: <reason>": the file is named beside the reason already.
     const std::string what = e.what();
@@ -195,6 +207,18 @@ std::string unusable_reason(const std::string& prefix, bool* blocks) {
   return "";
 }
 
+// A log directory that every user can write (mode o+w, as /tmp is) may hold files another user
+// planted: said once per directory, with what is done about it and how to close it.
+void warn_if_others_can_write(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || (st.st_mode & S_IWOTH) == 0) return;
+  TP_LOG_WARN(
+      "The log directory {} can be written by every user (mode {:04o}): checkpoints there that "
+      "are symbolic links or belong to another user are not resumed. To keep others out: "
+      "chmod o-w {}",
+      dir, st.st_mode & 07777, dir);
+}
+
 }  // namespace
 
 AutoResumeError::AutoResumeError(std::string dir,
@@ -208,6 +232,7 @@ std::optional<std::string> AutoResumeTrainConfig::find_latest_valid_checkpoint(
     std::string prefix;
     std::optional<int64_t> step;
   };
+  warn_if_others_can_write(dir);
   std::vector<Candidate> candidates;
   auto add = [&](const std::string& prefix) {
     for (const auto& c : candidates) {
@@ -347,7 +372,9 @@ AutoResumeTrainConfig::AutoResumeTrainConfig(TrainConfig config, AutoResumeOptio
 
 std::optional<ResumePoint> AutoResumeTrainConfig::resume_point() const {
   if (found_checkpoint_.empty()) return std::nullopt;
-  return saved_resume_point(read_checkpoint(found_checkpoint_), "checkpoint " + found_checkpoint_);
+  return saved_resume_point(
+      read_checkpoint(found_checkpoint_, CheckpointReadOptions().own_files_only(true)),
+      "checkpoint " + found_checkpoint_);
 }
 
 }  // namespace trainpack

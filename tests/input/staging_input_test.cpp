@@ -386,6 +386,7 @@ TEST(StagingInput, CheckpointsMoveBetweenStagedAndPlainSources) {
     state.erase("callback/QueueInput/position");
     state.erase("callback/QueueInput/queue_size_biased");
     state.erase("callback/QueueInput/queue_size_updates");
+    state.erase("callback/QueueInput/dataflow");
     expect_same_batches(rest_from(staged_queue(shuffled_batches(), 2), state, 4), rest(8));
   }
 }

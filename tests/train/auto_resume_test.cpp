@@ -2,6 +2,7 @@
 // which checkpoint is picked, the fallback past a corrupt one, the counters the run continues
 // from, and what happens to stats.json.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -14,6 +15,8 @@
 
 #include <gmock/gmock.h>
 
+#include "support/errors.h"
+#include "support/files.h"
 #include "support/linear_regression.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/json_writer.h"
@@ -32,6 +35,7 @@ namespace auto_resume_test {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using testing::LogCapture;
+using testing::write_text;
 
 // The tests' small regression (3 steps per epoch), with momentum: the optimizer has a state.
 class LinearModel : public testing::LinearRegressionModel {
@@ -297,8 +301,8 @@ TEST_F(AutoResumeTest, BadIndexEntriesAreWarnedAboutAndIgnored) {
             (dir() / "model-6").string());
   EXPECT_TRUE(log.contains("names \"../../etc/passwd\": a path outside the directory"));
   EXPECT_TRUE(log.contains("names \"/etc/passwd\": a path outside the directory"));
-  EXPECT_TRUE(
-      log.contains("names \"loop\": " + (dir() / "loop.data").string() + " is a symlink loop"));
+  EXPECT_TRUE(log.contains("names \"loop\": " + (dir() / "loop.data").string() +
+                           " is a symbolic link (ModelSaver writes regular files"));
   EXPECT_TRUE(log.contains("names \"model-99\": " + (dir() / "model-99.data").string() +
                            " does not exist"));
   try {
@@ -307,6 +311,132 @@ TEST_F(AutoResumeTest, BadIndexEntriesAreWarnedAboutAndIgnored) {
   } catch (const CheckpointError& e) {
     EXPECT_THAT(e.what(), HasSubstr("a path outside the directory"));
   }
+}
+
+// ---- a resume over another input ----
+
+// Resumes the run in dir() over `flow` (after run(2) over batches of 8).
+std::string resume_over(const DataFlowPtr& flow, bool allow) {
+  return testing::message_of<std::invalid_argument>([&] {
+    AutoResumeTrainConfig config(
+        TrainConfig()
+            .model(std::make_shared<LinearModel>())
+            .dataflow(flow)
+            .callbacks({std::make_shared<ModelSaver>(ModelSaverOptions().fsync(false))})
+            .extra_callbacks(std::vector<CallbackPtr>{})
+            .monitors(std::vector<MonitorPtr>{})
+            .max_epoch(3)
+            .allow_changed_input(allow));
+    SimpleTrainer trainer;
+    trainer.set_handle_signals(false);
+    launch_train_with_config(config, trainer);
+  });
+}
+
+// The 24 points of linear_regression_batches() in batches of `batch_size`.
+DataFlowPtr points_in_batches(int64_t batch_size) {
+  std::vector<Datapoint> points;
+  auto source = testing::linear_regression_batches();
+  source->reset_state();
+  source->begin_pass();
+  while (auto batch = source->next()) {
+    for (int64_t i = 0; i < (*batch)[0].size(0); ++i) {
+      points.push_back({(*batch)[0][i], (*batch)[1][i]});
+    }
+  }
+  return std::make_shared<BatchData>(std::make_shared<DataFromList>(points), batch_size);
+}
+
+TEST_F(AutoResumeTest, AResumeWithAnotherBatchSizeIsRefusedNamingBoth) {
+  run(2);
+  const std::string what = resume_over(points_in_batches(4), /*allow=*/false);
+  EXPECT_NE(what.find("the checkpoint's data position counts batches of another input: it was "
+                      "saved over\n  BatchData(batch_size=8) over DataFromList (24 datapoints)\n"
+                      "and this run reads\n  BatchData(batch_size=4) over DataFromList (24 "
+                      "datapoints)\n"),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("TrainConfig().allow_changed_input(true)"), std::string::npos) << what;
+  // Nothing was trained or saved: model-6 is still the latest.
+  EXPECT_FALSE(fs::exists(dir() / "model-9.data"));
+}
+
+TEST_F(AutoResumeTest, AResumeWithAnotherInputMayBeAllowed) {
+  run(2);
+  LogCapture log;
+  EXPECT_EQ(resume_over(points_in_batches(4), /*allow=*/true), "<no exception>");
+  EXPECT_TRUE(log.contains("Continuing anyway (allow_changed_input)"));
+  EXPECT_TRUE(fs::exists(dir() / "model-12.data"));  // 6 + one epoch of 6 batches of 4
+}
+
+TEST_F(AutoResumeTest, TheSameInputResumesWithoutAWord) {
+  run(2);
+  LogCapture log;
+  EXPECT_EQ(resume_over(points_in_batches(8), /*allow=*/false), "<no exception>");
+  EXPECT_FALSE(log.contains("another input"));
+  EXPECT_TRUE(fs::exists(dir() / "model-9.data"));
+}
+
+// ---- files another user planted in the directory ----
+
+TEST_F(AutoResumeTest, APlantedCheckpointLinkIsNotFollowed) {
+  // model-99.data links to a valid checkpoint of another (private) run: a root job followed it,
+  // continued that run and saved its weights here.
+  run(2);
+  const fs::path other = dir() / "private";
+  fs::create_directory(other);
+  fs::copy_file(dir() / "model-6.data", other / "model-6.data");
+  fs::create_symlink(other / "model-6.data", dir() / "model-99.data");
+  LogCapture log;
+  EXPECT_EQ(AutoResumeTrainConfig::find_latest_valid_checkpoint(dir().string()),
+            (dir() / "model-6").string());
+  EXPECT_TRUE(log.contains("Checkpoint " + (dir() / "model-99").string() +
+                           " cannot be used (not a regular file (a symbolic link))"))
+      << ::testing::PrintToString(log.lines());
+}
+
+TEST_F(AutoResumeTest, AnotherUsersCheckpointIsNotResumed) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to give a file to another user";
+  run(2);
+  fs::copy_file(dir() / "model-6.data", dir() / "model-99.data");
+  ASSERT_EQ(::chown((dir() / "model-99.data").c_str(), 4242, 4242), 0);
+  LogCapture log;
+  EXPECT_EQ(AutoResumeTrainConfig::find_latest_valid_checkpoint(dir().string()),
+            (dir() / "model-6").string());
+  EXPECT_TRUE(log.contains("cannot be used (owned by user 4242, not by this process's user 0"))
+      << ::testing::PrintToString(log.lines());
+}
+
+TEST_F(AutoResumeTest, AnIndexLinkedToAPrivateFileIsNotReadNorQuoted) {
+  run(2);
+  const fs::path secret = dir() / "token";
+  write_text(secret, "ghp_S3cretToken\n");
+  fs::remove(dir() / "checkpoint");
+  fs::create_symlink(secret, dir() / "checkpoint");
+  LogCapture log;
+  EXPECT_EQ(AutoResumeTrainConfig::find_latest_valid_checkpoint(dir().string()),
+            (dir() / "model-6").string());
+  EXPECT_TRUE(log.contains((dir() / "checkpoint").string() +
+                           ": not a regular file (a symbolic link)"))
+      << ::testing::PrintToString(log.lines());
+  EXPECT_FALSE(log.contains("S3cret")) << ::testing::PrintToString(log.lines());
+  // Nor is the text of a malformed index quoted when it is a regular file.
+  fs::remove(dir() / "checkpoint");
+  write_text(dir() / "checkpoint", "ghp_S3cretToken\n");
+  LogCapture log2;
+  (void)AutoResumeTrainConfig::find_latest_valid_checkpoint(dir().string());
+  EXPECT_TRUE(log2.contains("line 1: expected 'field: value'")) << ::testing::PrintToString(log2.lines());
+  EXPECT_FALSE(log2.contains("S3cret")) << ::testing::PrintToString(log2.lines());
+}
+
+TEST_F(AutoResumeTest, ADirectoryEveryoneCanWriteIsWarnedAbout) {
+  run(1);
+  fs::permissions(dir(), fs::perms::others_write, fs::perm_options::add);
+  LogCapture log;
+  (void)AutoResumeTrainConfig::find_latest_valid_checkpoint(dir().string());
+  EXPECT_TRUE(log.contains("The log directory " + dir().string() +
+                           " can be written by every user (mode 0")) << ::testing::PrintToString(log.lines());
+  EXPECT_TRUE(log.contains("chmod o-w " + dir().string())) << ::testing::PrintToString(log.lines());
 }
 
 TEST_F(AutoResumeTest, AnIndexNamingAnOlderCheckpointResumesFromTheNewestSayingWhy) {

@@ -80,6 +80,10 @@ class DataFlow {
   virtual void reset_state() {}
   // Datapoints per pass; nullopt when unknown (tensorpack's __len__).
   virtual std::optional<int64_t> size() const { return std::nullopt; }
+  // The flow and the flows inside it, for messages about what it yields:
+  // "BatchData(batch_size=4096) over FashionMnist (1600 datapoints)". Default: name() and, when
+  // known, size(); a wrapper gives its arguments and "over" the flow it wraps.
+  virtual std::string describe() const;
 
   // Starts the pass after the current one (pass 0 first).
   void begin_pass();
@@ -193,6 +197,7 @@ class BatchData : public DataFlow {
   // batch_size < 1 is std::invalid_argument.
   BatchData(DataFlowPtr ds, int64_t batch_size, bool remainder = false);
   std::string name() const override { return "BatchData"; }
+  std::string describe() const override;
   void reset_state() override { ds_->reset_state(); }
   std::optional<int64_t> size() const override;
   const DataFlow* first_unseekable() const override { return ds_->first_unseekable(); }
@@ -221,6 +226,7 @@ class MapData : public DataFlow {
   using Func = std::function<std::optional<Datapoint>(Datapoint)>;
   MapData(DataFlowPtr ds, Func func);
   std::string name() const override { return "MapData"; }
+  std::string describe() const override { return "MapData over " + ds_->describe(); }
   void reset_state() override { ds_->reset_state(); }
   std::optional<int64_t> size() const override { return ds_->size(); }
   const DataFlow* first_unseekable() const override { return ds_->first_unseekable(); }

@@ -26,7 +26,8 @@
 // Exact resume (docs/save-load.md): the callback named after the source (FeedInput, QueueInput)
 // has the state `pass` and `position` (int64): the dataflow pass of the last batch next_batch()
 // returned, and how many batches of that pass it has returned (the trainer's consumption, never
-// what was prefetched). Its load_state (after setup, before before_train) makes the source start
+// what was prefetched), and `dataflow` (the DataFlow::describe() of the flow they count in: a
+// resume over another batch size or data set is refused, see set_allow_changed_input). Its load_state (after setup, before before_train) makes the source start
 // there: begin_pass(pass), then seek(position), without reading the skipped batches; a position
 // equal to the pass's size continues with the first batch of the next pass. It needs a dataflow
 // that seeks (DataFlow::seekable(): DataFromList, FashionMnist, BatchData and MapData over them).
@@ -115,6 +116,13 @@ class InputSource {
   virtual InputPosition consumed() const;
   virtual void resume_at(InputPosition point);
 
+  // Whether a checkpoint saved over another dataflow (DataFlow::describe() differs: another
+  // batch size, data set size or chain) may be resumed: false (the default) refuses it in
+  // load_state with std::invalid_argument naming both; true continues with a warning, taking the
+  // saved position as a position in this dataflow. TrainConfig().allow_changed_input sets it.
+  void set_allow_changed_input(bool allow) { allow_changed_input_ = allow; }
+  bool allow_changed_input() const { return allow_changed_input_; }
+
  protected:
   // The subclass's callbacks (reset the dataflow, start/stop threads, ...).
   virtual std::vector<CallbackPtr> _setup() = 0;
@@ -131,6 +139,7 @@ class InputSource {
   c10::Device device_ = c10::Device(c10::kCPU);
   bool setup_done_ = false;
   bool pin_host_batches_ = false;
+  bool allow_changed_input_ = false;
 };
 
 using InputSourcePtr = std::shared_ptr<InputSource>;

@@ -49,6 +49,7 @@ class ShardData : public DataFlow {
  public:
   ShardData(DataFlowPtr ds, int64_t rank, int64_t world_size);
   std::string name() const override { return "ShardData"; }
+  std::string describe() const override;
   void reset_state() override { ds_->reset_state(); }
   std::optional<int64_t> size() const override;
   const DataFlow* first_unseekable() const override { return ds_->first_unseekable(); }

@@ -106,6 +106,9 @@ struct TrainConfig {
   TORCH_ARG(std::optional<Precision>, precision);
   // The step as a CUDA graph (SingleCostTrainer::set_cuda_graph; docs/gpu.md). Unset: eager.
   TORCH_ARG(std::optional<CudaGraphOptions>, cuda_graph);
+  // Resume a checkpoint saved over another input (another batch size or data set): refused by
+  // default, since its data position would be reinterpreted (InputSource::set_allow_changed_input).
+  TORCH_ARG(bool, allow_changed_input) = false;
 };
 
 void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trainer);
