@@ -10,6 +10,7 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <regex>
 #include <stdexcept>
 #include <system_error>
 #include <thread>
@@ -158,7 +159,45 @@ void collect_model_savers(const CallbackPtr& cb, std::vector<ModelSaver*>* out) 
 
 ModelSaver::~ModelSaver() { stop_writer(); }
 
+namespace {
+
+// The checkpoints of a previous run in `dir`: its `checkpoint` index and its `model-<N>.data`
+// files, by name, sorted.
+std::vector<std::string> previous_checkpoints(const std::string& dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    static const std::regex checkpoint_file(R"(model-[0-9]+\.data)");
+    if (name == kCheckpointIndexFile || std::regex_match(name, checkpoint_file)) {
+      found.push_back(name);
+    }
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+}  // namespace
+
 void ModelSaver::_before_train() {
+  // A run that starts from scratch where another run saved would replace that run's
+  // checkpoints of the same steps and its index: refused, unless this run continues from a
+  // checkpoint (a restored resume point: AutoResumeTrainConfig, SaverRestore).
+  if (!trainer().restored_resume_point()) {
+    const std::vector<std::string> found = previous_checkpoints(dir_);
+    if (!found.empty()) {
+      std::string names;
+      for (size_t i = 0; i < found.size() && i < 6; ++i) names += (i ? ", " : "") + found[i];
+      if (found.size() > 6) names += fmt::format(" and {} more", found.size() - 6);
+      throw std::runtime_error(fmt::format(
+          "ModelSaver: {} holds the checkpoints of another run ({}), and this run starts from "
+          "scratch: its saves would replace them. To continue that run, resume it "
+          "(AutoResumeTrainConfig, or SaverRestore of its latest checkpoint); to start over, use "
+          "a new directory, or have the logger move the old one aside first "
+          "(logger::set_logger_dir(dir, 'b'); 'd' deletes it).",
+          dir_, names));
+    }
+  }
   if (options_.async()) start_writer();
 }
 

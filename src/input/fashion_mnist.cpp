@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <array>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -30,15 +31,28 @@ class IdxReader {
  public:
   explicit IdxReader(std::string path) : path_(std::move(path)) {
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(path_, ec)) {
+    const auto status = std::filesystem::status(path_, ec);
+    if (!std::filesystem::exists(status)) {
       throw std::runtime_error(fmt::format(
           "Fashion-MNIST file {} is missing. It comes with the Debian package "
           "dataset-fashion-mnist (apt-get install dataset-fashion-mnist), or give the directory "
           "that holds it",
           path_));
     }
+    if (!std::filesystem::is_regular_file(status)) {
+      throw std::runtime_error(fmt::format(
+          "Fashion-MNIST file {} is not a regular file ({}); give the directory that holds the "
+          "four .gz files of the data set",
+          path_,
+          std::filesystem::is_directory(status) ? "a directory" : "not a file one can read"));
+    }
+    errno = 0;
     file_.reset(gzopen(path_.c_str(), "rb"));
-    if (!file_) throw std::runtime_error(fmt::format("Cannot open Fashion-MNIST file {}", path_));
+    if (!file_) {
+      const int err = errno;
+      throw std::runtime_error(fmt::format("Cannot open Fashion-MNIST file {}: {}", path_,
+                                           err ? std::strerror(err) : "gzip cannot read it"));
+    }
   }
 
   // Reads exactly n bytes; fewer (end of file or a gzip error) is a truncated/corrupt file.

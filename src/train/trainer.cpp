@@ -13,6 +13,7 @@
 #include "trainpack/detail/signals.h"
 #include "trainpack/train/defaults.h"
 #include "trainpack/utils/demangle.h"
+#include "trainpack/utils/error_file.h"
 #include "trainpack/utils/humanize.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/process_io.h"
@@ -332,12 +333,14 @@ void Trainer::main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t
   if (write_failure_count_ > 0) {
     std::vector<std::string> files;
     for (const auto& f : failed_files_) files.push_back(f.path);
-    throw WriteFailedError(
+    WriteFailedError error(
         fmt::format("Training ended, but not everything it was to write was written: {}. The "
                     "ERROR lines of the log say more; the files named are missing or out of "
                     "date (free space or fix the permissions of their directory, then resume)",
                     write_failure_summary()),
         std::move(files), write_failure_count_);
+    report_failure_message(error.what(), /*own_failure=*/true);
+    throw error;
   }
 }
 
@@ -499,15 +502,30 @@ bool caused_by_another_rank(const std::exception& e) {
 }  // namespace
 
 void Trainer::report_failure_to_group() noexcept {
-  if (!process_group_ || !process_group_->distributed()) return;
   try {
     throw;
   } catch (const std::exception& e) {
     // Another rank's failure (a DistributedError, maybe nested in a CallbackError): torchrun's
     // error file gets it, the group's record stays the failed rank's own.
-    process_group_->report_failure(e.what(), /*own_failure=*/!caused_by_another_rank(e));
+    report_failure_message(e.what(), /*own_failure=*/!caused_by_another_rank(e));
   } catch (...) {
-    process_group_->report_failure("an exception that is not a std::exception");
+    report_failure_message("an exception that is not a std::exception", /*own_failure=*/true);
+  }
+}
+
+void Trainer::report_failure_message(const std::string& message, bool own_failure) noexcept {
+  if (process_group_ && process_group_->distributed()) {
+    process_group_->report_failure(message, own_failure);
+    return;
+  }
+  // One process (torchrun --nproc-per-node 1, or any launcher that sets TORCHELASTIC_ERROR_FILE):
+  // torchrun's summary shows the error too, not `error_file: <N/A>`.
+  std::string file;
+  try {
+    file = torchrun_error_file_from_environment();
+    if (!file.empty()) write_torchrun_error_file(file, message);
+  } catch (const std::exception& e) {
+    TP_LOG_WARN("Could not write torchrun's error file {}: {}", file, e.what());
   }
 }
 

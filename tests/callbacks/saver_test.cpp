@@ -261,18 +261,46 @@ TEST_F(SaverTest, TheHoursRuleKeepsOneDroppedCheckpointEveryNHours) {
             "last_preserved_timestamp: 8400\n");
 }
 
-TEST_F(SaverTest, ANewRunDoesNotDeleteTheCheckpointsOfAnEarlierRun) {
+TEST_F(SaverTest, AResumedRunDoesNotDeleteTheCheckpointsOfTheRunBeforeIt) {
   {
     ModelTrainer run1;
     run1.train({std::make_shared<ModelSaver>(options().max_to_keep(2))}, 3, 2);  // model-3, 6
   }
+  // Resumed from model-3 (at the end of epoch 1): it saves model-6 again and model-9, and its
+  // max_to_keep of 1 deletes only what it saved itself.
   ModelTrainer run2;
   std::vector<std::string> seen;
-  run2.train({std::make_shared<ModelSaver>(options().max_to_keep(1)), lister(dir(), &seen)}, 1, 2);
-  EXPECT_EQ(seen, (std::vector<std::string>{"model-1 model-3 model-6 | checkpoint",
-                                            "model-2 model-3 model-6 | checkpoint"}));
+  run2.train({std::make_shared<ModelSaver>(options().max_to_keep(1)), lister(dir(), &seen)}, 3, 3,
+             std::make_shared<SaverRestore>(prefix("model-3")));
+  EXPECT_EQ(seen, (std::vector<std::string>{"model-3 model-6 | checkpoint",
+                                            "model-3 model-9 | checkpoint"}));
   EXPECT_EQ(read_checkpoint_index(dir().string())->all_model_checkpoint_paths,
-            std::vector<std::string>{"model-2"});
+            std::vector<std::string>{"model-9"});
+}
+
+TEST_F(SaverTest, AFreshRunWhereAnotherRunSavedIsRefusedAndChangesNothing) {
+  {
+    ModelTrainer run1;
+    run1.train({std::make_shared<ModelSaver>(options())}, 3, 2);  // model-3, model-6
+  }
+  const std::string before = listing(dir());
+  const std::string model3 = read_text(dir() / "model-3.data");
+  ModelTrainer run2;
+  const std::string what = message_of([&] {
+    run2.train({std::make_shared<ModelSaver>(options())}, 3, 2);
+  });
+  EXPECT_NE(what.find("ModelSaver: " + dir().string() +
+                      " holds the checkpoints of another run (checkpoint, model-3.data, "
+                      "model-6.data), and this run starts from scratch: its saves would replace "
+                      "them. To continue that run, resume it (AutoResumeTrainConfig, or "
+                      "SaverRestore of its latest checkpoint); to start over, use a new "
+                      "directory, or have the logger move the old one aside first "
+                      "(logger::set_logger_dir(dir, 'b'); 'd' deletes it)."),
+            std::string::npos)
+      << what;
+  EXPECT_EQ(run2.trainer.global_step(), 0);
+  EXPECT_EQ(listing(dir()), before);
+  EXPECT_EQ(read_text(dir() / "model-3.data"), model3);
 }
 
 TEST_F(SaverTest, AStepAlreadySavedInThisRunIsNotSavedAgain) {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cstdint>
@@ -118,6 +120,46 @@ TEST(FashionMnist, MissingFileNamesTheDebianPackage) {
   EXPECT_NE(msg.find("is missing"), std::string::npos) << msg;
   EXPECT_NE(msg.find("apt-get install dataset-fashion-mnist"), std::string::npos) << msg;
   EXPECT_THROW(FashionMnist("train", dir.path().string()), std::runtime_error);
+}
+
+TEST(FashionMnist, ADirectoryWhereAFileBelongsIsNotCalledMissing) {
+  ScopedTempDir dir("fashion_mnist_test");
+  fs::create_directory(dir.path() / "train-images-idx3-ubyte.gz");
+  const std::string msg = message_of([&] { FashionMnist("train", dir.path().string()); });
+  EXPECT_EQ(msg, "Fashion-MNIST file " + (dir.path() / "train-images-idx3-ubyte.gz").string() +
+                     " is not a regular file (a directory); give the directory that holds the "
+                     "four .gz files of the data set");
+}
+
+TEST(FashionMnist, AnUnreadableFileSaysWhy) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to read as another user in a child";
+  ScopedTempDir dir("fashion_mnist_test");
+  fs::permissions(dir.path(), fs::perms::all);
+  const auto images = dir.path() / "train-images-idx3-ubyte.gz";
+  write_gz(images, images_file(2, 2));
+  fs::permissions(images, fs::perms::owner_read | fs::perms::owner_write);
+  // A child as user 65534 (nobody) reads the root-only file; its message comes back in a pipe.
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(fds[0]);
+    std::string msg = "setuid failed";
+    if (::setgid(65534) == 0 && ::setuid(65534) == 0) {
+      msg = message_of([&] { FashionMnist("train", dir.path().string()); });
+    }
+    (void)!::write(fds[1], msg.data(), msg.size());
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string msg;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) msg.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_EQ(msg, "Cannot open Fashion-MNIST file " + images.string() + ": Permission denied");
 }
 
 TEST(FashionMnist, WrongMagicNamesTheFile) {

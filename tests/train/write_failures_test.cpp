@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -121,6 +122,26 @@ TEST_F(WriteFailuresTest, TheErrorListsTheFilesAndTheCount) {
     EXPECT_NE(std::string(e.what()).find("/x/10 (W, 1 failure) and 2 more"), std::string::npos)
         << e.what();
   }
+}
+
+TEST_F(WriteFailuresTest, TorchrunsErrorFileGetsTheFailure) {
+  // Under torchrun (which sets TORCHELASTIC_ERROR_FILE) its summary said `error_file: <N/A>`.
+  const std::string error_file = file("error.json");
+  ASSERT_EQ(::setenv("TORCHELASTIC_ERROR_FILE", error_file.c_str(), 1), 0);
+  NoOpTrainer trainer;
+  trainer.set_handle_signals(false);
+  auto reporter = std::make_shared<ActionCallback>();
+  reporter->trigger_fn = [](ActionCallback& self) {
+    self.trainer().report_write_failure("ModelSaver", "/x/model-1.data", "No space left on device");
+  };
+  EXPECT_THROW(trainer.train({reporter}, {}, 1, 1, 1), WriteFailedError);
+  ::unsetenv("TORCHELASTIC_ERROR_FILE");
+  const std::string text = testing::read_text(error_file);
+  EXPECT_NE(text.find("\"message\""), std::string::npos) << text;
+  EXPECT_NE(text.find("Training ended, but not everything it was to write was written: 1 write "
+                      "failed (1 file): /x/model-1.data"),
+            std::string::npos)
+      << text;
 }
 
 TEST_F(WriteFailuresTest, NoFailureNoError) {

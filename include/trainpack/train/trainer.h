@@ -278,6 +278,9 @@ class Trainer {
   void check_same_loop_on_every_rank(int64_t steps_per_epoch, int64_t max_epoch);
   // Inside a catch block: tells the group that this rank fails with the current exception.
   void report_failure_to_group() noexcept;
+  // Tells the group (under data-parallel training) or torchrun's error file (one process under a
+  // launcher that sets TORCHELASTIC_ERROR_FILE) that this run failed with `message`.
+  void report_failure_message(const std::string& message, bool own_failure) noexcept;
   // Runs `hooks` (callbacks outside the step); with a process group, a StopTraining it throws is
   // held until the next boundary's vote instead of ending this rank alone.
   template <typename Fn>
