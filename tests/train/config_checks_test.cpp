@@ -92,8 +92,10 @@ TEST(ConfigChecks, OneBatchIsEnough) {
 TEST(DataFlowDescribe, NamesEachFlowOfTheChain) {
   auto list = std::make_shared<DataFromList>(points(10));
   EXPECT_EQ(list->describe(), "DataFromList (10 datapoints)");
+  // The same on every rank: each rank compares it with the chief's checkpoint.
+  EXPECT_EQ(ShardData(list, 1, 2).describe(), ShardData(list, 0, 2).describe());
   EXPECT_EQ(ShardData(list, 1, 2).describe(),
-            "ShardData(rank 1 of 2) over DataFromList (10 datapoints)");
+            "ShardData(world_size=2) over DataFromList (10 datapoints)");
   DataFromGenerator unknown([]() -> std::optional<Datapoint> { return std::nullopt; });
   EXPECT_EQ(unknown.describe(), "DataFromGenerator");
 }
