@@ -757,8 +757,13 @@ int run_main(int argc, char** argv) {
           return self.global_step() + 1 >= first && self.global_step() + 1 <= last;
         }));
   }
-  trainpack::TrainConfig config =
-      trainpack::TrainConfig().model(model).callbacks(callbacks).max_epoch(max_epoch);
+  // The job checks its own flags against the checkpoint's before this point, naming each flag
+  // (--batch-size, --train-limit); the library's check of the input is then redundant.
+  trainpack::TrainConfig config = trainpack::TrainConfig()
+                                      .model(model)
+                                      .callbacks(callbacks)
+                                      .max_epoch(max_epoch)
+                                      .allow_changed_input(true);
   if (device.is_cuda()) {
     // On a GPU the batches are prefetched on QueueInput's thread into pinned memory and copied a
     // step ahead on a side stream (docs/gpu.md); on the CPU, launch_train_with_config's
