@@ -40,6 +40,7 @@
 #include "trainpack/utils/file_io.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/pickle_check.h"
+#include "trainpack/utils/pickle_tensors.h"
 #include "trainpack/utils/zip_directory.h"
 
 namespace trainpack {
@@ -340,7 +341,8 @@ Trailer check_trailer(const std::string& path, const std::string& prefix,
 }
 
 // Reads `<prefix>.data` and checks it against its trailer.
-std::vector<char> read_checked_data(const std::string& prefix, const CheckpointReadOptions& options) {
+std::vector<char> read_checked_data(const std::string& prefix,
+                                    const CheckpointReadOptions& options) {
   const std::string path = prefix + kDataSuffix;
   auto data = read_checkpoint_file(path, "checkpoint", std::numeric_limits<uint64_t>::max(),
                                    /*follow_symlinks=*/!options.own_files_only(),
@@ -513,9 +515,10 @@ void check_archive_layout(const std::string& path, const std::vector<char>& data
                           const ZipDirectory& zip, const std::string& top) {
   for (const ZipEntry& entry : zip.entries) {
     if (entry.name.compare(0, top.size(), top) != 0) {
-      throw CheckpointError(path, fmt::format("corrupt or crafted: its archive entry '{}' is not in "
-                                              "the folder '{}' of the others",
-                                              printable(entry.name), top));
+      throw CheckpointError(path,
+                            fmt::format("corrupt or crafted: its archive entry '{}' is not in "
+                                        "the folder '{}' of the others",
+                                        printable(entry.name), top));
     }
   }
   const ZipEntry* version = zip.find(top + ".data/version");
@@ -557,41 +560,11 @@ void check_storages_match_records(const std::string& path, const ZipDirectory& z
   }
 }
 
-// "[2, 3]"
-std::string dims(c10::IntArrayRef values) {
-  std::string out = "[";
-  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + std::to_string(values[i]);
-  return out + "]";
-}
-
-// "" when every element of `t` lies inside its storage: storage_offset + sum over dimensions of
-// (size_i - 1) * stride_i + 1 <= the storage's element count (nothing for an empty tensor but
-// an offset inside the storage); else what does not fit. Computed in 128 bits: crafted sizes
-// cannot overflow it.
+// "" when every element of `t` lies inside its storage (tensor_fit_problem); else what does not.
 std::string tensor_storage_problem(const at::Tensor& t) {
-  using Wide = __int128;
-  const Wide item = static_cast<Wide>(t.element_size());
-  const Wide capacity = static_cast<Wide>(t.storage().nbytes()) / (item > 0 ? item : 1);
-  const int64_t offset = t.storage_offset();
-  if (offset < 0) return fmt::format("has a negative storage offset ({})", offset);
-  const auto sizes = t.sizes();
-  const auto strides = t.strides();
-  bool empty = false;
-  Wide last = offset;  // the index of the last element
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    if (sizes[i] < 0 || strides[i] < 0) {
-      return fmt::format("has a negative size or stride (sizes {}, strides {})", dims(sizes),
-                         dims(strides));
-    }
-    if (sizes[i] == 0) empty = true;
-    last += static_cast<Wide>(sizes[i] > 0 ? sizes[i] - 1 : 0) * strides[i];
-  }
-  if (empty ? offset > capacity : last >= capacity) {
-    return fmt::format("does not fit in its storage (storage offset {}, sizes {}, strides {}, "
-                       "but the storage holds {} elements)",
-                       offset, dims(sizes), dims(strides), static_cast<int64_t>(capacity));
-  }
-  return "";
+  const int64_t item = static_cast<int64_t>(t.element_size());
+  return tensor_fit_problem(t.storage_offset(), t.sizes().vec(), t.strides().vec(),
+                            static_cast<int64_t>(t.storage().nbytes()) / (item > 0 ? item : 1));
 }
 
 }  // namespace
@@ -671,13 +644,24 @@ TensorMap decode_checkpoint(const std::vector<char>& data, const std::string& pa
       !problem.empty()) {
     throw CheckpointError(path, fmt::format("corrupt or crafted data.pkl: {}", problem));
   }
+  // Every tensor inside its storage, by the pickle's own numbers, before LibTorch builds it (1.13
+  // would build it and read past the storage; later releases refuse it without naming it).
+  for (const PickledTensor& t : pickled_tensors(data.data() + pickle->data_offset, pickle->size)) {
+    if (const std::string problem = t.fit_problem(); !problem.empty()) {
+      const std::string tensor = t.name.empty()
+                                     ? fmt::format("of storage '{}'", printable(t.storage_key))
+                                     : fmt::format("'{}'", printable(t.name));
+      throw CheckpointError(path,
+                            fmt::format("corrupt or crafted: the tensor {} {}", tensor, problem));
+    }
+  }
   c10::IValue value;
   auto storages = std::make_shared<torch::jit::DeserializationStorageContext>();
   try {
     // torch::jit::pickle_load, with a storage context that keeps each storage by its record name.
     caffe2::serialize::PyTorchStreamReader reader(
         std::make_unique<caffe2::serialize::MemoryReadAdapter>(data.data(),
-                                                              static_cast<off_t>(data.size())));
+                                                               static_cast<off_t>(data.size())));
     value = torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
                                               /*type_resolver=*/{}, /*obj_loader=*/{},
                                               /*device=*/{}, reader,
@@ -701,8 +685,8 @@ TensorMap decode_checkpoint(const std::vector<char>& data, const std::string& pa
     const std::string& name = item.key().toStringRef();
     const at::Tensor& tensor = item.value().toTensor();
     if (const std::string problem = tensor_storage_problem(tensor); !problem.empty()) {
-      throw CheckpointError(path, fmt::format("corrupt or crafted: the tensor '{}' {}",
-                                              printable(name), problem));
+      throw CheckpointError(
+          path, fmt::format("corrupt or crafted: the tensor '{}' {}", printable(name), problem));
     }
     out.emplace(name, tensor);
   }
@@ -885,9 +869,10 @@ std::string index_entry_problem(const std::string& dir, const std::string& entry
     return fmt::format("{} cannot be read: {}", data, std::strerror(errno));
   }
   if (S_ISLNK(st.st_mode)) {
-    return fmt::format("{} is a symbolic link (ModelSaver writes regular files; a link in a "
-                       "directory others can write may have been planted), not followed",
-                       data);
+    return fmt::format(
+        "{} is a symbolic link (ModelSaver writes regular files; a link in a "
+        "directory others can write may have been planted), not followed",
+        data);
   }
   if (!S_ISREG(st.st_mode)) return fmt::format("{} is not a regular file", data);
   if (prefix != nullptr) *prefix = join_path(dir, named.filename().string());

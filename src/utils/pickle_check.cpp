@@ -7,24 +7,11 @@
 #include <cstring>
 #include <vector>
 
+#include "trainpack/detail/pickle_opcodes.h"
+
 namespace trainpack {
-
+namespace detail {
 namespace {
-
-// How an opcode's argument is laid out (pickletools' ArgumentDescriptor, reduced to its size).
-enum class Arg {
-  kNone,     // no argument
-  kFixed,    // `fixed` bytes
-  kLength,   // a little-endian length of `fixed` bytes, then that many bytes
-  kLine,     // bytes up to and including a newline
-  kTwoLines  // two such lines (GLOBAL, INST)
-};
-
-struct Opcode {
-  const char* name = nullptr;  // nullptr: not an opcode
-  Arg arg = Arg::kNone;
-  int fixed = 0;
-};
 
 // Every opcode of protocols 0-5, indexed by its byte.
 struct OpcodeTable {
@@ -109,10 +96,19 @@ struct OpcodeTable {
   }
 };
 
-const OpcodeTable& opcodes() {
+}  // namespace
+
+const Opcode& pickle_opcode(unsigned char code) {
   static const OpcodeTable table;
-  return table;
+  return table.op[code];
 }
+
+}  // namespace detail
+
+namespace {
+
+using detail::Arg;
+using detail::Opcode;
 
 // The memo index of a BINPUT / LONG_BINPUT / BINGET / LONG_BINGET argument at `arg`.
 uint64_t memo_index(const char* arg, size_t width) {
@@ -136,20 +132,21 @@ class StackModel {
         return "";
       case '.':  // STOP: one object, no open mark
         if (!frames_.empty()) return "an unclosed MARK at STOP";
-        return depth_ == 1 ? "" : fmt::format("{} objects on the stack at STOP (1 expected)", depth_);
+        return depth_ == 1 ? ""
+                           : fmt::format("{} objects on the stack at STOP (1 expected)", depth_);
       case '0':  // POP
         return pop(1);
       case '1':  // POP_MARK
         return to_mark(0, 0);
       case '2':  // DUP
         return need(1, 1);
-      case 't':  // TUPLE
-      case 'l':  // LIST
+      case 't':   // TUPLE
+      case 'l':   // LIST
       case 0x91:  // FROZENSET
         return to_mark(0, 1);
       case 'd':  // DICT: key, value pairs
         return to_mark(0, 1, /*pairs=*/true);
-      case 'e':  // APPENDS: onto the list below the mark
+      case 'e':   // APPENDS: onto the list below the mark
       case 0x90:  // ADDITEMS
         return to_mark(1, 0);
       case 'u':  // SETITEMS
@@ -167,12 +164,12 @@ class StackModel {
       case 'b':   // BUILD
       case 'a':   // APPEND
         return replace(2, code == 'a' ? 0 : 1, code == 'a');
-      case 0x87:  // TUPLE3
-      case 0x92:  // NEWOBJ_EX
-      case 's':   // SETITEM
+      case 0x87:               // TUPLE3
+      case 0x92:               // NEWOBJ_EX
+      case 's':                // SETITEM
         return replace(3, 1);  // SETITEM: -2, the dict stays (as 3 - 1)
-      case 'Q':   // BINPERSID
-      case 0x98:  // READONLY_BUFFER
+      case 'Q':                // BINPERSID
+      case 0x98:               // READONLY_BUFFER
         return replace(1, 1);
       case 0x94:  // MEMOIZE
       case 'q':   // BINPUT
@@ -190,19 +187,22 @@ class StackModel {
  private:
   // Needs `n` reachable objects; then pushes `push`.
   std::string need(uint64_t n, uint64_t push) {
-    if (depth_ < n) return fmt::format("needs {} objects on the stack, but {} are there", n, depth_);
+    if (depth_ < n)
+      return fmt::format("needs {} objects on the stack, but {} are there", n, depth_);
     depth_ += push;
     return "";
   }
   std::string pop(uint64_t n) {
-    if (depth_ < n) return fmt::format("needs {} objects on the stack, but {} are there", n, depth_);
+    if (depth_ < n)
+      return fmt::format("needs {} objects on the stack, but {} are there", n, depth_);
     depth_ -= n;
     return "";
   }
   // Pops `n` and pushes `push`. `keeps_one`: SETITEM/APPEND modify the object below what they
   // pop, so they pop n - 1 and keep it (counted in n).
   std::string replace(uint64_t n, uint64_t push, bool keeps_one = false) {
-    if (depth_ < n) return fmt::format("needs {} objects on the stack, but {} are there", n, depth_);
+    if (depth_ < n)
+      return fmt::format("needs {} objects on the stack, but {} are there", n, depth_);
     depth_ -= keeps_one ? n - 1 : n;
     depth_ += push;
     return "";
@@ -227,7 +227,6 @@ class StackModel {
 }  // namespace
 
 std::string pickle_bounds_problem(const char* data, size_t size) {
-  const OpcodeTable& table = opcodes();
   // Memo entries so far: a PUT may add the next one or replace one, a GET read one that exists
   // (LibTorch's unpickler sizes its memo table by the index it is given).
   uint64_t memo_count = 0;
@@ -235,7 +234,7 @@ std::string pickle_bounds_problem(const char* data, size_t size) {
   size_t at = 0;
   while (at < size) {
     const auto code = static_cast<unsigned char>(data[at]);
-    const Opcode& op = table.op[code];
+    const Opcode& op = detail::pickle_opcode(code);
     if (op.name == nullptr) {
       return fmt::format("byte {} holds 0x{:02x}, which is not a pickle opcode", at, code);
     }
@@ -290,9 +289,10 @@ std::string pickle_bounds_problem(const char* data, size_t size) {
       case Arg::kLine:
       case Arg::kTwoLines:
         if (code == 'p' || code == 'g') {
-          return fmt::format("opcode {} at byte {} is protocol 0's text memo, which LibTorch's "
-                             "pickles do not use",
-                             op.name, start);
+          return fmt::format(
+              "opcode {} at byte {} is protocol 0's text memo, which LibTorch's "
+              "pickles do not use",
+              op.name, start);
         }
         for (int line = op.arg == Arg::kLine ? 1 : 2; line > 0; --line) {
           const void* nl = at < size ? std::memchr(data + at, '\n', size - at) : nullptr;

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "trainpack/testing.h"
 #include "trainpack/utils/checkpoint.h"
 #include "trainpack/utils/pickle_check.h"
+#include "trainpack/utils/pickle_tensors.h"
 #include "trainpack/utils/zip_directory.h"
 
 namespace trainpack {
@@ -82,7 +84,8 @@ TEST_F(CheckpointCraftedTest, AHugeStorageOffsetIsRefusedNamingTheTensor) {
   // 2^40: every resume crashed with SIGSEGV before this check.
   const at::Tensor w = conv_weight();
   write_crafted_checkpoint(
-      prefix(), crafted({{"conv1.weight", with_geometry(w, int64_t{1} << 40, {32, 1, 3, 3}, w.strides())}}));
+      prefix(),
+      crafted({{"conv1.weight", with_geometry(w, int64_t{1} << 40, {32, 1, 3, 3}, w.strides())}}));
   EXPECT_EQ(refusal(), prefix() +
                            ".data: corrupt or crafted: the tensor 'conv1.weight' does not fit in "
                            "its storage (storage offset 1099511627776, sizes [32, 1, 3, 3], "
@@ -99,9 +102,9 @@ TEST_F(CheckpointCraftedTest, SizesAndStridesReachingPastTheStorageAreRefused) {
   // A stride that walks past the end, and strides whose extent overflows 64 bits.
   write_crafted_checkpoint(prefix(), crafted({{"b", with_geometry(w, 0, {2, 144}, {200, 1})}}));
   EXPECT_NE(refusal().find("the tensor 'b' does not fit"), std::string::npos);
-  write_crafted_checkpoint(prefix(), crafted({{"c", with_geometry(w, 0, {2, 2},
-                                                                  {int64_t{1} << 62,
-                                                                   int64_t{1} << 62})}}));
+  write_crafted_checkpoint(
+      prefix(),
+      crafted({{"c", with_geometry(w, 0, {2, 2}, {int64_t{1} << 62, int64_t{1} << 62})}}));
   EXPECT_NE(refusal().find("the tensor 'c' does not fit"), std::string::npos);
 }
 
@@ -109,8 +112,8 @@ TEST_F(CheckpointCraftedTest, TensorsThatFitExactlyAreRead) {
   // The last element of the storage, a stride-0 broadcast and an empty tensor at the end.
   const at::Tensor w = conv_weight();
   write_crafted_checkpoint(prefix(), crafted({{"last", with_geometry(w, 287, {1}, {1})},
-                                       {"broadcast", with_geometry(w, 5, {4, 3}, {0, 1})},
-                                       {"empty", with_geometry(w, 288, {0, 3}, {3, 1})}}));
+                                              {"broadcast", with_geometry(w, 5, {4, 3}, {0, 1})},
+                                              {"empty", with_geometry(w, 288, {0, 3}, {3, 1})}}));
   const TensorMap m = read_checkpoint(prefix());
   EXPECT_EQ(m.at("last").item<float>(), 287.0f);
   EXPECT_TRUE(at::equal(m.at("broadcast"), at::arange(5, 8, at::kFloat).expand({4, 3})));
@@ -162,8 +165,8 @@ TEST_F(CheckpointCraftedTest, ACutArchiveDirectoryIsRefused) {
   // A new valid trailer over the edited bytes.
   const size_t trailer = bytes.rfind("trainpack-checkpoint ");
   const std::string head = bytes.substr(trailer, bytes.size() - trailer - 8);
-  bytes = bytes.substr(0, trailer) + head +
-          fmt::format("{:08x}", crc32c::value(bytes.data(), trailer));
+  bytes =
+      bytes.substr(0, trailer) + head + fmt::format("{:08x}", crc32c::value(bytes.data(), trailer));
   testing::write_text(prefix() + ".data", bytes);
   EXPECT_NE(refusal().find("corrupt or crafted: zip entry 'archive/data/0': its 1073742976 bytes "
                            "at offset "),
@@ -182,7 +185,9 @@ TEST(PickleBoundsProblem, AcceptsWhatLibTorchsPicklerWrites) {
 }
 
 TEST(PickleBoundsProblem, NamesTheOpcodeAndTheBytesForEachKindOfArgument) {
-  const auto problem = [](const std::string& p) { return pickle_bounds_problem(p.data(), p.size()); };
+  const auto problem = [](const std::string& p) {
+    return pickle_bounds_problem(p.data(), p.size());
+  };
   EXPECT_EQ(problem(std::string("\x80\x02K\x05.", 5)), "");
   EXPECT_EQ(problem(std::string("\x80\x02J\x01", 4)),
             "opcode BININT at byte 2 needs 4 bytes, but 1 remain");
@@ -206,8 +211,9 @@ TEST(PickleBoundsProblem, NamesTheOpcodeAndTheBytesForEachKindOfArgument) {
   EXPECT_EQ(problem(std::string("\x80\x02Nq\x00h\x01.", 8)),
             "opcode BINGET at byte 5 uses memo entry 1, but the memo holds 1");
   EXPECT_EQ(problem(std::string("\x80\x02N\x94h\x00\x86.", 8)), "");  // MEMOIZE adds one
-  EXPECT_EQ(problem("Np0\n."), "opcode PUT at byte 1 is protocol 0's text memo, which LibTorch's "
-                                "pickles do not use");
+  EXPECT_EQ(problem("Np0\n."),
+            "opcode PUT at byte 1 is protocol 0's text memo, which LibTorch's "
+            "pickles do not use");
   // The stack: LibTorch's unpickler pops without looking.
   EXPECT_EQ(problem(std::string("\x80\x02}R.", 5)),
             "opcode REDUCE at byte 3: needs 2 objects on the stack, but 1 are there");
@@ -215,12 +221,77 @@ TEST(PickleBoundsProblem, NamesTheOpcodeAndTheBytesForEachKindOfArgument) {
             "opcode SETITEMS at byte 7: 3 objects after its MARK, not key-value pairs");
   EXPECT_EQ(problem(std::string("\x80\x02(Nt", 5) + "NN."),
             "opcode STOP at byte 7: 3 objects on the stack at STOP (1 expected)");
-  EXPECT_EQ(problem(std::string("\x80\x02(N.", 5)), "opcode STOP at byte 4: an unclosed MARK at STOP");
+  EXPECT_EQ(problem(std::string("\x80\x02(N.", 5)),
+            "opcode STOP at byte 4: an unclosed MARK at STOP");
   EXPECT_EQ(problem(std::string("\x80\x02Nt.", 5)), "opcode TUPLE at byte 3: no MARK to consume");
   EXPECT_EQ(problem(std::string("\x80\x02(Ne.", 6)),
             "opcode APPENDS at byte 4: needs 1 objects on the stack, but 0 are there");
   EXPECT_EQ(problem(std::string("\x80\x02](NNe}NNs\x86.", 13)), "");
   EXPECT_EQ(problem(""), "the pickle ends without its STOP opcode");
+}
+
+// The pickle of a data file's archive.
+std::string pickle_of(const std::string& archive) {
+  const ZipDirectory zip = read_zip_directory(archive.data(), archive.size());
+  const ZipEntry* pickle = zip.find("archive/data.pkl");
+  EXPECT_NE(pickle, nullptr);
+  return pickle == nullptr ? "" : archive.substr(pickle->data_offset, pickle->size);
+}
+
+TEST(PickledTensors, ReadsEachTensorsStorageAndGeometryWithItsName) {
+  // Two tensors of one storage (the second reaches it through the memo) and one of its own.
+  const at::Tensor w = conv_weight();
+  const std::string pickle = pickle_of(
+      testing::crafted_checkpoint_bytes(crafted({{"w", w},
+                                                 {"view", with_geometry(w, 10, {3, 4}, {5, 1})},
+                                                 {"s", at::scalar_tensor(7, at::kLong)}})));
+  const std::vector<PickledTensor> tensors = pickled_tensors(pickle.data(), pickle.size());
+  ASSERT_EQ(tensors.size(), 3u);
+  std::map<std::string, PickledTensor> by_name;
+  for (const PickledTensor& t : tensors) by_name[t.name] = t;
+  ASSERT_EQ(by_name.size(), 3u) << "a tensor without its name";
+  EXPECT_EQ(by_name["w"].storage_numel, 288);
+  EXPECT_EQ(by_name["w"].storage_offset, 0);
+  EXPECT_EQ(by_name["w"].sizes, (std::vector<int64_t>{32, 1, 3, 3}));
+  EXPECT_EQ(by_name["w"].strides, (std::vector<int64_t>{9, 9, 3, 1}));
+  EXPECT_EQ(by_name["view"].storage_key, by_name["w"].storage_key);
+  EXPECT_EQ(by_name["view"].storage_numel, 288);
+  EXPECT_EQ(by_name["view"].storage_offset, 10);
+  EXPECT_EQ(by_name["view"].sizes, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(by_name["view"].strides, (std::vector<int64_t>{5, 1}));
+  EXPECT_NE(by_name["s"].storage_key, by_name["w"].storage_key);
+  EXPECT_EQ(by_name["s"].storage_numel, 1);
+  EXPECT_TRUE(by_name["s"].sizes.empty());
+  for (const PickledTensor& t : tensors) EXPECT_EQ(t.fit_problem(), "") << t.name;
+}
+
+TEST(PickledTensors, StopsWithoutThrowingAtWhatItCannotFollow) {
+  const std::string pickle =
+      pickle_of(testing::crafted_checkpoint_bytes(crafted({{"w", conv_weight()}})));
+  // Every prefix of an honest pickle: at most the one tensor, never a throw or a crash.
+  for (size_t n = 0; n < pickle.size(); ++n) {
+    EXPECT_LE(pickled_tensors(pickle.data(), n).size(), 1u);
+  }
+  EXPECT_TRUE(pickled_tensors("\x80\x02R.", 4).empty());  // a call with nothing on the stack
+  // A thousand nested tuples: kept as opaque values, not as a chain as deep.
+  std::string deep = "\x80\x02N";
+  for (int i = 0; i < 1000; ++i) deep += "\x85";
+  EXPECT_TRUE(pickled_tensors((deep + ".").data(), deep.size() + 1).empty());
+}
+
+TEST(TensorFitProblem, CountsTheLastElementAndOnlyTheOffsetOfAnEmptyTensor) {
+  EXPECT_EQ(tensor_fit_problem(287, {1}, {1}, 288), "");
+  EXPECT_EQ(tensor_fit_problem(288, {1}, {1}, 288),
+            "does not fit in its storage (storage offset 288, sizes [1], strides [1], but the "
+            "storage holds 288 elements)");
+  EXPECT_EQ(tensor_fit_problem(288, {0, 3}, {3, 1}, 288), "");
+  EXPECT_NE(tensor_fit_problem(289, {0}, {1}, 288), "");
+  EXPECT_EQ(tensor_fit_problem(0, {4, 3}, {0, 1}, 3), "");  // a broadcast
+  EXPECT_EQ(tensor_fit_problem(-1, {1}, {1}, 288), "has a negative storage offset (-1)");
+  EXPECT_EQ(tensor_fit_problem(0, {2}, {-1}, 288),
+            "has a negative size or stride (sizes [2], strides [-1])");
+  EXPECT_EQ(tensor_fit_problem(0, {2, 2}, {1}, 288), "has 2 sizes but 1 strides");
+  EXPECT_NE(tensor_fit_problem(0, {2, 2}, {int64_t{1} << 62, int64_t{1} << 62}, 288), "");
 }
 
 TEST(ZipDirectory, ReadsTheEntriesOfAPyTorchArchive) {
