@@ -20,7 +20,7 @@ namespace trainpack {
 namespace {
 
 using std::chrono::milliseconds;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 // How long stop() waits for the child to be reaped after SIGKILL. SIGKILL cannot be caught, but
 // a process in uninterruptible sleep (a hung network mount) ends only when its I/O does; stop()
@@ -40,12 +40,12 @@ milliseconds capped(milliseconds wait) {
 // poll interval grows from 1 ms to 20 ms. Returns the last value of `done`.
 template <typename Done>
 bool poll_until(milliseconds timeout, Done&& done) {
-  const auto deadline = Clock::now() + capped(timeout);
+  const auto deadline = SteadyClock::now() + capped(timeout);
   milliseconds interval{1};
   while (!done()) {
-    const auto now = Clock::now();
+    const auto now = SteadyClock::now();
     if (now >= deadline) return false;
-    std::this_thread::sleep_for(std::min<Clock::duration>(interval, deadline - now));
+    std::this_thread::sleep_for(std::min<SteadyClock::duration>(interval, deadline - now));
     interval = std::min(interval * 2, milliseconds{20});
   }
   return true;

@@ -12,7 +12,7 @@ namespace trainpack {
 
 namespace {
 
-std::string shape_of(const at::Tensor& t) {
+std::string bracketed_shape(const at::Tensor& t) {
   return fmt::format("[{}]", fmt::join(t.sizes().begin(), t.sizes().end(), ", "));
 }
 
@@ -83,7 +83,7 @@ void ScalarStats::_on_fetches(const std::vector<at::Tensor>& results) {
     if (results[i].numel() != 1) {
       throw std::invalid_argument(
           fmt::format("ScalarStats: output '{}' must be a scalar, but has shape {}", names_[i],
-                      shape_of(results[i])));
+                      bracketed_shape(results[i])));
     }
     sums_[i] += host_scalar(results[i]);
   }
@@ -135,7 +135,7 @@ void ClassificationError::_on_fetches(const std::vector<at::Tensor>& results) {
     throw std::invalid_argument(fmt::format(
         "ClassificationError: output '{}' is not a vector (one entry per sample, 1 = wrong): "
         "its shape is {}",
-        wrong_name_, shape_of(v)));
+        wrong_name_, bracketed_shape(v)));
   }
   wrong_ += host_scalar(v.sum());
   total_ += v.size(0);
@@ -182,7 +182,7 @@ void BinaryClassificationStats::_on_fetches(const std::vector<at::Tensor>& resul
   if (pred.sizes() != label.sizes()) {
     throw std::invalid_argument(fmt::format(
         "BinaryClassificationStats: prediction '{}' {} and label '{}' {} have different shapes",
-        pred_name_, shape_of(pred), label_name_, shape_of(label)));
+        pred_name_, bracketed_shape(pred), label_name_, bracketed_shape(label)));
   }
   const at::Tensor pred_pos = pred.eq(1);
   const at::Tensor label_pos = label.eq(1);

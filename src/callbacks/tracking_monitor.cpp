@@ -19,7 +19,7 @@ namespace trainpack {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 // The URL as messages show it: no query (where a service may put a key or a run's id).
 std::string url_without_query(const std::string& url) { return url.substr(0, url.find('?')); }
@@ -350,7 +350,7 @@ void TrackingMonitor::serve() {
   }
   // 2. Deliver whenever woken; 3. at the end, finish.
   std::vector<TrackingRecord> batch;
-  Clock::time_point last = Clock::now();
+  SteadyClock::time_point last = SteadyClock::now();
   while (true) {
     bool ending;
     TrackingStatus status;
@@ -367,7 +367,7 @@ void TrackingMonitor::serve() {
       batch.swap(queue_);  // the queue gets the old batch's storage back: no allocation
       in_flight_ = static_cast<int64_t>(batch.size());
     }
-    last = Clock::now();
+    last = SteadyClock::now();
     if (!batch.empty()) deliver(batch);
     const int64_t delivered = static_cast<int64_t>(batch.size());
     batch.clear();

@@ -166,6 +166,11 @@ void for_each_hyper_parameter(CudaGraphOptimizer kind,
   return true;
 }
 
+}  // namespace
+
+// Named, not anonymous: CudaGraphStep::Impl (a named class) holds it.
+namespace cuda_graph_detail {
+
 // Adam's and AdamW's per-parameter state, whichever of the two: the host step count and the
 // moment tensors (the two classes have the same fields but no common base).
 struct AdamState {
@@ -186,7 +191,8 @@ struct AdamState {
   }
 };
 
-}  // namespace
+}  // namespace cuda_graph_detail
+using cuda_graph_detail::AdamState;
 
 struct CudaGraphStep::Impl {
   Impl(CudaGraphOptions o, c10::Device d, torch::optim::Optimizer& opt, TowerRegistry& r)
