@@ -20,6 +20,7 @@
 #include "trainpack/train/single_cost.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/print_exception.h"
+#include "trainpack/utils/process_io.h"
 
 namespace trainpack {
 namespace detail {
@@ -208,8 +209,7 @@ class RoundBar {
     const double rate = t > 0 ? static_cast<double>(n_) / t : std::nan("");
     const std::string line =
         tqdm::format_meter(n_, total_ < 0 ? 0 : total_, t, rate, "", /*ascii=*/true);
-    std::fprintf(stderr, "%s%s%s", terminal_ ? "\r" : "", line.c_str(), final ? "\n" : "");
-    std::fflush(stderr);
+    write_console(stderr, fmt::format("{}{}{}", terminal_ ? "\r" : "", line, final ? "\n" : ""));
   }
 
   bool enabled_;

@@ -18,6 +18,7 @@
 #include "trainpack/utils/float_repr.h"
 #include "trainpack/utils/host_read.h"
 #include "trainpack/utils/logger.h"
+#include "trainpack/utils/process_io.h"
 
 namespace trainpack {
 namespace {
@@ -372,8 +373,7 @@ void ProgressBar::write(std::string_view text) {
     options_.sink()(text);
     return;
   }
-  std::fwrite(text.data(), 1, text.size(), options_.stream());
-  std::fflush(options_.stream());
+  write_console(options_.stream(), text);  // a stop does not wait for a reader of the stream
 }
 
 }  // namespace trainpack

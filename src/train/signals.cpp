@@ -1,12 +1,18 @@
 #include "trainpack/detail/signals.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <utility>
+
+#include "trainpack/utils/process_io.h"
 
 namespace trainpack {
 namespace detail {
@@ -16,13 +22,36 @@ static_assert(std::atomic<int>::is_always_lock_free, "the signal flag must be lo
 
 namespace {
 
+// Under a launcher that forwards the signals it gets to its workers (torchrun), a Ctrl-C at a
+// terminal reaches a worker twice: from the terminal (the whole foreground process group) and
+// from the launcher a moment later. The first repeat of the same signal within this window of
+// the first is that same press, not the user insisting. 0: no launcher (every repeat insists).
+std::atomic<int64_t> g_same_press_window_ns{0};
+std::atomic<int64_t> g_first_signal_ns{0};
+std::atomic<bool> g_repeat_absorbed{false};
+static_assert(std::atomic<int64_t>::is_always_lock_free, "read in a signal handler");
+
+int64_t monotonic_ns() {  // clock_gettime is async-signal-safe
+  timespec t{};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+
 extern "C" void on_stop_signal(int sig) {
+  stop_waiting_for_console();  // the stop checkpoint must not wait for a reader of stdout
   int expected = 0;
-  if (!g_pending_signal.compare_exchange_strong(expected, sig)) {
-    // A second signal: the user insists. Default action (terminate) right away.
-    ::signal(sig, SIG_DFL);
-    ::raise(sig);
+  if (g_pending_signal.compare_exchange_strong(expected, sig)) {
+    g_first_signal_ns.store(monotonic_ns());
+    return;
   }
+  const int64_t window = g_same_press_window_ns.load();
+  if (expected == sig && window > 0 && !g_repeat_absorbed.exchange(true) &&
+      monotonic_ns() - g_first_signal_ns.load() <= window) {
+    return;  // the launcher's copy of the first signal
+  }
+  // A second signal: the user insists. Default action (terminate) right away.
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
 }
 
 // The line a notice signal writes, built before the handler is installed (the handler may only
@@ -34,8 +63,12 @@ struct Notice {
 Notice g_notices[3];
 
 extern "C" void on_notice_signal(int sig) {
+  // The process is about to end: a stderr that nobody reads must not hold it. The line (shorter
+  // than PIPE_BUF) is written only when stderr can take it now (poll is async-signal-safe).
+  pollfd err{STDERR_FILENO, POLLOUT, 0};
+  const bool writable = ::poll(&err, 1, 0) > 0;
   for (const Notice& n : g_notices) {
-    if (n.sig != sig) continue;
+    if (n.sig != sig || !writable) continue;
     ssize_t ignored = ::write(STDERR_FILENO, n.line, strlen(n.line));
     (void)ignored;
   }
@@ -80,6 +113,11 @@ struct SignalHandlerScope::Saved {
 
 SignalHandlerScope::SignalHandlerScope(bool enable, const std::vector<int>& stop_signals) {
   g_pending_signal.store(0);
+  g_repeat_absorbed.store(false);
+  // torchrun (torch.distributed.elastic) sets TORCHELASTIC_RUN_ID in every worker's environment.
+  g_same_press_window_ns.store(std::getenv("TORCHELASTIC_RUN_ID") != nullptr
+                                   ? kLauncherRepeatWindowMs * int64_t{1000000}
+                                   : 0);
   if (!enable) return;
   saved_ = new Saved();
   struct sigaction stop {};

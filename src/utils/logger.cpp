@@ -465,11 +465,10 @@ void log(Level lvl, const char* file, int line, std::string_view message_text) {
   if (colour) {
     const std::string text = fmt::format("\033[32m{}\033[0m {}{}{}{}\n", prefix, tag_colour, tag,
                                          *tag ? "\033[0m" : "", message);
-    std::fwrite(text.data(), 1, text.size(), stdout);
+    write_console(stdout, text);
   } else {
-    std::fwrite(plain.data(), 1, plain.size(), stdout);
+    write_console(stdout, plain);
   }
-  std::fflush(stdout);
   if (std::FILE* f = state().log_file.get()) {
     std::fwrite(plain.data(), 1, plain.size(), f);
     std::fflush(f);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstdlib>
 
 #include "support/sanitizers.h"
 #include "trainpack/callbacks/steps.h"
@@ -322,6 +323,52 @@ TEST(TrainerSignals, ASecondSignalTerminatesAtOnce) {
         std::exit(0);
       },
       ::testing::KilledBySignal(SIGINT), "");
+}
+
+// Under torchrun a Ctrl-C reaches a worker twice (from the terminal, and forwarded by torchrun):
+// the first repeat of the same signal within the window is that same Ctrl-C, so training stops
+// cleanly (after_train runs, the stop is reported); a third one insists.
+TEST(TrainerSignals, UnderTorchrunTheRepeatOfTheSameCtrlCIsAbsorbed) {
+  TRAINPACK_SKIP_FORK_UNDER_TSAN();
+  EXPECT_EXIT(
+      {
+        ::setenv("TORCHELASTIC_RUN_ID", "test", 1);
+        NoOpTrainer trainer;
+        auto twice = std::make_shared<ActionCallback>();
+        twice->trigger_step_fn = [](ActionCallback&) {
+          std::raise(SIGINT);  // the terminal's
+          std::raise(SIGINT);  // torchrun's copy
+        };
+        trainer.train({twice}, {}, 4, 1, 1);
+        std::exit(trainer.received_signal() == SIGINT && trainer.global_step() == 1 ? 7 : 1);
+      },
+      ::testing::ExitedWithCode(7), "");
+  EXPECT_EXIT(
+      {
+        ::setenv("TORCHELASTIC_RUN_ID", "test", 1);
+        NoOpTrainer trainer;
+        auto thrice = std::make_shared<ActionCallback>();
+        thrice->trigger_step_fn = [](ActionCallback&) {
+          for (int i = 0; i < 3; ++i) std::raise(SIGINT);
+        };
+        trainer.train({thrice}, {}, 4, 1, 1);
+        std::exit(0);
+      },
+      ::testing::KilledBySignal(SIGINT), "");
+  // Another signal than the first is never the same Ctrl-C.
+  EXPECT_EXIT(
+      {
+        ::setenv("TORCHELASTIC_RUN_ID", "test", 1);
+        NoOpTrainer trainer;
+        auto two = std::make_shared<ActionCallback>();
+        two->trigger_step_fn = [](ActionCallback&) {
+          std::raise(SIGINT);
+          std::raise(SIGTERM);
+        };
+        trainer.train({two}, {}, 4, 1, 1);
+        std::exit(0);
+      },
+      ::testing::KilledBySignal(SIGTERM), "");
 }
 
 // A closed terminal (SIGHUP) and Ctrl-\ (SIGQUIT) stop training as SIGTERM does: at the next

@@ -1,4 +1,4 @@
-// protect_process_io (utils/process_io.h): closed standard descriptors, SIGPIPE and SIGXFSZ. Each
+// protect_process_io and write_console (utils/process_io.h): closed standard descriptors, SIGPIPE,
 // case runs in a child process, since it changes the process's descriptors, limits and signals.
 #include "trainpack/utils/process_io.h"
 
@@ -11,11 +11,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <future>
+#include <stdexcept>
 #include <string>
 
 #include "support/temp_dir.h"
@@ -144,6 +147,71 @@ TEST_F(ProcessIoFiles, AFileSizeLimitIsAnErrorNotADeath) {
               return 0;
             }),
             0);
+}
+
+// A pipe whose write end is full: a reader that stopped reading. Its capacity is one page.
+struct FullPipe {
+  int read_end = -1;
+  std::FILE* write_end = nullptr;
+
+  FullPipe() {
+    int fds[2];
+    if (::pipe(fds) != 0) throw std::runtime_error("pipe");
+    read_end = fds[0];
+    ::fcntl(fds[1], F_SETPIPE_SZ, 4096);
+    const int flags = ::fcntl(fds[1], F_GETFL);
+    ::fcntl(fds[1], F_SETFL, flags | O_NONBLOCK);
+    const char byte = 'x';
+    while (::write(fds[1], &byte, 1) == 1) {
+    }
+    ::fcntl(fds[1], F_SETFL, flags);  // blocking again, as a console is
+    write_end = ::fdopen(fds[1], "w");
+  }
+  ~FullPipe() {
+    std::fclose(write_end);
+    ::close(read_end);
+  }
+};
+
+TEST(WriteConsole, WaitsForAReaderThatStoppedUntilAStopIsAskedForThenDropsAndCounts) {
+  FullPipe pipe;
+  const std::string line(100, 'a');
+  auto written =
+      std::async(std::launch::async, [&] { return write_console(pipe.write_end, line); });
+  // Training waits for the reader, as with any program...
+  EXPECT_EQ(written.wait_for(std::chrono::milliseconds(500)), std::future_status::timeout);
+  // ...until a stop signal: then the line is dropped, not waited for.
+  stop_waiting_for_console();
+  ASSERT_EQ(written.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_FALSE(written.get());
+  EXPECT_EQ(console_bytes_dropped(), 100u);
+  // And later lines are not waited for either.
+  EXPECT_FALSE(write_console(pipe.write_end, line));
+  EXPECT_EQ(console_bytes_dropped(), 200u);
+}
+
+TEST(WriteConsole, WritesEverythingInOrderToAReaderThatReads) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  ::fcntl(fds[1], F_SETPIPE_SZ, 4096);
+  std::FILE* out = ::fdopen(fds[1], "w");
+  std::string text;
+  for (int i = 0; text.size() < 100000; ++i) text += std::to_string(i) + "\n";
+  // Something already in the stream's buffer comes first.
+  std::fputs("buffered\n", out);
+  auto read = std::async(std::launch::async, [&] {
+    std::string got;
+    char buffer[1000];
+    ssize_t n;
+    while ((n = ::read(fds[0], buffer, sizeof buffer)) > 0)
+      got.append(buffer, static_cast<size_t>(n));
+    return got;
+  });
+  EXPECT_TRUE(write_console(out, text));
+  std::fclose(out);
+  EXPECT_EQ(read.get(), "buffered\n" + text);
+  ::close(fds[0]);
+  EXPECT_EQ(console_bytes_dropped(), 0u);
 }
 
 }  // namespace process_io_test

@@ -1,9 +1,12 @@
 // Signal handling for the training loop. The stop signals (by default SIGINT, SIGTERM, SIGHUP,
 // SIGQUIT, SIGUSR1 and SIGUSR2) only record the signal; the loop polls it at step boundaries. A
 // second stop signal while one is pending restores the default action and re-raises, so a second
-// Ctrl-C ends the process at once. The notice signals (SIGALRM, SIGVTALRM, SIGPWR, unless they
-// are stop signals) are announced with one line on stderr, then take their default action (the
-// process ends, as without trainpack).
+// Ctrl-C ends the process at once; except under torchrun, where the first repeat of the same
+// signal within kLauncherRepeatWindowMs is the launcher forwarding the same Ctrl-C (which the
+// terminal also sent to every worker), so that the stop checkpoint is still written. A stop
+// signal also tells the console writers not to wait for a reader (process_io.h). The notice signals
+// (SIGALRM, SIGVTALRM, SIGPWR, unless they are stop signals) are announced with one line on stderr,
+// then take their default action (the process ends, as without trainpack).
 #pragma once
 
 #include <signal.h>
@@ -13,6 +16,9 @@
 
 namespace trainpack {
 namespace detail {
+
+// Under torchrun: how long after a stop signal the same signal is still the same Ctrl-C.
+constexpr int64_t kLauncherRepeatWindowMs = 2000;
 
 // The pending signal (0 if none). Lock-free, read on every step.
 extern std::atomic<int> g_pending_signal;

@@ -17,10 +17,33 @@
 // trainpack calls protect_process_io() where a run starts: logger::set_logger_dir,
 // configure_runtime and the trainer's main loop; a program may call it first thing in main().
 // Idempotent and cheap.
+//
+// And one way a reader holds the program up: stdout or stderr into a pipe that nobody reads
+// (`job | less` left paused, a launcher that stopped collecting output). Every write to a full
+// pipe waits, so training waits, as with any program. But a stop must not: once a stop signal
+// came (stop_waiting_for_console(), called by the trainer's signal handler), write_console drops
+// what the console cannot take at once, so that the stop checkpoint is written; log.log keeps
+// every line, and console_bytes_dropped() says how much the console missed.
 #pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string_view>
 
 namespace trainpack {
 
 void protect_process_io();
+
+// Writes `text` to `stream` (stdout, stderr, or a file) after what its stdio buffer holds, waiting
+// for a slow reader, until stop_waiting_for_console() was called: from then on what the stream
+// cannot take at once is dropped (and its buffer left to the exit). Returns false when something
+// was dropped or the write failed (EPIPE: the reader is gone).
+bool write_console(std::FILE* stream, std::string_view text);
+
+// From now on write_console waits for no reader. Async-signal-safe (a signal handler calls it).
+void stop_waiting_for_console() noexcept;
+
+// Bytes that write_console dropped since the process started.
+uint64_t console_bytes_dropped();
 
 }  // namespace trainpack
