@@ -113,6 +113,12 @@ std::vector<int64_t> DataFromList::order_of_pass(int64_t pass) const {
   return order;
 }
 
+std::string DataFromList::describe() const {
+  if (!options_.shuffle()) return DataFlow::describe();
+  return fmt::format("{} ({} datapoints, shuffled with seed {})", name(), datapoints_.size(),
+                     options_.seed());
+}
+
 void DataFromList::_begin_pass(int64_t pass) {
   order_ = order_of_pass(pass);
   index_ = 0;

@@ -110,6 +110,7 @@ void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trai
   }
   std::shared_ptr<ModelDesc> model = config.model();
   input->set_allow_changed_input(config.allow_changed_input());
+  trainer.set_allow_changed_input(config.allow_changed_input());
   trainer.setup_graph(
       model->inputs(), input, model->module(),
       [model](TowerContext& ctx, const std::vector<at::Tensor>& inputs) {

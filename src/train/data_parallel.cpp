@@ -233,13 +233,14 @@ void DataParallelTrainer::_after_initialize() {
     optimizer().load(archive);
   }
 
-  // The counters and the input position the chief restored.
+  // The counters and the input position the chief restored, and the saved epoch length (so that
+  // every rank checks it in main_loop, and all refuse together).
   const std::optional<ResumePoint>& restored = restored_resume_point();
   const InputPosition position = input()->consumed();
   std::vector<at::Tensor> counters{
       at::tensor({static_cast<int64_t>(restored.has_value()), restored ? restored->epoch : 0,
                   restored ? restored->step_in_epoch : 0, restored ? restored->global_step : 0,
-                  position.pass, position.position},
+                  position.pass, position.position, saved_steps_per_epoch()},
                  at::kLong)};
   group.broadcast(counters);
   const int64_t* c = counters.front().data_ptr<int64_t>();
@@ -247,7 +248,7 @@ void DataParallelTrainer::_after_initialize() {
   // the same callbacks on the other ranks continue from them too.
   if (c[0] != 0) broadcast_callback_states();
   if (group.is_chief()) return;
-  if (c[0] != 0) set_resume_point(ResumePoint{c[1], c[2], c[3]});
+  if (c[0] != 0) set_resume_point(ResumePoint{c[1], c[2], c[3]}, c[6]);
   if (c[4] != 0 || c[5] != 0) input()->resume_at(InputPosition{c[4], c[5]});
 }
 

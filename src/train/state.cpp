@@ -23,6 +23,7 @@
 #include "trainpack/train/optimizer_state.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/logger.h"
+#include "trainpack/utils/terminal_text.h"
 
 namespace trainpack {
 namespace {
@@ -32,15 +33,21 @@ constexpr const char* kVariablePrefix = "variable/";
 constexpr const char* kCallbackPrefix = "callback/";
 constexpr const char* kGlobalStep = "trainer/global_step";
 constexpr const char* kEpoch = "trainer/epoch";
+// The epoch length of the run that saved the checkpoint (absent before the loop starts, and in
+// checkpoints of older versions).
+constexpr const char* kStepsPerEpoch = "trainer/steps_per_epoch";
 constexpr const char* kStepInEpoch = "trainer/step_in_epoch";
 
 bool starts_with(const std::string& s, const std::string& prefix) {
   return s.compare(0, prefix.size(), prefix) == 0;
 }
 
+// The names a checkpoint holds come from a file: escaped, so that none writes to the terminal.
 std::string join_names(const std::vector<std::string>& names) {
   std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  for (const auto& n : names) {
+    out += (out.empty() ? "" : ", ") + terminal_safe(n, LineFeeds::kEscape);
+  }
   return out;
 }
 
@@ -72,7 +79,8 @@ class Reader {
   // Records `entry` as present but ignored, with tensorpack's message.
   void ignore(const std::string& entry) {
     report_.ignored.push_back(entry);
-    TP_LOG_INFO("Variable {} in the graph will not be loaded from {}!", entry, source());
+    TP_LOG_INFO("Variable {} in the graph will not be loaded from {}!",
+                terminal_safe(entry, LineFeeds::kEscape), source());
   }
 
   // The value of `entry` to restore: nullptr when the map lacks it or it is ignored.
@@ -476,6 +484,9 @@ void collect_counters(const Trainer& trainer, TensorMap* state) {
   (*state)[kGlobalStep] = at::scalar_tensor(point.global_step, at::kLong);
   (*state)[kEpoch] = at::scalar_tensor(point.epoch, at::kLong);
   (*state)[kStepInEpoch] = at::scalar_tensor(point.step_in_epoch, at::kLong);
+  if (trainer.steps_per_epoch() > 0) {
+    (*state)[kStepsPerEpoch] = at::scalar_tensor(trainer.steps_per_epoch(), at::kLong);
+  }
 }
 
 // The largest counter value accepted from a checkpoint: 2^53, the largest integer that
@@ -517,9 +528,14 @@ void restore_counters(Trainer& trainer, Reader* in) {
       has_counters = false;
     }
   }
+  const bool has_epoch_length = in->has(kStepsPerEpoch);
+  if (has_epoch_length) in->use(kStepsPerEpoch);
   if (has_counters && in->options().restore_counters() && !in->ignored(kGlobalStep)) {
-    trainer.set_resume_point(*saved_resume_point(in->state(), in->source()));
+    const int64_t steps_per_epoch =
+        has_epoch_length ? scalar_int(in->state(), kStepsPerEpoch, in->source(), 0) : 0;
+    trainer.set_resume_point(*saved_resume_point(in->state(), in->source()), steps_per_epoch);
     for (const char* entry : entries) in->report().restored.push_back(entry);
+    if (has_epoch_length) in->report().restored.push_back(kStepsPerEpoch);
   } else if (!has_counters) {
     in->report().missing_training_only.push_back("trainer/*");
   }
@@ -546,6 +562,7 @@ RestoreReport restore_training_state(Trainer& trainer, const TensorMap& state,
   // changes: a refused restore applies nothing, the counters of another run included.
   if (options.restore_counters() && !in.ignored(kGlobalStep)) {
     (void)saved_resume_point(state, options.source());
+    if (state.count(kStepsPerEpoch)) (void)scalar_int(state, kStepsPerEpoch, options.source(), 0);
   }
   ModulesRestore modules = ModulesRestore::prepare(trainer, &in);
   OptimizersRestore optimizers = OptimizersRestore::prepare(trainer, &in);

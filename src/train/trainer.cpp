@@ -79,7 +79,13 @@ bool Trainer::register_callback(CallbackPtr callback) {
   }
   const bool in_group = process_group_ && process_group_->distributed();
   if (!is_chief_ && callback->chief_only() && !(in_group && callback->runs_on_every_rank())) {
-    TP_LOG_WARN("Callback {} is chief-only, skipped.", callback->name());
+    // tensorpack's warning; in a data-parallel group every rank but the chief skips these by
+    // design, so there it is information (which those ranks do not log).
+    if (in_group) {
+      TP_LOG_INFO("Callback {} is chief-only, skipped.", callback->name());
+    } else {
+      TP_LOG_WARN("Callback {} is chief-only, skipped.", callback->name());
+    }
     return false;
   }
   registered_.push_back(std::move(callback));
@@ -253,7 +259,7 @@ ResumePoint Trainer::resume_point() const {
   return ResumePoint{starting_epoch_, 0, global_step_};
 }
 
-void Trainer::set_resume_point(ResumePoint point) {
+void Trainer::set_resume_point(ResumePoint point, int64_t saved_steps_per_epoch) {
   if (loop_started_) {
     throw std::logic_error(
         "Trainer::set_resume_point must be called before main_loop (from a SessionInit)");
@@ -264,7 +270,13 @@ void Trainer::set_resume_point(ResumePoint point) {
         "epoch {}, step_in_epoch {}, global_step {}",
         point.epoch, point.step_in_epoch, point.global_step));
   }
+  if (saved_steps_per_epoch < 0) {
+    throw std::invalid_argument(
+        fmt::format("Trainer::set_resume_point: saved_steps_per_epoch must be >= 0, got {}",
+                    saved_steps_per_epoch));
+  }
   restored_ = point;
+  saved_steps_per_epoch_ = saved_steps_per_epoch;
   global_step_ = point.global_step;
 }
 
@@ -419,6 +431,22 @@ ResumePoint Trainer::loop_start(int64_t steps_per_epoch, int64_t starting_epoch)
         "global_step {}. The checkpoint's counters are used.",
         *starting_global_step_, restored_->global_step);
   }
+  if (saved_steps_per_epoch_ > 0 && steps_per_epoch > 0 &&
+      saved_steps_per_epoch_ != steps_per_epoch) {
+    const std::string what = fmt::format(
+        "Trainer::main_loop: the restored checkpoint was saved by a run of {} steps per epoch, and "
+        "this run has {}: its epoch {} (step {} of it) would count other steps.",
+        saved_steps_per_epoch_, steps_per_epoch, restored_->epoch, restored_->step_in_epoch);
+    if (!allow_changed_input_) {
+      throw std::invalid_argument(
+          what +
+          " Resume with the steps per epoch of the run that saved it (the same data, batch "
+          "size and TrainConfig().steps_per_epoch); or continue anyway with "
+          "TrainConfig().allow_changed_input(true); or start over in a new directory.");
+    }
+    TP_LOG_WARN("{} Continuing anyway (allow_changed_input): the epochs count this run's steps.",
+                what);
+  }
   if (steps_per_epoch > 0 && restored_->step_in_epoch >= steps_per_epoch) {
     throw std::invalid_argument(fmt::format(
         "Trainer::main_loop: the restored checkpoint continues at step {} of epoch {}, but "
@@ -468,19 +496,42 @@ bool Trainer::run_epoch(int64_t epoch, int64_t first_step) {
   return true;
 }
 
+namespace {
+
+// A 62-bit FNV-1a hash of `text`: small enough that its negation fits an int64, so that one max
+// all-reduce of (h, -h) tells whether every rank has the same.
+int64_t text_hash(const std::string& text) {
+  uint64_t h = 14695981039346656037ull;
+  for (const unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return static_cast<int64_t>(h >> 2);
+}
+
+}  // namespace
+
 void Trainer::check_same_loop_on_every_rank(int64_t steps_per_epoch, int64_t max_epoch) {
   if (!process_group_ || !process_group_->distributed()) return;
-  // Every rank must run the same steps, or their collectives pair up wrongly and hang.
+  // Every rank must run the same steps, or their collectives pair up wrongly and hang; and read
+  // the same data, or their shards overlap (another seed orders it otherwise).
+  const std::string data = data_description();
+  const int64_t data_hash = text_hash(data);
   std::vector<at::Tensor> mine{
-      at::tensor({steps_per_epoch, max_epoch, -steps_per_epoch, -max_epoch}, at::kLong)};
+      at::tensor({steps_per_epoch, max_epoch, data_hash, -steps_per_epoch, -max_epoch, -data_hash},
+                 at::kLong)};
   process_group_->all_reduce_max(mine);
   const int64_t* v = mine.front().data_ptr<int64_t>();
-  if (v[0] != -v[2] || v[1] != -v[3]) {
+  if (v[0] != -v[3] || v[1] != -v[4]) {
     throw std::invalid_argument(fmt::format(
         "the ranks were given different loops: steps_per_epoch from {} to {}, max_epoch from {} "
         "to {} (rank {} has {} and {}); every rank must run the same steps_per_epoch and "
         "max_epoch",
-        -v[2], v[0], -v[3], v[1], rank(), steps_per_epoch, max_epoch));
+        -v[3], v[0], -v[4], v[1], rank(), steps_per_epoch, max_epoch));
+  }
+  if (v[2] != -v[5]) {
+    throw std::invalid_argument(fmt::format(
+        "the ranks were given different training data: rank {} reads {}, and another rank reads "
+        "something else (another seed, data set, size or batch size). Every rank must be given "
+        "the same dataflow; ShardData gives each rank its share of it",
+        rank(), data));
   }
 }
 
@@ -540,6 +591,12 @@ void Trainer::log_stop(const StopTraining& e) const {
 
 void Trainer::run_after_train() {
   callbacks_->after_train();
+  if (const uint64_t dropped = console_bytes_dropped(); dropped > 0) {
+    TP_LOG_WARN(
+        "{} bytes of console output were dropped after the stop signal: stdout or stderr "
+        "was not being read (a full pipe). log.log has every line.",
+        dropped);
+  }
   // A signal that arrived after the last check (last step, last epoch end, after_train) stopped
   // nothing, but the caller still needs to know it to exit with the conventional status.
   if (received_signal_ == 0) received_signal_ = detail::pending_signal();

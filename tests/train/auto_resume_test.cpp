@@ -2,14 +2,15 @@
 // which checkpoint is picked, the fallback past a corrupt one, the counters the run continues
 // from, and what happens to stats.json.
 #include <gtest/gtest.h>
-#include <unistd.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -315,10 +316,12 @@ TEST_F(AutoResumeTest, BadIndexEntriesAreWarnedAboutAndIgnored) {
 
 // ---- a resume over another input ----
 
-// Resumes the run in dir() over `flow` (after run(2) over batches of 8).
-std::string resume_over(const DataFlowPtr& flow, bool allow) {
+// Resumes the run in dir() over `flow` (after run(2) over batches of 8), with `steps_per_epoch`
+// when it is set.
+std::string resume_over(const DataFlowPtr& flow, bool allow,
+                        std::optional<int64_t> steps_per_epoch = std::nullopt) {
   return testing::message_of<std::invalid_argument>([&] {
-    AutoResumeTrainConfig config(
+    TrainConfig train =
         TrainConfig()
             .model(std::make_shared<LinearModel>())
             .dataflow(flow)
@@ -326,7 +329,9 @@ std::string resume_over(const DataFlowPtr& flow, bool allow) {
             .extra_callbacks(std::vector<CallbackPtr>{})
             .monitors(std::vector<MonitorPtr>{})
             .max_epoch(3)
-            .allow_changed_input(allow));
+            .allow_changed_input(allow);
+    if (steps_per_epoch) train.steps_per_epoch(*steps_per_epoch);
+    AutoResumeTrainConfig config(train);
     SimpleTrainer trainer;
     trainer.set_handle_signals(false);
     launch_train_with_config(config, trainer);
@@ -367,6 +372,21 @@ TEST_F(AutoResumeTest, AResumeWithAnotherInputMayBeAllowed) {
   EXPECT_EQ(resume_over(points_in_batches(4), /*allow=*/true), "<no exception>");
   EXPECT_TRUE(log.contains("Continuing anyway (allow_changed_input)"));
   EXPECT_TRUE(fs::exists(dir() / "model-12.data"));  // 6 + one epoch of 6 batches of 4
+}
+
+TEST_F(AutoResumeTest, AResumeWithAnotherEpochLengthIsRefusedNamingBoth) {
+  run(2);  // 3 steps per epoch: model-6 continues at epoch 3, step 0
+  const std::string what = resume_over(points_in_batches(8), /*allow=*/false, 2);
+  EXPECT_NE(what.find("the restored checkpoint was saved by a run of 3 steps per epoch, and this "
+                      "run has 2: its epoch 3 (step 0 of it) would count other steps."),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("TrainConfig().allow_changed_input(true)"), std::string::npos) << what;
+  EXPECT_FALSE(fs::exists(dir() / "model-8.data"));
+  LogCapture log;
+  EXPECT_EQ(resume_over(points_in_batches(8), /*allow=*/true, 2), "<no exception>");
+  EXPECT_TRUE(log.contains("would count other steps. Continuing anyway (allow_changed_input)"));
+  EXPECT_TRUE(fs::exists(dir() / "model-8.data"));  // 6 + one epoch of 2
 }
 
 TEST_F(AutoResumeTest, TheSameInputResumesWithoutAWord) {
@@ -416,8 +436,8 @@ TEST_F(AutoResumeTest, AnIndexLinkedToAPrivateFileIsNotReadNorQuoted) {
   LogCapture log;
   EXPECT_EQ(AutoResumeTrainConfig::find_latest_valid_checkpoint(dir().string()),
             (dir() / "model-6").string());
-  EXPECT_TRUE(log.contains((dir() / "checkpoint").string() +
-                           ": not a regular file (a symbolic link)"))
+  EXPECT_TRUE(
+      log.contains((dir() / "checkpoint").string() + ": not a regular file (a symbolic link)"))
       << ::testing::PrintToString(log.lines());
   EXPECT_FALSE(log.contains("S3cret")) << ::testing::PrintToString(log.lines());
   // Nor is the text of a malformed index quoted when it is a regular file.
@@ -425,7 +445,8 @@ TEST_F(AutoResumeTest, AnIndexLinkedToAPrivateFileIsNotReadNorQuoted) {
   write_text(dir() / "checkpoint", "ghp_S3cretToken\n");
   LogCapture log2;
   (void)AutoResumeTrainConfig::find_latest_valid_checkpoint(dir().string());
-  EXPECT_TRUE(log2.contains("line 1: expected 'field: value'")) << ::testing::PrintToString(log2.lines());
+  EXPECT_TRUE(log2.contains("line 1: expected 'field: value'"))
+      << ::testing::PrintToString(log2.lines());
   EXPECT_FALSE(log2.contains("S3cret")) << ::testing::PrintToString(log2.lines());
 }
 
@@ -434,8 +455,9 @@ TEST_F(AutoResumeTest, ADirectoryEveryoneCanWriteIsWarnedAbout) {
   fs::permissions(dir(), fs::perms::others_write, fs::perm_options::add);
   LogCapture log;
   (void)AutoResumeTrainConfig::find_latest_valid_checkpoint(dir().string());
-  EXPECT_TRUE(log.contains("The log directory " + dir().string() +
-                           " can be written by every user (mode 0")) << ::testing::PrintToString(log.lines());
+  EXPECT_TRUE(
+      log.contains("The log directory " + dir().string() + " can be written by every user (mode 0"))
+      << ::testing::PrintToString(log.lines());
   EXPECT_TRUE(log.contains("chmod o-w " + dir().string())) << ::testing::PrintToString(log.lines());
 }
 

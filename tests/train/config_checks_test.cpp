@@ -92,6 +92,9 @@ TEST(ConfigChecks, OneBatchIsEnough) {
 TEST(DataFlowDescribe, NamesEachFlowOfTheChain) {
   auto list = std::make_shared<DataFromList>(points(10));
   EXPECT_EQ(list->describe(), "DataFromList (10 datapoints)");
+  // The seed decides a shuffled list's order: another seed is other data.
+  EXPECT_EQ(DataFromList(points(10), DataFromListOptions().shuffle(true).seed(7)).describe(),
+            "DataFromList (10 datapoints, shuffled with seed 7)");
   // The same on every rank: each rank compares it with the chief's checkpoint.
   EXPECT_EQ(ShardData(list, 1, 2).describe(), ShardData(list, 0, 2).describe());
   EXPECT_EQ(ShardData(list, 1, 2).describe(),

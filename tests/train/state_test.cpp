@@ -105,12 +105,14 @@ TEST(TrainingState, CollectsModulesOptimizerVariablesCountersRngAndCallbackState
       "trainer/epoch",
       "trainer/global_step",
       "trainer/step_in_epoch",
+      "trainer/steps_per_epoch",
       "variable/learning_rate",
   };
   EXPECT_EQ(keys, expected);
   EXPECT_EQ(state.at("trainer/global_step").item<int64_t>(), 6);
   EXPECT_EQ(state.at("trainer/epoch").item<int64_t>(), 3);  // after epoch 2: epoch 3, step 0
   EXPECT_EQ(state.at("trainer/step_in_epoch").item<int64_t>(), 0);
+  EXPECT_EQ(state.at("trainer/steps_per_epoch").item<int64_t>(), 3);
   EXPECT_EQ(state.at("callback/CountingCallback/epochs").item<int64_t>(), 2);
   EXPECT_DOUBLE_EQ(state.at("variable/learning_rate").item<double>(), 0.1);
   EXPECT_TRUE(torch::equal(state.at("0.weight"), m.net->weight));
@@ -265,6 +267,20 @@ TEST(TrainingState, PartialRestoreReportsMissingUnusedAndIgnoredNames) {
       log.contains("Variable 1.running_mean in the graph will not be loaded from the test map!"));
   EXPECT_TRUE(torch::equal(target.net->weight, source.net->weight));
   EXPECT_TRUE(torch::equal(target.bn->running_mean, torch::zeros({2})));  // ignored: untouched
+}
+
+TEST(TrainingState, EntryNamesFromTheFileAreLoggedWithTheirControlBytesEscaped) {
+  // A checkpoint is a file someone may have written: its names reach the log, not the terminal.
+  ModelTrainer source(2);
+  TensorMap state = collect_training_state(source.trainer);
+  state["evil\x1b]52;c;aGk=\x07name"] = torch::zeros({2});
+  ModelTrainer target(2);
+  LogCapture log;
+  const RestoreReport r =
+      restore_training_state(target.trainer, state, RestoreOptions().source("the test map"));
+  EXPECT_EQ(r.unused, std::vector<std::string>{"evil\x1b]52;c;aGk=\x07name"});  // as it is
+  EXPECT_TRUE(log.contains("but not found in the graph: evil\\x1b]52;c;aGk=\\x07name"));
+  EXPECT_FALSE(log.contains("\x1b"));
 }
 
 TEST(TrainingState, ShapeMismatchNamesTheEntryAndChangesNothing) {

@@ -142,6 +142,9 @@ class DataFromList : public DataFlow {
   explicit DataFromList(std::vector<Datapoint> datapoints, DataFromListOptions options = {});
   std::string name() const override { return "DataFromList"; }
   std::optional<int64_t> size() const override { return static_cast<int64_t>(datapoints_.size()); }
+  // "DataFromList (10 datapoints)", with ", shuffled with seed 7" when shuffled: the seed decides
+  // the order, so two runs (or two ranks) with other seeds read other data.
+  std::string describe() const override;
   // The order of pass `pass` as indices into the list (the identity without shuffle).
   std::vector<int64_t> order_of_pass(int64_t pass) const;
   const DataFlow* first_unseekable() const override { return nullptr; }

@@ -27,14 +27,15 @@
 // has the state `pass` and `position` (int64): the dataflow pass of the last batch next_batch()
 // returned, and how many batches of that pass it has returned (the trainer's consumption, never
 // what was prefetched), and `dataflow` (the DataFlow::describe() of the flow they count in: a
-// resume over another batch size or data set is refused, see set_allow_changed_input). Its load_state (after setup, before before_train) makes the source start
-// there: begin_pass(pass), then seek(position), without reading the skipped batches; a position
-// equal to the pass's size continues with the first batch of the next pass. It needs a dataflow
-// that seeks (DataFlow::seekable(): DataFromList, FashionMnist, BatchData and MapData over them).
-// With another one (DataFromGenerator, a flow of your own) the checkpoint's position is not
-// restored: a warning names the flow and the data starts from its beginning, as tensorpack's
-// always does; everything else (weights, counters, schedules) is still restored exactly.
-// resume_at(), called directly, refuses such a flow with std::invalid_argument instead.
+// resume over another batch size or data set is refused, see set_allow_changed_input). Its
+// load_state (after setup, before before_train) makes the source start there: begin_pass(pass),
+// then seek(position), without reading the skipped batches; a position equal to the pass's size
+// continues with the first batch of the next pass. It needs a dataflow that seeks
+// (DataFlow::seekable(): DataFromList, FashionMnist, BatchData and MapData over them). With another
+// one (DataFromGenerator, a flow of your own) the checkpoint's position is not restored: a warning
+// names the flow and the data starts from its beginning, as tensorpack's always does; everything
+// else (weights, counters, schedules) is still restored exactly. resume_at(), called directly,
+// refuses such a flow with std::invalid_argument instead.
 //
 // Differences from tensorpack: next_batch() is called by the step function (tensorpack feeds a
 // placeholder or dequeues inside the session run); every source copies its batch to the device
@@ -86,6 +87,10 @@ class InputSource {
   // Batches per pass of the underlying dataflow; nullopt when unknown (TrainConfig then needs
   // steps_per_epoch).
   virtual std::optional<int64_t> size() const = 0;
+  // What the source reads, for messages and for the ranks' check that they read the same data:
+  // its dataflow's DataFlow::describe() (FeedInput, QueueInput, and a source that wraps one);
+  // name() for a source without a dataflow.
+  virtual std::string describe() const { return name(); }
 
   // Binds the signature and the device; returns the callbacks that drive the source (with
   // chief_only false). Call once (std::logic_error on a second call).
@@ -160,6 +165,7 @@ class FeedInput : public InputSource {
   explicit FeedInput(DataFlowPtr dataflow);
   std::string name() const override { return "FeedInput"; }
   std::optional<int64_t> size() const override { return dataflow_->size(); }
+  std::string describe() const override { return dataflow_->describe(); }
   const DataFlowPtr& dataflow() const { return dataflow_; }
 
   // The batches next_batch() has returned: (0, 0) before the first one (or the point given to
@@ -227,6 +233,7 @@ class QueueInput : public InputSource {
   QueueInput& operator=(const QueueInput&) = delete;
   std::string name() const override { return "QueueInput"; }
   std::optional<int64_t> size() const override { return dataflow_->size(); }
+  std::string describe() const override { return dataflow_->describe(); }
   const DataFlowPtr& dataflow() const { return dataflow_; }
   const QueueInputOptions& options() const { return options_; }
 

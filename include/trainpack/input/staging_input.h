@@ -80,6 +80,7 @@ class StagingInput : public InputSource {
   StagingInput& operator=(const StagingInput&) = delete;
 
   std::string name() const override { return "StagingInput"; }
+  std::string describe() const override { return input_->describe(); }
   std::optional<int64_t> size() const override { return input_->size(); }
   const InputSourcePtr& input() const { return input_; }
   const StagingInputOptions& options() const { return options_; }

@@ -165,6 +165,7 @@ class SingleCostTrainer : public TowerTrainer {
 
   torch::optim::Optimizer& optimizer() const;
   const InputSourcePtr& input() const { return input_; }
+  std::string data_description() const override { return input_ ? input_->describe() : ""; }
 
   // The gradient processors run, in this order, between backward and the optimizer step
   // (tensorpack's optimizer.apply_grad_processors; train/gradproc.h). Call before train(); an

@@ -48,8 +48,10 @@
 // stops every rank there. A StopTraining thrown by a callback outside the step (before_train,
 // before_epoch, trigger_step, after_epoch, trigger_epoch) on one rank is held until that boundary;
 // one thrown inside the step (run_step, before_run, after_run) must be thrown on every rank (an
-// exhausted input of equal shards is). When training fails on a rank, the rank reports it to the
-// group (ProcessGroup::report_failure) before its after_train, so that the others, whose next
+// exhausted input of equal shards is). At start, the ranks check that they run the same loop
+// (steps_per_epoch, max_epoch) over the same data (data_description(): another seed, data set or
+// batch size is an error naming this rank's). When training fails on a rank, the rank reports it to
+// the group (ProcessGroup::report_failure) before its after_train, so that the others, whose next
 // collective fails, name it. On a rank other than the chief, chief-only callbacks are skipped
 // (unless Callback::runs_on_every_rank()) and so are the monitors: files and logs are the chief's.
 //
@@ -136,8 +138,16 @@ class Trainer {
   // global_step starts at point.global_step. The checkpoint's counters are the truth: a
   // starting_epoch other than 1 that disagrees is a warning naming both
   // (docs/tensorpack-differences.md #7). Throws std::invalid_argument on negative or inconsistent
-  // values, std::logic_error once the loop has started.
-  void set_resume_point(ResumePoint point);
+  // values, std::logic_error once the loop has started. `saved_steps_per_epoch` is the epoch
+  // length of the run that saved the point (0: unknown, as in checkpoints of older versions):
+  // main_loop refuses another one (its epochs and the position in them would be reinterpreted)
+  // with std::invalid_argument naming both, unless set_allow_changed_input(true), which warns.
+  void set_resume_point(ResumePoint point, int64_t saved_steps_per_epoch = 0);
+  // Whether a resume over another epoch length goes on (with a warning) instead of being refused;
+  // TrainConfig().allow_changed_input sets it, with the input's own check of its dataflow.
+  void set_allow_changed_input(bool allow) { allow_changed_input_ = allow; }
+  // The epoch length of the run that saved the restored point (0: none or unknown).
+  int64_t saved_steps_per_epoch() const { return saved_steps_per_epoch_; }
   // Starts global_step at `step` instead of 0 (call before main_loop; train_with_defaults calls
   // it for TrainOptions::starting_global_step). Together with main_loop's starting_epoch this
   // starts a run part-way without a checkpoint: the first step is step 0 of starting_epoch and
@@ -258,6 +268,10 @@ class Trainer {
   // Called at the end of initialize(), after the SessionInit ran and the graph was finalized: a
   // data-parallel trainer brings every rank to the chief's state here. Default: nothing.
   virtual void _after_initialize() {}
+  // What the training input reads (InputSource::describe()), which every rank of a data-parallel
+  // run must agree on at start (another seed or data set would shard other data). Default: ""
+  // (a trainer without an input; nothing is compared).
+  virtual std::string data_description() const { return ""; }
   // Throws std::logic_error("Method <Class>.<method> can only be called once per object!") on
   // a second call with the same flag.
   void call_once(bool& flag, const char* method) const;
@@ -274,7 +288,8 @@ class Trainer {
   // a held StopTraining, returns true when any rank requested a stop.
   // After an epoch's last step (`epoch_end`) only held StopTrainings stop.
   bool vote_to_stop(int local_signal, bool epoch_end);
-  // Throws std::invalid_argument when the ranks were given different loops.
+  // Throws std::invalid_argument when the ranks were given different loops, or inputs that read
+  // different data (data_description()).
   void check_same_loop_on_every_rank(int64_t steps_per_epoch, int64_t max_epoch);
   // Inside a catch block: tells the group that this rank fails with the current exception.
   void report_failure_to_group() noexcept;
@@ -316,8 +331,10 @@ class Trainer {
   int64_t starting_epoch_ = 1;
   int64_t max_epoch_ = 0;
   int64_t steps_per_epoch_ = 0;
-  ResumePoint next_{};                           // resume_point() once the loop runs
-  std::optional<ResumePoint> restored_;          // set_resume_point
+  ResumePoint next_{};                   // resume_point() once the loop runs
+  std::optional<ResumePoint> restored_;  // set_resume_point
+  int64_t saved_steps_per_epoch_ = 0;    // set_resume_point
+  bool allow_changed_input_ = false;
   std::optional<int64_t> starting_global_step_;  // set_starting_global_step
   bool loop_started_ = false;
 

@@ -20,6 +20,7 @@
 //   --wait-signal-at G at step G, wait (at most 30 s) until a stop signal arrives
 //   --stop-at G        at step G, a callback throws StopTraining
 //   --throw-at G       at step G, a callback throws std::runtime_error("injected failure ...")
+//   --data-seed S      the seed of the data's shuffle (default 3)
 //   --accumulate N     accumulate the gradients of N batches (each of the global batch) per
 //                      step; <out file>.micro_grads receives fc1's gradient as the tower sees it
 //                      at the start of every micro-batch but the first of a step (float32 bytes)
@@ -70,6 +71,7 @@ struct Args {
   bool bn = false;
   int64_t timeout_ms = 20000;
   int64_t accumulate = 1;
+  uint64_t data_seed = 3;
   // What happens at which step, on which rank (-1: every rank).
   int64_t wait_signal_at = -1, wait_rank = -1;
   int64_t stop_at = -1, stop_rank = -1;
@@ -182,6 +184,8 @@ Args parse(int argc, char** argv) {
       a.logdir = value();
     } else if (arg == "--bn") {
       a.bn = true;
+    } else if (arg == "--data-seed") {
+      a.data_seed = std::stoull(value());
     } else if (arg == "--accumulate") {
       a.accumulate = std::stoll(value());
     } else if (arg == "--timeout-ms") {
@@ -235,8 +239,8 @@ int run(const Args& args) {
     const float c = static_cast<float>(i % 9) / 4.0f - 1.0f;
     points.push_back({torch::tensor({a, b, c}), torch::tensor({a * b - c})});
   }
-  DataFlowPtr flow =
-      std::make_shared<DataFromList>(points, DataFromListOptions().shuffle(true).seed(3));
+  DataFlowPtr flow = std::make_shared<DataFromList>(
+      points, DataFromListOptions().shuffle(true).seed(args.data_seed));
   flow = std::make_shared<ShardData>(flow, group->rank(), group->world_size());
   flow = std::make_shared<BatchData>(flow, args.global_batch / group->world_size());
 
