@@ -275,6 +275,17 @@ void RuntimeReport::log() const {
   for (const auto& warning : warnings) TP_LOG_WARN("{}", warning);
 }
 
+int default_intra_op_threads(int hardware, const char* local_world_size) {
+  int64_t processes = 1;
+  if (local_world_size != nullptr && *local_world_size != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    const long long n = std::strtoll(local_world_size, &end, 10);
+    if (errno == 0 && *end == '\0' && n > 0) processes = n;
+  }
+  return static_cast<int>(std::max<int64_t>(1, std::max(1, hardware) / processes));
+}
+
 RuntimeReport configure_runtime(int argc, char** argv, const RuntimeOptions& options) {
   protect_process_io();
   check_threads("intra_op_threads", options.intra_op_threads());
@@ -285,8 +296,10 @@ RuntimeReport configure_runtime(int argc, char** argv, const RuntimeOptions& opt
         "main's argc and argv), since the program is executed again with them");
   }
   const int hardware = static_cast<int>(std::thread::hardware_concurrency());
-  const int threads =
-      options.intra_op_threads() > 0 ? options.intra_op_threads() : std::max(1, hardware);
+  const char* local_world_size = std::getenv("LOCAL_WORLD_SIZE");
+  const int threads = options.intra_op_threads() > 0
+                          ? options.intra_op_threads()
+                          : default_intra_op_threads(hardware, local_world_size);
   // Before anything is executed again or allocated: a job that cannot run says so at once.
   if (options.check_memory_limits()) check_memory_limits(options, threads);
   RuntimeReport report;
@@ -297,8 +310,11 @@ RuntimeReport configure_runtime(int argc, char** argv, const RuntimeOptions& opt
 
   at::set_num_threads(threads);
   report.lines.push_back(
-      fmt::format("Threads: {} intra-op (torch::get_num_threads), {} inter-op, {} hardware",
-                  at::get_num_threads(), at::get_num_interop_threads(), hardware));
+      fmt::format("Threads: {} intra-op (torch::get_num_threads), {} inter-op, {} hardware{}",
+                  at::get_num_threads(), at::get_num_interop_threads(), hardware,
+                  options.intra_op_threads() == 0 && threads != std::max(1, hardware)
+                      ? fmt::format(" shared by LOCAL_WORLD_SIZE={} processes", local_world_size)
+                      : std::string()));
 
   configure_blas(options.blas_threads(), report);
   report.lines.push_back("Malloc: " + malloc_setting);

@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <ATen/Parallel.h>
@@ -24,6 +26,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "trainpack/testing.h"
@@ -52,6 +55,35 @@ TEST(ConfigureRuntime, SetsTheIntraOpThreadsAndSaysSo) {
   EXPECT_EQ(at::get_num_threads(), 1);
   EXPECT_TRUE(has_line_starting(report, "Threads: 1 intra-op (torch::get_num_threads)"));
   EXPECT_TRUE(log.contains("Threads: 1 intra-op"));
+  at::set_num_threads(before);
+}
+
+TEST(DefaultIntraOpThreads, ShareTheHardwareAmongTheLaunchersProcessesOnThisMachine) {
+  EXPECT_EQ(default_intra_op_threads(16, nullptr), 16);
+  EXPECT_EQ(default_intra_op_threads(16, "2"), 8);
+  EXPECT_EQ(default_intra_op_threads(16, "3"), 5);
+  EXPECT_EQ(default_intra_op_threads(2, "8"), 1);  // at least one each
+  EXPECT_EQ(default_intra_op_threads(0, nullptr), 1);
+  for (const char* bad : {"", "0", "-2", "two", "2x"}) {
+    EXPECT_EQ(default_intra_op_threads(16, bad), 16) << "LOCAL_WORLD_SIZE=" << bad;
+  }
+}
+
+TEST(ConfigureRuntime, UnderTorchrunEachProcessTakesItsShareOfTheHardwareThreads) {
+  const int before = at::get_num_threads();
+  const int hardware = static_cast<int>(std::thread::hardware_concurrency());
+  ::setenv("LOCAL_WORLD_SIZE", "2", 1);
+  char* argv[] = {nullptr};
+  const RuntimeReport report = configure_runtime(0, argv, in_process());
+  ::unsetenv("LOCAL_WORLD_SIZE");
+  EXPECT_EQ(at::get_num_threads(), std::max(1, hardware / 2));
+  if (hardware >= 2) {
+    EXPECT_TRUE(has_line_starting(
+        report, fmt::format("Threads: {} intra-op (torch::get_num_threads), {} inter-op, {} "
+                            "hardware shared by LOCAL_WORLD_SIZE=2 processes",
+                            hardware / 2, at::get_num_interop_threads(), hardware)))
+        << fmt::format("{}", fmt::join(report.lines, "\n"));
+  }
   at::set_num_threads(before);
 }
 

@@ -23,7 +23,8 @@
 //      M_TRIM_THRESHOLD 512 MiB) keep them in the heap. Refused by the allocator (e.g. under a
 //      sanitizer): a warning, and the defaults stay.
 //   3. intra-op threads (torch::set_num_threads): Debian's LibTorch starts with one; 0 (the
-//      default) means one per hardware thread.
+//      default) means one per hardware thread, shared among the processes of this machine when
+//      a launcher says how many there are (torchrun's LOCAL_WORLD_SIZE): each gets its share.
 //   4. OpenBLAS's threads (blas_threads): ATen already parallelises around its BLAS calls, and
 //      OpenBLAS's own threads would compete with those (1, the default, was 15 to 40% faster on
 //      a 2-core machine); 0 leaves OpenBLAS's setting. A BLAS that is not OpenBLAS is reported,
@@ -75,8 +76,15 @@
 
 namespace trainpack {
 
+// The intra-op threads of one process when none are asked for: the `hardware` threads
+// (std::thread::hardware_concurrency), divided by `local_world_size` (the LOCAL_WORLD_SIZE that
+// torchrun sets: the processes it starts on this machine), at least 1. A `local_world_size` that
+// is null, empty or not a positive integer divides by 1.
+int default_intra_op_threads(int hardware, const char* local_world_size);
+
 struct RuntimeOptions {
-  // torch::set_num_threads; 0: one per hardware thread (std::thread::hardware_concurrency).
+  // torch::set_num_threads; 0: default_intra_op_threads() (the hardware threads, divided among
+  // the launcher's processes on this machine).
   TORCH_ARG(int, intra_op_threads) = 0;
   // openblas_set_num_threads when the BLAS is OpenBLAS; 0: leave OpenBLAS's own setting.
   TORCH_ARG(int, blas_threads) = 1;
