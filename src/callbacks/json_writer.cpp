@@ -1,8 +1,9 @@
 // JSONWriter: the monitor that keeps `<logger dir>/stats.json` (trainpack/callbacks/json_writer.h):
 // the training thread's side (gathering an entry, queueing it), the writer's thread (formatting
-// the entries, appending them by pwrite over the closing `]`, fdatasync), the back-up /
-// move-aside / repair of a file found at start, and the fsync policy. The text of the file (its
-// layout and the tolerant reader) is trainpack/utils/stats_json.h.
+// the entries, writing the whole file to a temporary file renamed over stats.json, the rest after
+// a write, the sync after an epoch end and the synced copy), the back-up / move-aside / repair of
+// a file found at start, and the fsync policy. The text of the file (its layout and the tolerant
+// reader) is trainpack/utils/stats_json.h.
 #include "trainpack/callbacks/json_writer.h"
 
 #include <fcntl.h>
@@ -214,28 +215,36 @@ void warn_truncated(const std::string& path, const ParsedStats& p) {
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 // How long the writer's thread lets entries gather before it writes them (unless an epoch end,
-// a flush or a full queue calls it sooner): one write then carries many entries, and the training
-// thread wakes the writer at most once per gathering. It is also what a crash of the process can
-// lose: the entries of about this long before the crash.
+// a flush or the end of training calls it sooner): one write then carries many entries, and the
+// training thread wakes the writer at most once per gathering.
 constexpr auto kGather = std::chrono::milliseconds(10);
-// Items in the queue that wake the writer before the gathering time is over.
+// Items in the queue that wake the writer before the gathering time is over (it formats them;
+// it writes when the gathering time is over).
 constexpr size_t kGatherItems = 4096;
 // Items in the queue beyond which the training thread waits for the writer (memory bound when
 // the disk does not keep up): about 130,000 entries of one scalar.
 constexpr size_t kMaxQueuedItems = size_t{1} << 18;
-// Linux stops a write to a file that SIGKILL interrupts only between pages, so a write that stays
-// within one page of the file is done completely or not at all. The entries of a batch are
-// written in such writes, each ending with the closing `]`, so that a kill leaves the file valid
-// JSON (but for an entry that itself crosses a page boundary).
-constexpr size_t kPage = 4096;
+// Every write replaces the whole file, so its cost grows with the file. After a write that took
+// d, the next one comes no sooner than kRestFactor * d later (an epoch end included; flush() and
+// the end of training excepted): the writer's thread spends at most a tenth of its time, and of
+// the disk's, on writing stats.json, however long the run.
+constexpr int kRestFactor = 9;
+
+// The second name of the last version of stats.json that was synced to the disk, kept while
+// versions that were not synced replace stats.json (see Background::publish).
+std::string synced_copy_path(const std::string& dir) {
+  return (fs::path(dir) / ".stats.json.synced").string();
+}
 
 }  // namespace
 
 struct JSONWriter::Background {
   enum class Kind : uint8_t { kValue, kEntryEnd, kSync };
   // One queued item. An entry is its values (kValue: name id, value) followed by kEntryEnd (its
-  // epoch_num and global_step); kSync asks for an fdatasync of what came before.
+  // epoch_num and global_step); kSync asks for what came before to be synced to the disk.
   struct Item {
     Kind kind;
     uint32_t id;
@@ -244,29 +253,34 @@ struct JSONWriter::Background {
     int64_t step;
   };
 
-  Background(std::string path, std::function<void(const char*)> hook)
-      : path(std::move(path)), io_hook(std::move(hook)) {
+  Background(std::string path, std::string dir, std::function<void(const char*)> hook)
+      : path(std::move(path)),
+        dir(std::move(dir)),
+        synced_path(synced_copy_path(this->dir)),
+        io_hook(std::move(hook)) {
     // Room for a gathering's items in both buffers (they are swapped): no allocation per entry.
     queue.reserve(2 * kGatherItems);
     batch.reserve(2 * kGatherItems);
   }
 
   const std::string path;
+  const std::string dir;
+  const std::string synced_path;
   const std::function<void(const char*)> io_hook;
 
   // ---- guarded by mu ----
   std::mutex mu;
   std::condition_variable work_cv;   // the writer waits here
-  std::condition_variable idle_cv;   // flush() waits here for the writer to be idle
+  std::condition_variable idle_cv;   // flush() waits here for its pass of the writer
   std::condition_variable space_cv;  // the training thread waits here when the queue is full
   std::vector<Item> queue;
   std::vector<std::string> new_keys;  // JSON text of the names added since the writer's last pass
-  bool sleeping = false;              // waiting for the first item: the next one wakes it
-  bool busy = false;                  // writing a batch
+  bool sleeping = false;              // waiting with nothing to write: the next item wakes it
   bool sync_queued = false;
   bool stop = false;
   bool producer_waiting = false;
-  int flush_waiters = 0;
+  uint64_t flush_requests = 0;        // flush() calls so far
+  uint64_t flush_served = 0;          // those the writer has written for
   std::vector<std::string> failures;  // write errors not yet reported to the trainer
   std::thread thread;
 
@@ -275,32 +289,50 @@ struct JSONWriter::Background {
   std::vector<std::string> keys;  // JSON text of each name, by id
   std::string text = "[]";        // the file as it is to be
   size_t num_entries = 0;         // entries in text
-  int fd = -1;
-  size_t file_close = 0;      // offset of the closing `]` in the file (when fd >= 0)
-  bool dirty = false;         // written since the last fdatasync
-  bool need_rewrite = false;  // the file may not hold text (after a write error)
-  bool tail_open = false;     // text's closing `]` is removed: entries are being added
-  bool entry_open = false;    // an entry's `{` is in text
+  bool tail_open = false;         // text's closing `]` is removed: entries are being added
+  bool entry_open = false;        // an entry's `{` is in text
   bool first_in_entry = true;
-  std::vector<size_t> entry_ends;  // offsets in text just after each entry added since the write
-  std::string chunk;
+  bool unpublished = false;         // text holds entries that stats.json lacks
+  bool sync_requested = false;      // an epoch end (or the end) asked for a sync
+  bool unsynced = false;            // stats.json was replaced by a version not synced to the disk
+  bool last_failed = false;         // the last write failed: stats.json may lack entries
+  bool has_synced_copy = false;     // synced_path names the last version synced to the disk
+  Clock::time_point pending_since;  // when text got its first entry that stats.json lacks
+  Clock::time_point last_end;       // when the last write ended
+  Clock::duration last_cost{0};     // how long it took
   std::vector<std::string> batch_failures;
 
-  // Call with mu held.
-  bool urgent() const {
-    return stop || flush_waiters > 0 || sync_queued || queue.size() >= kGatherItems;
+  // Call with mu held: something the writer must not wait for.
+  bool wake_now() const {
+    return stop || flush_requests > flush_served || sync_queued || queue.size() >= kGatherItems;
+  }
+  // Whether a write is owed: new entries, or a sync asked for a file that is not synced.
+  bool has_pending() const { return unpublished || (sync_requested && (unsynced || last_failed)); }
+  // When the owed write is due: after the gathering time (a sync does not wait for it), and not
+  // before the rest that the previous write earned.
+  Clock::time_point due() const {
+    Clock::time_point t = last_end + kRestFactor * last_cost;
+    if (!sync_requested) t = std::max(t, pending_since + kGather);
+    return t;
   }
 
   void run();
+  void wait_for_work(std::unique_lock<std::mutex>& lk);
+  // Formats the batch into text; a kSync asks for a sync.
   void process();
   void begin_entry();
-  // Writes the entries added to text; a failure is logged and kept for the trainer.
-  void write_out();
-  void append_to_file();
-  // Replaces the file with text (temporary file, fsync, rename) and opens it for appends. Throws.
-  void rewrite_all();
-  void sync();
-  void close_file();
+  // Writes text out when a write is owed and due (`force`: owed is enough).
+  void publish_if_due(bool force);
+  // Replaces stats.json with text (see the header: a new file renamed over it; synced first when
+  // `durable`). A failure is logged and kept for the trainer; the next write puts every entry in
+  // the file again.
+  void publish(bool durable);
+  // After a synced version was renamed in: gives it the second name synced_path.
+  void keep_synced_copy();
+  // Removes the second name once stats.json itself is synced (the end of a training).
+  void drop_synced_copy();
+  // Back to an empty text and no owed write (a new training).
+  void reset();
   void failed(const std::string& error) {
     TP_LOG_ERROR("Exception in JSONWriter._write_stat()! {}", error);
     batch_failures.push_back(error);
@@ -310,45 +342,44 @@ struct JSONWriter::Background {
 void JSONWriter::Background::run() {
   std::unique_lock<std::mutex> lk(mu);
   for (;;) {
-    if (queue.empty() && !stop) {
-      sleeping = true;
-      work_cv.wait(lk, [&] { return !queue.empty() || stop; });
-      sleeping = false;
-    }
-    // Let entries gather, so that one write carries many of them.
-    if (!urgent()) work_cv.wait_for(lk, kGather, [&] { return urgent(); });
-    if (queue.empty() && stop) break;
+    wait_for_work(lk);
+    const bool stopping = stop;
+    const uint64_t serving = flush_requests;
+    const bool flush_asked = serving > flush_served;
     batch.swap(queue);
     for (std::string& k : new_keys) keys.push_back(std::move(k));
     new_keys.clear();
     sync_queued = false;  // the kSync items are in the batch
-    busy = true;
     if (producer_waiting) space_cv.notify_all();
     lk.unlock();
 
     process();
+    publish_if_due(stopping || flush_asked);
 
     lk.lock();
     for (std::string& f : batch_failures) failures.push_back(std::move(f));
     batch_failures.clear();
-    busy = false;
+    flush_served = serving;
     idle_cv.notify_all();
+    if (stopping && queue.empty()) break;
   }
 }
 
-void JSONWriter::Background::process() {
-  // Epoch ends that came while the writer was busy (in an fdatasync, typically) share one
-  // fdatasync, the last one's: it covers the entries of all of them, and an fdatasync per epoch
-  // end of short epochs would keep the disk busy for nothing.
-  size_t last_sync = batch.size();
-  for (size_t i = batch.size(); i-- > 0;) {
-    if (batch[i].kind == Kind::kSync) {
-      last_sync = i;
-      break;
-    }
+void JSONWriter::Background::wait_for_work(std::unique_lock<std::mutex>& lk) {
+  if (wake_now()) return;
+  if (has_pending()) {
+    // New entries gather in the queue meanwhile; the training thread does not wake the writer.
+    work_cv.wait_until(lk, due(), [&] { return wake_now(); });
+    return;
   }
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const Item& item = batch[i];
+  if (!queue.empty()) return;  // a first entry: formatted now, written once it is due
+  sleeping = true;
+  work_cv.wait(lk, [&] { return !queue.empty() || wake_now(); });
+  sleeping = false;
+}
+
+void JSONWriter::Background::process() {
+  for (const Item& item : batch) {
     switch (item.kind) {
       case Kind::kValue:
         begin_entry();
@@ -365,20 +396,21 @@ void JSONWriter::Background::process() {
         text += ", \"global_step\": ";
         text += std::to_string(item.step);
         text += '}';
-        entry_ends.push_back(text.size());
         ++num_entries;
         entry_open = false;
+        if (!unpublished) pending_since = Clock::now();
+        unpublished = true;
         break;
       case Kind::kSync:
-        if (i == last_sync) {
-          write_out();
-          sync();
-        }
+        sync_requested = true;
         break;
     }
   }
   batch.clear();
-  write_out();
+  if (tail_open) {
+    text += ']';
+    tail_open = false;
+  }
 }
 
 void JSONWriter::Background::begin_entry() {
@@ -393,71 +425,70 @@ void JSONWriter::Background::begin_entry() {
   first_in_entry = true;
 }
 
-void JSONWriter::Background::write_out() {
-  if (!tail_open) return;
-  text += ']';
-  tail_open = false;
+void JSONWriter::Background::publish_if_due(bool force) {
+  if (!has_pending()) {
+    sync_requested = false;  // stats.json is synced as it is
+    return;
+  }
+  if (!force && Clock::now() < due()) return;
+  // A version that is not synced replaces stats.json only while the last synced one keeps a
+  // second name: a power loss may then lose it, never the synced one.
+  publish(sync_requested || !has_synced_copy);
+}
+
+void JSONWriter::Background::publish(bool durable) {
+  const Clock::time_point start = Clock::now();
   try {
     if (io_hook) io_hook("write");
-    if (fd < 0 || need_rewrite) {
-      rewrite_all();
-    } else {
-      append_to_file();
+    AtomicFileWriter file(path, durable);
+    file.write(text);
+    if (durable && io_hook) io_hook("fdatasync");
+    file.commit();  // syncs first when durable
+    if (durable) {
+      keep_synced_copy();
+      fsync_directory(dir);
     }
+    unsynced = !durable;
+    last_failed = false;
   } catch (const std::exception& e) {
     failed(e.what());
-    close_file();
-    need_rewrite = true;  // the next write puts every entry in the file again
+    last_failed = true;
   }
-  entry_ends.clear();
+  unpublished = false;
+  sync_requested = false;
+  last_end = Clock::now();
+  last_cost = last_end - start;
 }
 
-void JSONWriter::Background::append_to_file() {
-  // Each write replaces the closing `]` with `, {entry}, ..., {entry}]`: the file is valid JSON
-  // again as soon as it completes, and the bytes before the `]` are never touched.
-  size_t at = file_close;
-  for (size_t k = 0; k < entry_ends.size();) {
-    const size_t page_end = (at / kPage + 1) * kPage;
-    size_t j = k;
-    while (j + 1 < entry_ends.size() && entry_ends[j + 1] + 1 <= page_end) ++j;
-    chunk.assign(text, at, entry_ends[j] - at);
-    chunk += ']';
-    dirty = true;
-    pwrite_all(fd, chunk, static_cast<int64_t>(at), path);
-    at = entry_ends[j];
-    file_close = at;
-    k = j + 1;
-  }
-}
-
-void JSONWriter::Background::rewrite_all() {
-  close_file();
-  write_file_atomically(path, text);
-  fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) throw_file_error("open", path, errno);
-  file_close = text.size() - 1;
-  need_rewrite = false;
-}
-
-void JSONWriter::Background::sync() {
-  if (fd < 0 || !dirty) return;
-  try {
-    if (io_hook) io_hook("fdatasync");
-  } catch (const std::exception& e) {
-    failed(e.what());
+void JSONWriter::Background::keep_synced_copy() {
+  // Renamed in first, then linked: at every moment one of the two names holds a synced version.
+  if (::unlink(synced_path.c_str()) != 0 && errno != ENOENT) {
+    has_synced_copy = false;
     return;
   }
-  if (::fdatasync(fd) != 0) {
-    failed(fmt::format("cannot fdatasync {}: {}", path, std::strerror(errno)));
-    return;
-  }
-  dirty = false;
+  // A filesystem without hard links: every version is then synced before it is renamed in.
+  has_synced_copy = ::link(path.c_str(), synced_path.c_str()) == 0;
 }
 
-void JSONWriter::Background::close_file() {
-  if (fd >= 0) ::close(fd);
-  fd = -1;
-  dirty = false;
+void JSONWriter::Background::drop_synced_copy() {
+  if (!has_synced_copy || unsynced || unpublished || last_failed) return;
+  if (::unlink(synced_path.c_str()) == 0) {
+    try {
+      fsync_directory(dir);
+    } catch (const std::exception&) {  // the copy is only a safeguard; the next start removes it
+    }
+  }
+  has_synced_copy = false;
+}
+
+void JSONWriter::Background::reset() {
+  text = "[]";
+  num_entries = 0;
+  unpublished = false;
+  sync_requested = false;
+  unsynced = false;
+  last_failed = false;
+  last_cost = Clock::duration{0};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -466,7 +497,7 @@ void JSONWriter::Background::close_file() {
 JSONWriter::JSONWriter(JSONWriterOptions options) : options_(std::move(options)) {
   dir_ = resolve_output_dir(std::nullopt, "JSONWriter", "");
   path_ = join(dir_, FILENAME);
-  bg_ = std::make_unique<Background>(path_, options_.io_hook());
+  bg_ = std::make_unique<Background>(path_, dir_, options_.io_hook());
   // The counters' names come first: a scalar put under one of them is overwritten by them.
   intern("epoch_num");
   intern("global_step");
@@ -476,10 +507,6 @@ JSONWriter::~JSONWriter() {
   try {
     stop_background();
   } catch (...) {  // a destructor does not throw (thread errors would be std::system_error)
-  }
-  if (bg_->fd >= 0) {
-    if (bg_->dirty) (void)::fdatasync(bg_->fd);
-    bg_->close_file();
   }
 }
 
@@ -564,10 +591,9 @@ void JSONWriter::flush() {
   Background& b = *bg_;
   if (!b.thread.joinable()) return;
   std::unique_lock<std::mutex> lk(b.mu);
-  ++b.flush_waiters;
+  const uint64_t ticket = ++b.flush_requests;
   b.work_cv.notify_one();
-  b.idle_cv.wait(lk, [&] { return b.queue.empty() && !b.busy; });
-  --b.flush_waiters;
+  b.idle_cv.wait(lk, [&] { return b.flush_served >= ticket; });
 }
 
 std::vector<StatsEntry> JSONWriter::stats() const {
@@ -579,15 +605,12 @@ std::vector<StatsEntry> JSONWriter::stats() const {
 
 void JSONWriter::_setup_graph() {
   stop_background();
-  bg_->close_file();
   {
     std::lock_guard<std::mutex> lk(bg_->mu);
     bg_->queue.clear();
     bg_->failures.clear();
   }
-  bg_->text = "[]";
-  bg_->num_entries = 0;
-  bg_->need_rewrite = false;
+  bg_->reset();
   current_.clear();
   puts_.clear();
   put_since_entry_ = false;
@@ -765,7 +788,71 @@ bool JSONWriter::keep_entries_up_to(std::vector<StatsEntry>& entries,
   return dropped > 0;
 }
 
+namespace {
+
+// The complete entries of the stats file at `path`, or -1 when it is unreadable or malformed;
+// `why` says which (for a log line).
+int64_t count_entries(const std::string& path, std::string* why) {
+  try {
+    uint64_t file_size = 0;
+    const ParsedStats p = parse_stats_file(read_stats_text(path, &file_size));
+    if (p.status == ParsedStats::Status::kMalformed) {
+      *why = fmt::format("not a valid stats file ({})", p.message);
+      return -1;
+    }
+    *why = fmt::format("holds {} complete entries", p.entries.size());
+    return static_cast<int64_t>(p.entries.size());
+  } catch (const std::exception& e) {
+    *why = fmt::format("not readable ({})", e.what());
+    return -1;
+  }
+}
+
+// Syncs the file at `path` to the disk (not following a symlink); false if it cannot.
+bool sync_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return false;
+  const bool ok = ::fsync(fd) == 0;
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace
+
+void JSONWriter::recover_synced_copy() {
+  // A run that did not end (a crash, a kill, a power loss) leaves the second name of its last
+  // synced version. After a power loss stats.json can be older than that version, or empty. A
+  // power loss does not remove stats.json: when it is missing, someone removed it, and the copy
+  // goes with it.
+  const std::string synced = synced_copy_path(dir_);
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(synced, ec))) return;
+  const bool found = fs::exists(fs::symlink_status(path_, ec));
+  std::string synced_why, found_why;
+  const int64_t in_synced = found ? count_entries(synced, &synced_why) : -1;
+  const int64_t in_found = found ? count_entries(path_, &found_why) : -1;
+  if (in_synced > in_found) {
+    const std::string kept = backup_path(path_, "incomplete-");
+    move_file(path_, kept, dir_);
+    move_file(synced, path_, dir_);
+    TP_LOG_WARN(
+        "{} {} after the run that wrote it was cut off; restored the copy synced at its last "
+        "epoch end, which holds {} entries (the file as found is kept as {}).",
+        path_, in_found < 0 ? "is " + found_why : found_why, in_synced, kept);
+    return;
+  }
+  // stats.json holds every entry of the copy: once it is on the disk, the copy is not needed.
+  if (in_found >= 0 && !sync_file(path_)) return;
+  if (::unlink(synced.c_str()) == 0) fsync_directory(dir_);
+}
+
 void JSONWriter::adopt_existing_file() {
+  try {
+    recover_synced_copy();
+  } catch (const std::exception& e) {
+    give_up_on_file(e.what());
+    return;
+  }
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path_, ec))) return;
   std::string text;
@@ -808,11 +895,7 @@ void JSONWriter::adopt_existing_file() {
     b.num_entries = p.entries.size();
     if (p.status == ParsedStats::Status::kValid && !text.empty() && text.back() == ']' &&
         !drop_entries && file_size == text.size()) {
-      // Appended to as it is: the bytes already there are never touched.
-      // O_NOFOLLOW: a symlink put there since the read is not written through.
-      b.fd = ::open(path_.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-      if (b.fd < 0) throw_file_error("open", path_, errno);
-      b.file_close = text.size() - 1;
+      // Appended to as it is: the next write keeps its bytes as they are, up to the closing `]`.
       b.text = std::move(text);
       return;
     }
@@ -826,21 +909,23 @@ void JSONWriter::adopt_existing_file() {
     const std::string backup = backup_path(path_, label);
     write_backup(path_, text, backup, dir_);
     b.text = format_stats_file(p.entries);
-    b.rewrite_all();
+    write_file_atomically(path_, b.text);
     TP_LOG_WARN("Rewrote {} with its {} complete entries; the file as found is kept as {}.", path_,
                 b.num_entries, backup);
   } catch (const std::exception& e) {
-    // The file could not be set aside, copied or opened: leave it as it is, and write nothing
-    // this run rather than risk replacing it.
-    bg_->close_file();
-    bg_->text = "[]";
-    bg_->num_entries = 0;
-    disabled_ = true;
-    TP_LOG_ERROR(
-        "Exception in JSONWriter._write_stat()! {}; {} is left as it is and nothing is "
-        "written to it in this training.",
-        e.what(), path_);
+    give_up_on_file(e.what());
   }
+}
+
+void JSONWriter::give_up_on_file(const char* reason) {
+  // The file could not be set aside, copied or restored: leave it as it is, and write nothing
+  // this run rather than risk replacing it.
+  bg_->reset();
+  disabled_ = true;
+  TP_LOG_ERROR(
+      "Exception in JSONWriter._write_stat()! {}; {} is left as it is and nothing is "
+      "written to it in this training.",
+      reason, path_);
 }
 
 void JSONWriter::_trigger_step() {
@@ -906,6 +991,8 @@ void JSONWriter::drain_inline() {
     b.sync_queued = false;
   }
   b.process();
+  b.publish_if_due(/*force=*/true);
+  b.drop_synced_copy();
   {
     std::lock_guard<std::mutex> lk(b.mu);
     for (std::string& f : b.batch_failures) b.failures.push_back(std::move(f));
@@ -929,7 +1016,6 @@ void JSONWriter::_after_train() {
   // Nothing is written here (tensorpack's behaviour); what was written reaches the disk before
   // train() returns.
   stop_background();
-  bg_->close_file();
   report_failures();
 }
 
@@ -944,6 +1030,8 @@ void JSONWriter::stop_background() {
   b.work_cv.notify_one();
   b.thread.join();
   b.stop = false;
+  // stats.json is synced now (unless its last write failed): its second name is not needed.
+  b.drop_synced_copy();
 }
 
 void JSONWriter::report_failures() {

@@ -6,8 +6,10 @@
 #include "trainpack/utils/event_file_writer.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -19,9 +21,12 @@
 #include <filesystem>
 #include <functional>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <stdexcept>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "trainpack/utils/crc32c.h"
 #include "trainpack/utils/file_io.h"
@@ -508,6 +513,134 @@ void EventFileWriter::close() {
 std::vector<std::string> EventFileWriter::files() const {
   std::lock_guard<std::mutex> lk(impl_->mu);
   return impl_->files;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading back: scalar_tags_at_step
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The little-endian unsigned integer of `bytes` bytes at `p`.
+uint64_t get_le(const char* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+
+// A file read forward in 1 MiB chunks; skip() moves past data without reading it.
+class ForwardReader {
+ public:
+  ForwardReader(int fd, uint64_t size) : fd_(fd), size_(size) {}
+  uint64_t left() const { return size_ - at_; }
+  void skip(uint64_t n) { at_ += n; }
+  // The next `n` bytes into `out`; false when the file ends first or cannot be read.
+  bool read(char* out, size_t n) {
+    if (n > left()) return false;
+    if (at_ < buf_at_ || at_ + n > buf_at_ + buf_.size()) {
+      buf_.resize(std::max<size_t>(n, size_t{1} << 20));
+      const ssize_t got = ::pread(fd_, buf_.data(), buf_.size(), static_cast<off_t>(at_));
+      if (got < 0) return false;
+      buf_.resize(static_cast<size_t>(got));
+      buf_at_ = at_;
+      if (buf_.size() < n) return false;
+    }
+    std::memcpy(out, buf_.data() + (at_ - buf_at_), n);
+    at_ += n;
+    return true;
+  }
+
+ private:
+  int fd_;
+  uint64_t size_;
+  uint64_t at_ = 0;
+  uint64_t buf_at_ = 0;
+  std::vector<char> buf_;
+};
+
+// A varint at `p[*i]`, advancing *i; false when it runs past `n`.
+bool read_varint(const char* p, size_t n, size_t* i, uint64_t* v) {
+  *v = 0;
+  for (int shift = 0; *i < n && shift < 64; shift += 7) {
+    const auto b = static_cast<unsigned char>(p[(*i)++]);
+    *v |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if ((b & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+// The step of an Event from the first bytes of its encoding, which hold `wall_time` (field 1,
+// 8 bytes) and `step` (field 2, a varint) first when they are set; nullopt when those bytes do
+// not say (a step of 0 is not encoded, and another writer may order the fields otherwise).
+std::optional<int64_t> step_from_prefix(const char* p, size_t n) {
+  size_t i = 0;
+  uint64_t tag = 0;
+  if (!read_varint(p, n, &i, &tag)) return std::nullopt;
+  if (tag == ((1 << 3) | 1)) {  // wall_time, fixed64
+    i += 8;
+    if (!read_varint(p, n, &i, &tag)) return std::nullopt;
+  }
+  uint64_t step = 0;
+  if (tag != ((2 << 3) | 0) || !read_varint(p, n, &i, &step)) return std::nullopt;
+  return static_cast<int64_t>(step);
+}
+
+// Adds to `tags` the scalar tags of the events at `step` in the event file `path`, up to its
+// first damaged record (a run killed while writing can leave one at the end).
+void scan_event_file(const std::string& path, int64_t step, std::set<std::string>* tags) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return;
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return;
+  ForwardReader in(fd, static_cast<uint64_t>(st.st_size));
+  constexpr size_t kPrefix = 24;
+  char header[12];
+  std::string record;
+  pb::Event event;
+  while (in.read(header, sizeof header)) {
+    const uint64_t len = get_le(header, 8);
+    if (crc32c::mask(crc32c::value(header, 8)) != get_le(header + 8, 4) || len + 4 > in.left()) {
+      return;
+    }
+    char prefix[kPrefix];
+    const size_t head = static_cast<size_t>(std::min<uint64_t>(len, kPrefix));
+    if (!in.read(prefix, head)) return;
+    const std::optional<int64_t> at = step_from_prefix(prefix, head);
+    if (at && *at != step) {
+      in.skip(len - head + 4);
+      continue;
+    }
+    record.assign(prefix, head);
+    record.resize(static_cast<size_t>(len) + 4);
+    if (!in.read(record.data() + head, record.size() - head)) return;
+    const uint64_t data_crc = get_le(record.data() + len, 4);
+    if (crc32c::mask(crc32c::value(record.data(), static_cast<size_t>(len))) != data_crc) return;
+    if (!event.ParseFromArray(record.data(), static_cast<int>(len))) return;
+    if (event.step() != step || !event.has_summary()) continue;
+    for (const pb::Summary::Value& v : event.summary().value()) {
+      if (v.value_case() == pb::Summary::Value::kSimpleValue) tags->insert(v.tag());
+    }
+  }
+}
+
+}  // namespace
+
+std::set<std::string> scalar_tags_at_step(const std::string& dir, int64_t step,
+                                          const std::vector<std::string>& skip) {
+  std::set<std::string> tags;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind("events.out.tfevents.", 0) != 0) continue;
+    if (std::find(skip.begin(), skip.end(), name) != skip.end()) continue;
+    scan_event_file(it->path().string(), step, &tags);
+  }
+  return tags;
 }
 
 }  // namespace trainpack

@@ -1,6 +1,7 @@
 // JSONWriter (docs/tensorpack-differences.md #8): stats.json byte for byte, append / back up on
 // restart, truncated and malformed files, load_existing_json / load_existing_epoch_number, the cost
 // of a write.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -9,6 +10,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -76,6 +79,8 @@ class JSONWriterTest : public testing::TempDirTest {
   }
 
   fs::path stats_path() const { return dir() / "stats.json"; }
+  // The second name of the last version synced to the disk, while a training runs.
+  fs::path synced_copy() const { return dir() / ".stats.json.synced"; }
 
   // Trains `epochs` epochs of `spe` steps from `starting_epoch` with a PutScalars callback and a
   // fresh JSONWriter; returns the writer.
@@ -226,8 +231,6 @@ TEST_F(JSONWriterTest, ReadsBackWhatItWrites) {
 
 TEST_F(JSONWriterTest, AppendsWhenTheStartingEpochFollows) {
   train(2, 1, 2);
-  struct stat st1 {};
-  ASSERT_EQ(::stat(stats_path().c_str(), &st1), 0);
   LogCapture log;
   train(2, 3, 3);
   EXPECT_TRUE(
@@ -236,10 +239,8 @@ TEST_F(JSONWriterTest, AppendsWhenTheStartingEpochFollows) {
             std::string(kTwoEpochs, std::strlen(kTwoEpochs) - 1) +
                 R"(, {"cost": 1.0, "epoch_num": 3, "global_step": 1}, )"
                 R"({"cost": 0.5, "lr": 0.30000000000000004, "epoch_num": 3, "global_step": 2}])");
-  struct stat st2 {};
-  ASSERT_EQ(::stat(stats_path().c_str(), &st2), 0);
-  EXPECT_EQ(st1.st_ino, st2.st_ino);  // appended to, not replaced
   EXPECT_TRUE(backups(dir()).empty());
+  EXPECT_FALSE(fs::exists(synced_copy()));  // removed at the end of training
   EXPECT_EQ(JSONWriter::load_existing_epoch_number(), 3);
 }
 
@@ -469,10 +470,12 @@ TEST_F(JSONWriterTest, WithoutALoggerDirectoryItIsANoOpMonitor) {
 
 // The cost of a write is the new entry: each trigger adds the entry's bytes to the file, the
 // bytes before the old closing bracket stay as they were, and the file is never replaced.
-TEST_F(JSONWriterTest, EachWriteAppendsOnlyTheNewEntry) {
+// Each write gives stats.json the entries added since the previous one, in a new file renamed over
+// it: a reader that opened the previous version keeps reading that version, unchanged.
+TEST_F(JSONWriterTest, EachWriteAddsTheNewEntryInANewFile) {
   struct Snapshot {
     std::string text;
-    ino_t inode;
+    std::string previous_as_read_later;  // the previous version, read through its open fd now
   };
   auto snaps = std::make_shared<std::vector<Snapshot>>();
   class Observe : public Callback {
@@ -480,6 +483,9 @@ TEST_F(JSONWriterTest, EachWriteAppendsOnlyTheNewEntry) {
     Observe(std::shared_ptr<std::vector<Snapshot>> s, std::string path,
             std::shared_ptr<JSONWriter> writer)
         : s_(std::move(s)), path_(std::move(path)), writer_(std::move(writer)) {}
+    ~Observe() override {
+      if (fd_ >= 0) ::close(fd_);
+    }
 
    protected:
     void _trigger_step() override { trainer().monitors().put_scalar("cost", 0.5); }
@@ -487,15 +493,28 @@ TEST_F(JSONWriterTest, EachWriteAppendsOnlyTheNewEntry) {
     // writer's thread has written what was queued.
     RunArgs _before_run(const StepContext&) override {
       writer_->flush();
-      struct stat st {};
-      if (::stat(path_.c_str(), &st) == 0) s_->push_back({read_text(path_), st.st_ino});
+      const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) return RunArgs();
+      Snapshot snap{read_fd(fd), fd_ >= 0 ? read_fd(fd_) : std::string()};
+      s_->push_back(std::move(snap));
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = fd;
       return RunArgs();
     }
 
    private:
+    static std::string read_fd(int fd) {
+      std::string text;
+      char buf[4096];
+      for (ssize_t n; (n = ::pread(fd, buf, sizeof buf, static_cast<off_t>(text.size()))) > 0;) {
+        text.append(buf, static_cast<size_t>(n));
+      }
+      return text;
+    }
     std::shared_ptr<std::vector<Snapshot>> s_;
     std::string path_;
     std::shared_ptr<JSONWriter> writer_;
+    int fd_ = -1;
   };
   auto writer = std::make_shared<JSONWriter>();
   NoOpTrainer trainer;
@@ -506,12 +525,68 @@ TEST_F(JSONWriterTest, EachWriteAppendsOnlyTheNewEntry) {
   for (size_t i = 1; i < snaps->size(); ++i) {
     const auto& prev = (*snaps)[i - 1];
     const auto& cur = (*snaps)[i];
-    EXPECT_EQ(cur.inode, prev.inode);
+    EXPECT_EQ(cur.previous_as_read_later, prev.text) << "the version a reader had open changed";
     const std::string entry =
         fmt::format(R"(, {{"cost": 0.5, "epoch_num": 1, "global_step": {}}})", i + 1);
-    EXPECT_EQ(cur.text.size(), prev.text.size() + entry.size());
     EXPECT_EQ(cur.text, prev.text.substr(0, prev.text.size() - 1) + entry + "]");
   }
+  for (const auto& e : fs::directory_iterator(dir())) {  // no temporary file, no synced copy
+    const std::string name = e.path().filename().string();
+    if (name.find("stats.json") != std::string::npos) {
+      EXPECT_EQ(name, "stats.json");
+    }
+  }
+}
+
+// A reader that polls stats.json while entries are added (here a write every step: the training
+// thread flushes before each step) only ever finds a complete file: each write is a new file
+// renamed over stats.json, never a change to the file a reader may be reading.
+TEST_F(JSONWriterTest, AReaderPollingTheFileAlwaysSeesACompleteFile) {
+  std::atomic<bool> done{false};
+  std::atomic<int64_t> reads{0};
+  std::atomic<int64_t> incomplete{0};
+  std::string first_incomplete;  // written by the reader, read after join
+  std::thread reader([&] {
+    std::string text;
+    char buf[65536];
+    while (!done.load()) {
+      const int fd = ::open(stats_path().c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;  // not created yet
+      text.clear();
+      for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
+        text.append(buf, static_cast<size_t>(n));
+      ::close(fd);
+      ++reads;
+      if (parse_stats_file(text).status != ParsedStats::Status::kValid && incomplete++ == 0) {
+        first_incomplete = text.substr(text.size() > 120 ? text.size() - 120 : 0);
+      }
+    }
+  });
+  auto writer = std::make_shared<JSONWriter>();
+  auto cb = std::make_shared<testing::ActionCallback>();
+  cb->before_run_fn = [&](testing::ActionCallback&) { writer->flush(); };
+  cb->trigger_step_fn = [](testing::ActionCallback& c) {
+    c.trainer().monitors().put_scalar("cost", 0.5);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  cb->trigger_epoch_fn = [&](testing::ActionCallback&) {
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    if ((elapsed > std::chrono::milliseconds(1500) && reads.load() >= 200) ||
+        elapsed > std::chrono::seconds(20)) {
+      throw StopTraining("enough reads");
+    }
+  };
+  NoOpTrainer trainer;
+  trainer.set_handle_signals(false);
+  trainer.train({cb}, {writer}, 50, 1, 1000000);
+  done = true;
+  reader.join();
+  EXPECT_GE(reads.load(), 200);
+  EXPECT_EQ(incomplete.load(), 0) << "of " << reads.load()
+                                  << " reads; the first ended with: " << first_incomplete;
+  const auto entries = parse_stats_file(read_text(stats_path())).entries;
+  ASSERT_EQ(static_cast<int64_t>(entries.size()), trainer.global_step());
+  EXPECT_EQ(std::get<int64_t>(*entries.back().find("global_step")), trainer.global_step());
 }
 
 TEST_F(JSONWriterTest, AWriteErrorIsLoggedAndTrainingGoesOn) {
@@ -707,9 +782,7 @@ TEST_F(JSONWriterTest, AWriteFailureOnTheWritersThreadIsReportedAtTheNextEpochEn
 }
 
 // A process killed (SIGKILL) while it writes an entry every step leaves a stats.json that
-// Python's json.load reads: each write covers whole entries and ends with the closing `]`, and
-// stays within one page of the file (Linux ends a killed write only between pages), but for an
-// entry that itself crosses a page boundary: cut there, it is the only entry lost.
+// Python's json.load reads: each write is a complete new file renamed over stats.json.
 TEST_F(JSONWriterTest, AProcessKilledWhileWritingLeavesValidJson) {
   TRAINPACK_SKIP_FORK_UNDER_TSAN();
   std::mt19937 rng(12345);
@@ -746,20 +819,7 @@ TEST_F(JSONWriterTest, AProcessKilledWhileWritingLeavesValidJson) {
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
     ASSERT_TRUE(WIFSIGNALED(status)) << "the child ended by itself: " << status;
-    std::string text = read_text(stats_path());
-    if (parse_stats_file(text).status != ParsedStats::Status::kValid) {
-      // The one case the writer cannot make atomic: an entry that itself crosses a page
-      // boundary, cut by the kill at that boundary. Then the file ends exactly there, inside its
-      // last entry, and everything before that entry is whole.
-      const std::string tail = text.substr(text.size() > 200 ? text.size() - 200 : 0);
-      ASSERT_EQ(text.size() % 4096, 0u)
-          << "a kill cut the file away from a page boundary: " << tail;
-      const size_t last_entry = text.rfind(", {");
-      ASSERT_NE(last_entry, std::string::npos) << tail;
-      ASSERT_LT(last_entry, text.size() - 1);
-      ASSERT_GE(last_entry / 4096 + 1, text.size() / 4096) << "the cut entry starts a page early";
-      text = text.substr(0, last_entry) + "]";
-    }
+    const std::string text = read_text(stats_path());
     const ParsedStats parsed = parse_stats_file(text);
     EXPECT_EQ(parsed.status, ParsedStats::Status::kValid)
         << text.substr(text.size() > 200 ? text.size() - 200 : 0);
@@ -771,6 +831,97 @@ TEST_F(JSONWriterTest, AProcessKilledWhileWritingLeavesValidJson) {
       }
     }
   }
+}
+
+// Between epoch ends, the versions written are not synced to the disk; the last synced one keeps
+// a second name (`.stats.json.synced`) until a newer one is synced, so that a power loss cannot
+// take both. The end of training syncs stats.json and removes the second name.
+TEST_F(JSONWriterTest, TheLastSyncedVersionKeepsASecondNameUntilTheEndOfTraining) {
+  auto writer = std::make_shared<JSONWriter>();
+  std::vector<std::pair<std::string, std::string>> seen;  // (stats.json, synced copy), by step
+  auto cb = std::make_shared<testing::ActionCallback>();
+  cb->before_run_fn = [&](testing::ActionCallback& c) {
+    if (c.global_step() < 2) return;
+    writer->flush();
+    seen.emplace_back(read_text(stats_path()), read_text(synced_copy()));
+  };
+  NoOpTrainer trainer;
+  trainer.set_handle_signals(false);
+  trainer.train({std::make_shared<PutScalars>(), cb}, {writer}, 2, 1, 2);
+  const std::string epoch_1 = R"([{"cost": 1.0, "epoch_num": 1, "global_step": 1}, )"
+                              R"({"cost": 0.5, "lr": 0.1, "epoch_num": 1, "global_step": 2}])";
+  ASSERT_EQ(seen.size(), 2u);
+  // At the first step of epoch 2: epoch 1's end was synced, under both names.
+  EXPECT_EQ(seen[0].first, epoch_1);
+  EXPECT_EQ(seen[0].second, epoch_1);
+  // A step later: stats.json has the step's entry; the synced copy is still epoch 1's end.
+  EXPECT_EQ(seen[1].first, std::string(kTwoEpochs, 0, epoch_1.size() - 1) +
+                               R"(, {"cost": 0.3333333333333333, "epoch_num": 2, )"
+                               R"("global_step": 3}])");
+  EXPECT_EQ(seen[1].second, epoch_1);
+  EXPECT_EQ(read_text(stats_path()), kTwoEpochs);
+  EXPECT_FALSE(fs::exists(synced_copy()));
+}
+
+// A run cut off by a power loss on a filesystem that may write a rename before the renamed
+// file's data: stats.json can hold less than the version synced at the last epoch end (or
+// nothing). The next run restores that version and keeps the file as found.
+TEST_F(JSONWriterTest, TheSyncedCopyOfACutOffRunIsRestoredWhenStatsJsonHoldsLess) {
+  const std::string epoch_1 = R"([{"cost": 1.0, "epoch_num": 1, "global_step": 1}, )"
+                              R"({"cost": 0.5, "lr": 0.1, "epoch_num": 1, "global_step": 2}])";
+  const std::string after_epoch_3 =
+      std::string(kTwoEpochs, std::strlen(kTwoEpochs) - 1) +
+      R"(, {"cost": 1.0, "epoch_num": 3, "global_step": 1}, )"
+      R"({"cost": 0.5, "lr": 0.30000000000000004, "epoch_num": 3, "global_step": 2}])";
+  for (const std::string& found : {epoch_1, std::string()}) {
+    SCOPED_TRACE(found);
+    fs::remove_all(dir());
+    fs::create_directories(dir());
+    write_text(synced_copy(), kTwoEpochs);
+    write_text(stats_path(), found);
+    LogCapture log;
+    train(2, 3, 3);
+    const auto kept = backups(dir(), "stats.json.incomplete-");
+    ASSERT_EQ(kept.size(), 1u);
+    EXPECT_EQ(read_text(kept[0]), found);
+    EXPECT_TRUE(log.contains(
+        "WRN " + stats_path().string() +
+        (found.empty() ? " is not a valid stats file (the file is empty)"
+                       : " holds 2 complete entries") +
+        " after the run that wrote it was cut off; restored the copy synced at its last epoch end, "
+        "which holds 4 entries (the file as found is kept as " +
+        kept[0].string() + ")."));
+    EXPECT_EQ(read_text(stats_path()), after_epoch_3);
+    EXPECT_FALSE(fs::exists(synced_copy()));
+  }
+}
+
+// The synced copy left by a run that was killed (no power loss) holds no more than stats.json:
+// it is removed, and stats.json is appended to as usual. When stats.json is missing, someone
+// removed it (a power loss does not), and the copy goes too.
+TEST_F(JSONWriterTest, TheSyncedCopyOfAKilledRunIsRemovedWhenStatsJsonHoldsItAll) {
+  const std::string epoch_1 = R"([{"cost": 1.0, "epoch_num": 1, "global_step": 1}, )"
+                              R"({"cost": 0.5, "lr": 0.1, "epoch_num": 1, "global_step": 2}])";
+  write_text(synced_copy(), epoch_1);
+  write_text(stats_path(), kTwoEpochs);
+  LogCapture log;
+  train(2, 3, 3);
+  EXPECT_EQ(read_text(stats_path()),
+            std::string(kTwoEpochs, std::strlen(kTwoEpochs) - 1) +
+                R"(, {"cost": 1.0, "epoch_num": 3, "global_step": 1}, )"
+                R"({"cost": 0.5, "lr": 0.30000000000000004, "epoch_num": 3, "global_step": 2}])");
+  EXPECT_FALSE(fs::exists(synced_copy()));
+  EXPECT_TRUE(backups(dir()).empty());
+  EXPECT_FALSE(log.contains("restored the copy"));
+
+  fs::remove(stats_path());
+  write_text(synced_copy(), kTwoEpochs);
+  train(2, 1, 1);
+  EXPECT_EQ(read_text(stats_path()),
+            R"([{"cost": 1.0, "epoch_num": 1, "global_step": 1}, )"
+            R"({"cost": 0.5, "lr": 0.1, "epoch_num": 1, "global_step": 2}])");
+  EXPECT_FALSE(fs::exists(synced_copy()));
+  EXPECT_TRUE(backups(dir()).empty());
 }
 
 // A run killed between an epoch's checkpoint and its stats.json entry: the checkpoint records the

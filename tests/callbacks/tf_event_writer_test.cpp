@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <regex>
 #include <string>
@@ -22,8 +24,12 @@
 #include "support/command.h"
 #include "support/event_reader.h"
 #include "support/gate.h"
+#include "support/sanitizers.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/monitor.h"
+#include "trainpack/callbacks/saver.h"
+#include "trainpack/callbacks/trigger.h"
+#include "trainpack/session_init.h"
 #include "trainpack/testing.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/histogram.h"
@@ -653,6 +659,180 @@ TEST_F(TFEventWriterTest, SplitFilesKeepEachEpochInItsFileWhenTheWriterIsBehind)
   EXPECT_TRUE(writer_held);
   EXPECT_EQ(steps_before_open, 6);
   expect_one_file_per_epoch(*w, /*checked_event=*/2);
+}
+
+// ---- the scalars of an epoch end that a checkpoint records ----
+
+// Puts `cost` (1 / global_step) at every step and `lr` (0.1 * epoch) at every epoch end.
+std::shared_ptr<ActionCallback> put_cost_and_lr() {
+  auto cb = std::make_shared<ActionCallback>();
+  cb->trigger_step_fn = [](ActionCallback& c) {
+    c.trainer().monitors().put_scalar("cost", 1.0 / static_cast<double>(c.global_step()));
+  };
+  cb->trigger_epoch_fn = [](ActionCallback& c) {
+    c.trainer().monitors().put_scalar("lr", 0.1 * static_cast<double>(c.epoch_num()));
+  };
+  return cb;
+}
+
+// How many times each (step, tag) of a scalar is in the event files of `dir`, and its value.
+std::map<std::pair<int64_t, std::string>, std::pair<int, float>> scalars_in(const fs::path& dir) {
+  std::map<std::pair<int64_t, std::string>, std::pair<int, float>> out;
+  for (const std::string& file : event_files(dir)) {
+    for (const Event& e : read_event_file(file)) {
+      for (const auto& v : e.summary().value()) {
+        auto& seen = out[{e.step(), v.tag()}];
+        ++seen.first;
+        seen.second = v.simple_value();
+      }
+    }
+  }
+  return out;
+}
+
+// In a child process: trains epochs 1..2 of 2 steps, saving a checkpoint (synchronously) at each
+// epoch end, and is killed (SIGKILL) right after epoch 2's save, before the monitors'
+// trigger_epoch. The event file then holds epoch 1 (flushed before epoch 2) and nothing of epoch
+// 2 (max_queue and flush_secs are large: the writer had not written it).
+void train_and_get_killed_after_epoch_2s_save(const fs::path& dir) {
+  std::fflush(stdout);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    try {
+      auto w = std::make_shared<TFEventWriter>(
+          TFEventWriterOptions().logdir(dir.string()).max_queue(1000).flush_secs(1000));
+      auto killer = std::make_shared<ActionCallback>();
+      // Epoch 1 is in the file (its end asked for a flush without waiting for it).
+      killer->before_epoch_fn = [w](ActionCallback& c) {
+        if (c.epoch_num() == 2) w->flush();
+      };
+      killer->trigger_epoch_fn = [](ActionCallback& c) {
+        if (c.epoch_num() == 2) ::raise(SIGKILL);
+      };
+      auto saver = std::make_shared<ModelSaver>(
+          ModelSaverOptions().checkpoint_dir(dir.string()).fsync(false).async(false));
+      NoOpTrainer trainer;
+      trainer.set_handle_signals(false);
+      trainer.train({put_cost_and_lr(), saver, killer}, {w}, 2, 1, 3);
+    } catch (...) {
+    }
+    ::_exit(3);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the child ended by itself: " << status;
+}
+
+// Resumes from the latest checkpoint in `dir` and trains epoch 3.
+void resume_for_epoch_3(const fs::path& dir) {
+  auto saver = std::make_shared<ModelSaver>(
+      ModelSaverOptions().checkpoint_dir(dir.string()).fsync(false).async(false));
+  auto w = std::make_shared<TFEventWriter>(TFEventWriterOptions().logdir(dir.string()));
+  NoOpTrainer trainer;
+  trainer.set_handle_signals(false);
+  trainer.train({put_cost_and_lr(), saver}, {w}, 2, 1, 3,
+                std::make_shared<SaverRestore>(dir.string()));
+}
+
+// A run killed between epoch 2's checkpoint and its monitors: the checkpoint records the scalars
+// of that epoch end, and the resumed run writes them to its event file, once. (Step 3, in the
+// middle of epoch 2, is lost: no checkpoint records it.)
+TEST_F(TFEventWriterTest, AResumeWritesTheScalarsTheCheckpointRecordsWhenTheEventFilesLackThem) {
+  TRAINPACK_SKIP_FORK_UNDER_TSAN();
+  train_and_get_killed_after_epoch_2s_save(dir());
+  const TensorMap saved = read_checkpoint((dir() / "model-4").string());
+  EXPECT_EQ(saved.at("callback/TFEventWriter/record_epoch").item<int64_t>(), 2);
+  EXPECT_EQ(saved.at("callback/TFEventWriter/record_step").item<int64_t>(), 4);
+  ASSERT_EQ(scalars_in(dir()).count({4, "cost"}), 0u) << "the kill came too late";
+  LogCapture log;
+  resume_for_epoch_3(dir());
+  EXPECT_TRUE(log.contains("The event files in " + dir().string() +
+                           " had no cost, lr at global_step 4 (the end of epoch 2); wrote them "
+                           "from the checkpoint's record."));
+  const std::map<std::pair<int64_t, std::string>, std::pair<int, float>> want = {
+      {{1, "cost"}, {1, 1.0f}},
+      {{2, "cost"}, {1, 0.5f}},
+      {{2, "lr"}, {1, 0.1f}},
+      {{4, "cost"}, {1, 0.25f}},
+      {{4, "lr"}, {1, 0.2f}},
+      {{5, "cost"}, {1, 0.2f}},
+      {{6, "cost"}, {1, static_cast<float>(1.0 / 6)}},
+      {{6, "lr"}, {1, 0.3f}}};
+  EXPECT_EQ(scalars_in(dir()), want);
+}
+
+// The normal case: the run that saved the checkpoint wrote that epoch end's scalars, so the
+// resumed run finds them in the event files and writes nothing twice.
+TEST_F(TFEventWriterTest, AResumeWritesNothingTwiceWhenTheEventFilesHoldTheRecordedScalars) {
+  {
+    auto saver = std::make_shared<ModelSaver>(
+        ModelSaverOptions().checkpoint_dir(dir().string()).fsync(false).async(false));
+    train({put_cost_and_lr(), saver}, {make_writer()}, 2, 2);
+  }
+  ASSERT_EQ(read_checkpoint((dir() / "model-4").string())
+                .at("callback/TFEventWriter/record_step")
+                .item<int64_t>(),
+            4);
+  LogCapture log;
+  resume_for_epoch_3(dir());
+  EXPECT_FALSE(log.contains("from the checkpoint's record"));
+  const auto seen = scalars_in(dir());
+  EXPECT_EQ(seen.size(), 9u);  // cost at steps 1..6, lr at steps 2, 4, 6
+  for (const auto& [key, count_value] : seen) {
+    EXPECT_EQ(count_value.first, 1) << "step " << key.first << " " << key.second;
+  }
+}
+
+// Only a checkpoint saved among the epoch-end callbacks records the scalars of its step (the
+// step's and the epoch end's, put before the save); one saved at a step in the middle of an epoch
+// records none.
+TEST_F(TFEventWriterTest, OnlyACheckpointSavedAtAnEpochEndRecordsScalars) {
+  auto saver = std::make_shared<ModelSaver>(
+      ModelSaverOptions().checkpoint_dir(dir().string()).fsync(false).async(false));
+  auto periodic = std::make_shared<PeriodicTrigger>(
+      saver, PeriodicTriggerOptions().every_k_steps(3).every_k_epochs(1));
+  train({put_cost_and_lr(), periodic}, {make_writer()}, 2, 2);  // saves at steps 2, 3 and 4
+  const TensorMap epoch_1 = read_checkpoint((dir() / "model-2").string());
+  EXPECT_EQ(epoch_1.at("callback/TFEventWriter/record_epoch").item<int64_t>(), 1);
+  EXPECT_EQ(epoch_1.at("callback/TFEventWriter/record_step").item<int64_t>(), 2);
+  const at::Tensor tags = epoch_1.at("callback/TFEventWriter/record_tags");
+  EXPECT_EQ(std::string(tags.data_ptr<int64_t>(), tags.data_ptr<int64_t>() + tags.numel()),
+            std::string("cost\0lr", 7));
+  const at::Tensor values = epoch_1.at("callback/TFEventWriter/record_values");
+  EXPECT_EQ(std::vector<double>(values.data_ptr<double>(), values.data_ptr<double>() + 2),
+            (std::vector<double>{0.5, 0.1}));
+  const TensorMap mid_epoch_2 = read_checkpoint((dir() / "model-3").string());
+  EXPECT_EQ(mid_epoch_2.count("callback/TFEventWriter/record_step"), 0u);
+  const TensorMap epoch_2 = read_checkpoint((dir() / "model-4").string());
+  EXPECT_EQ(epoch_2.at("callback/TFEventWriter/record_step").item<int64_t>(), 4);
+}
+
+// scalar_tags_at_step reads only the events at the step asked for, across files, skips the files
+// named, and stops at a damaged record (the tail of a killed run).
+TEST_F(TFEventWriterTest, ScalarTagsAtStepReadsTheEventFilesOfADirectory) {
+  {
+    EventFileWriter a(dir().string());
+    a.add_scalar(1.0, 3, "cost", 0.5);
+    a.add_scalar(1.0, 4, "cost", 0.25);
+    a.add_scalar(1.0, 4, "lr", 0.2);
+    a.add_scalar(1.0, 5, "acc", 0.9);
+    a.close();
+    EventFileWriter b(dir().string());
+    b.add_scalar(1.0, 4, "val-error", 0.1);
+    b.close();
+  }
+  const auto files = event_files(dir());
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_EQ(scalar_tags_at_step(dir().string(), 4),
+            (std::set<std::string>{"cost", "lr", "val-error"}));
+  EXPECT_EQ(scalar_tags_at_step(dir().string(), 4, {fs::path(files[1]).filename().string()}),
+            (std::set<std::string>{"cost", "lr"}));
+  EXPECT_TRUE(scalar_tags_at_step(dir().string(), 7).empty());
+  EXPECT_TRUE(scalar_tags_at_step((dir() / "missing").string(), 4).empty());
+  // The second file cut inside its last record: what comes before it still counts.
+  fs::resize_file(files[1], fs::file_size(files[1]) - 3);
+  EXPECT_EQ(scalar_tags_at_step(dir().string(), 4), (std::set<std::string>{"cost", "lr"}));
 }
 
 }  // namespace tf_event_writer_test

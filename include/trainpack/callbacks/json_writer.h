@@ -13,17 +13,29 @@
 // value put under a name wins, and names keep the position of their first put. Nothing is written
 // in after_train (as in tensorpack: values put there are lost).
 //
+// Readers: every state of stats.json that a reader can open is a complete file, valid JSON that
+// Python's json.load reads, also while entries are added and after a crash of the process. A
+// write never changes the file that stats.json names: it writes the whole new content to a
+// temporary file in the same directory (`stats.json.tmp.<pid>.<n>`) and renames it over
+// stats.json (as tensorpack does), so a reader gets the previous version or the new one, and a
+// reader that opened a version keeps reading that version.
+//
 // Threads: the training thread only notes the values and queues each entry (under a mutex; no
 // system call, and no allocation once the names have been seen). A thread owned by the writer,
 // started in before_train (after the file found at start was dealt with, which stays on the
-// training thread) and joined in after_train (or the destructor), formats the entries and appends
-// them to the file, gathering them for up to 10 ms so that one write carries many, and
-// fdatasyncs the file when an epoch end (or before_train) asks for it (epoch ends that come
-// while it is busy, in an fdatasync typically, share the next one); the training thread does not
-// wait for either. after_train waits until every entry is written and fdatasynced: the file is
-// complete and on the disk when train() returns. A reader of the file during training (in this
-// process) calls flush() first. The queue is bounded (about 130,000 one-scalar entries): a
-// training thread that far ahead of the disk waits for it.
+// training thread) and joined in after_train (or the destructor), formats the entries as they
+// come and writes the file, gathering entries for at least 10 ms so that one write carries many;
+// when an epoch end (or before_train) asks for it, the next write is synced to the disk (epoch
+// ends that come while it is busy share the next one). Every write replaces the whole file, so
+// its cost grows with the file: after a write that took d, the next comes no sooner than 9 d
+// later (an epoch end's included; flush() and after_train excepted), which keeps the writer's
+// thread, and the disk, busy with stats.json at most a tenth of the time however long the run
+// (BENCHMARKS.md, "stats.json: writing the whole file": a file of 1,000,000 entries, 70 MB, takes
+// 0.1 to 0.3 s to write, so its writes come a few seconds apart). The training thread waits for
+// none of it. after_train waits until every entry is written and synced: the file is complete
+// and on the disk when train() returns. A reader of the file during training in this process
+// calls flush() first. The queue is bounded (about 130,000 one-scalar entries): a training
+// thread that far ahead of the disk waits for it.
 //
 // On start (before_train), an existing stats.json is
 // - appended to when its last entry's `epoch_num` + 1 is the trainer's starting_epoch, or it has
@@ -40,8 +52,7 @@
 //   `stats.json.before-resume-<MMDD-HHMMSS>` first and stats.json is rewritten once. A last entry
 //   whose epoch_num is neither the checkpoint's epoch nor the one before is a warning naming both;
 // - when the run resumes from a checkpoint saved at an epoch end whose entry the file lacks (the
-// run
-//   that wrote it stopped between the save and the entry: a kill, a crash), the entry is added
+//   run that wrote it stopped between the save and the entry: a kill, a crash), the entry is added
 //   from the checkpoint's record of it (see State below), with INFO `<path> had no entry for epoch
 //   N (global_step S); added it from the checkpoint's record.`; epochs missing before that one
 //   cannot be recovered, and a WARN names them;
@@ -53,42 +64,52 @@
 //   stats.json is rewritten once (temporary file, fsync, rename) without the incomplete tail.
 //   (A valid file followed by white space is rewritten the same way, its copy named
 //   `stats.json.orig-<MMDD-HHMMSS>`.)
-// A valid file is appended to as it is: the bytes already in it are never rewritten. No file is
-// ever deleted or replaced before a copy of it exists; a backup name already taken gets `-1`,
-// `-2`, ... added. If the file cannot be set aside or opened, an ERROR says so and nothing is
-// written to it during this training.
+// - before any of the above, when a run that did not end left `.stats.json.synced` (see
+//   Durability below) holding more complete entries than stats.json (a power loss cut the
+//   unsynced versions short), stats.json is moved to `stats.json.incomplete-<MMDD-HHMMSS>` and
+//   the synced copy takes its name, with the warning `<path> holds N complete entries after the
+//   run that wrote it was cut off; restored the copy synced at its last epoch end, which holds M
+//   entries (the file as found is kept as <backup>).` (`is not a valid stats file (<reason>)` for
+//   an unreadable one); otherwise the copy is removed.
+// A valid file is appended to as it is: every write keeps its bytes as they are, followed by the
+// new entries. No file is ever deleted or replaced before a copy of it exists; a backup name
+// already taken gets `-1`, `-2`, ... added. If the file cannot be set aside or restored, an ERROR
+// says so and nothing is written to it during this training.
 //
 //   monitors.push_back(trainpack::JSONWriter::create());  // a NoOpMonitor without a logger dir
 //
 // Differences from tensorpack (docs/tensorpack-differences.md #8, fixed):
-// - The cost of a write is proportional to the new entries, not to the whole history: the file is
-//   kept open and each write replaces the closing `]` with `, {entry}, ..., {entry}]` (one
-//   pwrite, on the writer's thread). tensorpack dumps the whole list to `stats.json.tmp` and
-//   renames it at every trigger (quadratic over a run), on the training thread. The first entry of
-//   a new file is written to a temporary file, fsynced and renamed in.
-// - Durability: the writer's thread fdatasyncs after every epoch end and after before_train's
-//   entry, not after the per-step entries (an fsync costs milliseconds; with scalars put every
-//   step it would dominate the step time), and the training thread does not wait for it. A
-//   process crash loses the entries not yet written: those of the last 10 ms or so before it
-//   (the writer's gathering time) and any it was still writing. A power loss loses at most the
-//   entries since the fdatasync that followed the last completed epoch end. after_train waits
-//   for the last write and fdatasync.
-// - Crash behaviour: after every completed write the file is valid JSON that Python's json.load
-//   reads. A write covers whole entries and stays within one 4 KiB page of the file when it can
-//   (Linux ends a write interrupted by SIGKILL only between pages), so a killed process leaves a
-//   valid file but for the rare entry that crosses a page boundary. A crash (or power loss) in the
-//   middle of such an append can leave an incomplete last entry (`[{...}, {"a": 1`, possibly with
-//   NUL bytes after it after a power loss): Python's json.load rejects that file, while
-//   load_existing_json keeps its complete entries with a warning, and the next JSONWriter on that
-//   directory repairs it as described above.
+// - The cost over a run is linear, not quadratic: tensorpack dumps the whole list to
+//   `stats.json.tmp` and renames it at every trigger, on the training thread. trainpack writes
+//   the same way, but on the writer's thread, for the entries of at least 10 ms at once, and with
+//   the rest above after each write, so that the time spent writing is at most a tenth of the
+//   run's.
+// - Durability: the write that follows an epoch end (and before_train's entry) is synced to the
+//   disk (the temporary file is fsynced before the rename, the directory after it); the writes
+//   of per-step entries in between are not (an fsync costs milliseconds, and every version
+//   would reach the disk). A version that was not synced replaces stats.json only while the last
+//   synced one keeps a second name, `.stats.json.synced` (a hard link, made after each synced
+//   write; removed when training ends with stats.json synced): on a filesystem that may write a
+//   rename before the renamed file's data (XFS; ext4 and btrfs order them), a power loss can
+//   leave stats.json empty or short, and the next JSONWriter then restores the synced copy
+//   (above). Where the filesystem has no hard links, every write is synced. A process crash loses
+//   the entries not yet written: those of the last 10 ms or so before it, or of the rest after a
+//   long write. A power loss loses at most the entries since the last synced write, which follows
+//   each completed epoch end. after_train waits for the last write and its sync.
+// - Crash behaviour: a crash never leaves an incomplete stats.json (see Readers above); a
+//   temporary file it leaves is removed by the next logger::set_logger_dir on the directory. A
+//   file found incomplete anyway (a power loss on a filesystem that does not order the writes,
+//   or a file written by something else: `[{...}, {"a": 1`, possibly with NUL bytes after it) is
+//   one that Python's json.load rejects; load_existing_json keeps its complete entries with a
+//   warning, and the next JSONWriter on that directory repairs it as described above.
 // - A malformed or truncated file found at start is kept aside instead of making training fail.
 // - Scalars are doubles, so they are always written as floats (`100.0`); `epoch_num` and
 //   `global_step` are integers. Values read back keep their kind (an integer stays an integer).
 // - The directory is the logger directory at construction (tensorpack reads it in before_train).
 // - A write error logs `Exception in JSONWriter._write_stat()! <reason>` (ERROR, from the
-//   writer's thread) and training goes on, as in tensorpack; the next write then rewrites the
-//   whole file (temporary file and rename) so that it holds every entry again. Unlike tensorpack,
-//   the error (and a file found at start that could not be adopted) is reported to the trainer
+//   writer's thread) and training goes on, as in tensorpack; the next write (at the next entry or
+//   epoch end) holds every entry again, as every write does. Unlike tensorpack, the error (and a
+//   file found at start that could not be adopted) is reported to the trainer
 //   (Trainer::report_write_failure, on the training thread: at the first epoch end after the
 //   writer's thread met it, or in after_train at the latest), so the run ends with
 //   WriteFailedError naming stats.json instead of a success.
@@ -123,8 +144,9 @@ namespace trainpack {
 
 struct JSONWriterOptions {
   // Called on the writer's thread with "write" before each write of stats.json and with
-  // "fdatasync" before each fdatasync. For tests: a hook that blocks shows what the training
-  // thread does not wait for; one that throws is a write error.
+  // "fdatasync" before a write is synced to the disk (after its data is written, before the
+  // rename). For tests: a hook that blocks shows what the training thread does not wait for; one
+  // that throws is a write error.
   TORCH_ARG(std::function<void(const char* what)>, io_hook) = nullptr;
 };
 
@@ -170,9 +192,9 @@ class JSONWriter : public MonitorBase {
   void load_state(const CallbackState& state) override;
 
   // Returns once every entry made so far is written to stats.json (in the page cache, not
-  // necessarily on the disk), for a reader of the file during training (the file is valid JSON
-  // then). A write that failed meanwhile is reported at the next epoch end as usual. Call it on
-  // the training thread (or when no training runs).
+  // necessarily on the disk), for a reader of the file during training; it does not wait for the
+  // rest that follows a write. A write that failed meanwhile is reported at the next epoch end as
+  // usual. Call it on the training thread (or when no training runs).
   void flush();
 
   // The path of stats.json.
@@ -194,8 +216,14 @@ class JSONWriter : public MonitorBase {
   struct Background;  // the writer's thread and what it shares with the training thread
 
   // Adopts the file found at start (append / back up / move aside / repair); sets the writer's
-  // text and file.
+  // text.
   void adopt_existing_file();
+  // Before adopting: a run that was cut off left the second name of its last synced version
+  // (`.stats.json.synced`); restores it when stats.json holds fewer entries, removes it otherwise.
+  // Throws when a file cannot be moved.
+  void recover_synced_copy();
+  // Logs why nothing is written to stats.json in this training, and makes it so.
+  void give_up_on_file(const char* reason);
   // Without a resume point: whether the last entry's epoch_num + 1 is the starting epoch (or
   // absent); warns as tensorpack does when not.
   bool follows_starting_epoch(const std::vector<StatsEntry>& entries) const;

@@ -40,10 +40,27 @@
 // first epoch end after the writer's thread found it, or at after_train at the latest, so that
 // the run ends with WriteFailedError naming the event file.
 //
+// State (checkpoints): at an epoch end a checkpoint is saved (ModelSaver) before the monitors'
+// trigger_epoch flushes the event file, so a run killed between the two (SIGKILL, a crash)
+// loses that epoch's scalars from the event file although the resumed run continues after them.
+// The checkpoint therefore records the scalars this writer was given at the checkpoint's
+// global_step so far (`record_epoch`, `record_step`, `record_tags`: the tags joined by NUL
+// bytes, `record_values`; the last value of a tag, at most 4096 scalars), as JSONWriter records
+// its entry. Only a save during the epoch-end callbacks (after_epoch to trigger_epoch) records
+// them; one during the epoch records nothing. In before_train of a run that resumes from such a
+// checkpoint (Trainer::restored_resume_point at the start of an epoch, whose epoch and
+// global_step are the record's), the writer reads the event files of its directory but its own
+// (scalar_tags_at_step: one pass over the record headers) and writes the recorded scalars that
+// none of them holds at that step, at that step and the current time, with INFO `The event files
+// in <dir> had no <tags> at global_step S (the end of epoch E); wrote them from the checkpoint's
+// record.` In the normal case (the run was not killed there) every recorded scalar is found and
+// nothing is written twice. Images, histograms and text are not recorded.
+//
 // Differences from tensorpack: no graph definition is written (there is no TF graph); the `.pid.n`
 // suffix of the file name; the epoch-end flush also fsyncs (on the writer's thread); after a split
 // the new file is opened by the next event (so an epoch without events leaves no file, and a run
-// with split_files leaves one file per epoch rather than an extra, empty one at the end).
+// with split_files leaves one file per epoch rather than an extra, empty one at the end); the
+// scalars of the epoch end a checkpoint records reach the event file after a kill (above).
 #pragma once
 
 #include <atomic>
@@ -52,6 +69,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/arg.h>
@@ -111,19 +129,44 @@ class TFEventWriter : public MonitorBase {
 
   std::string name() const override { return "TFEventWriter"; }
 
+  // See "State" above.
+  CallbackState state() const override;
+  void load_state(const CallbackState& state) override;
+
  protected:
   void _setup_graph() override;
+  void _before_train() override;
+  void _after_epoch() override { at_epoch_end_ = true; }
   void _trigger() override;
   void _after_train() override;
 
  private:
   // Tells the trainer that events were lost (the writer logged why).
   void report_lost_events();
+  // Keeps the scalars of `summary`, given at `step`, for state() (the previous step's are
+  // dropped; no allocation once the tags have been seen).
+  void note_scalars(int64_t step, const Summary& summary);
+  // In before_train of a resumed run: writes the recorded scalars that the directory's other
+  // event files lack at the recorded step.
+  void fill_from_record();
 
   TFEventWriterOptions options_;
   EventFileWriter writer_;
   // A loss found by flush(), to be reported on the training thread at the next trigger.
   std::atomic<bool> flush_found_loss_{false};
+
+  // The scalars given at recent_step_ (the first recent_count_ of recent_), for state().
+  int64_t recent_step_ = -1;
+  size_t recent_count_ = 0;
+  std::vector<std::pair<std::string, double>> recent_;
+  bool at_epoch_end_ = false;  // between after_epoch and this writer's trigger
+  // The epoch end that the restored checkpoint recorded (load_state).
+  struct Record {
+    int64_t epoch = 0;
+    int64_t step = 0;
+    std::vector<std::pair<std::string, double>> values;
+  };
+  std::optional<Record> record_;
 };
 
 }  // namespace trainpack

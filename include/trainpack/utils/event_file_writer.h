@@ -35,6 +35,9 @@
 // come while the writer is busy (in an fsync, typically) share the next fsync, which covers all
 // their events; a request for a new file is always done where it stands.
 //
+// Reading back: scalar_tags_at_step (below) says which scalar tags a directory's event files hold
+// at a step, for TFEventWriter's resume.
+//
 // Errors: a file that cannot be created or written is an ERROR line naming the file (prefixed by
 // `name`); the events meanwhile are dropped, and the file is opened again (a new one) at the
 // next flush request. flush(), start_new_file() and request_flush() return false when a flush
@@ -45,6 +48,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -119,5 +123,16 @@ class EventFileWriter {
   std::string logdir_;
   std::unique_ptr<Impl> impl_;
 };
+
+// Reading back, for a resumed run: the tags of the scalar values (`simple_value`) that the event
+// files in `dir` (its plain files named `events.out.tfevents.*`, whoever wrote them) hold at
+// `step`, leaving out the files named in `skip` (names, not paths). One forward pass over each
+// file's record headers: a record is parsed only when its first bytes say it is at `step` (or do
+// not say), the data of the others is skipped. A file that cannot be read holds nothing, and one
+// with a damaged record (a CRC that does not match, a record that runs past the end: a run killed
+// while writing) holds what comes before it. Never throws for a file's content or a missing
+// directory.
+std::set<std::string> scalar_tags_at_step(const std::string& dir, int64_t step,
+                                          const std::vector<std::string>& skip = {});
 
 }  // namespace trainpack
