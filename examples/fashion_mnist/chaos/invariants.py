@@ -263,7 +263,11 @@ def check(case, before, run, status, max_epoch=None):
     if entries is None and before.stats_existed:
         case.fail("stats.json was there before the run and is gone")
     for name in sorted(os.listdir(d)):
-        if name.startswith("stats.json.") and not name.endswith(".tmp"):
+        # stats.json.tmp.<pid>.<n>: a new version of stats.json that a killed run was writing
+        # (each is written whole, then renamed over stats.json); the next start removes it.
+        if name.startswith("stats.json.tmp.") or name.endswith(".tmp"):
+            continue
+        if name.startswith("stats.json."):
             # A backup of stats.json (before a resume): never an empty or broken copy. A special
             # file moved aside (a FIFO that stood as stats.json) is what it was; opening it would
             # block.
