@@ -318,6 +318,8 @@ void InferenceRunner::setup_towers(const std::vector<c10::Device>& devices,
         std::make_unique<detail::InferenceTower>(name, *tower_trainer, device, replicate));
   }
 
+  // Its statistics come at its rounds only: the callbacks that read one by name wait for a round.
+  trainer().monitors().add_validator(*this);
   fetches_.clear();
   positions_.clear();
   for (const auto& inf : inferencers_) {
@@ -542,6 +544,7 @@ void InferenceRunner::run_round(bool parallel, const std::string& who) {
       trainer().monitors().put_scalar(name, value);
     }
   }
+  trainer().monitors().validation_done(*this);
 }
 
 void InferenceRunner::_trigger() { run_round(/*parallel=*/false, "InferenceRunner"); }

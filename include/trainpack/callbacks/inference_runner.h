@@ -24,7 +24,9 @@
 //     (the dataflow's size; all of its pass when the size is unknown, with a warning at
 //     before_train), each checked against the input signature, run through the tower
 //     (`ctx.is_training()` is false), and each inferencer's on_fetches with its outputs;
-//   - every inferencer's after_inference; each statistic is put with Monitors::put_scalar.
+//   - every inferencer's after_inference; each statistic is put with Monitors::put_scalar; then
+//     Monitors::validation_done (the runner declares itself a validator at setup_graph, so that
+//     MinSaver and EarlyStopping take a stat name as misspelt only once every runner has run).
 // A progress bar (tqdm's line, on stderr) shows the round unless disabled.
 //
 // Errors: an exception while reading or running a batch of a round (the dataflow, the signature
