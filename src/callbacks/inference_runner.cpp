@@ -550,11 +550,14 @@ void InferenceRunner::run_round(bool parallel, const std::string& who) {
 void InferenceRunner::_trigger() { run_round(/*parallel=*/false, "InferenceRunner"); }
 
 void InferenceRunner::fail_empty_input(const std::string& who, const std::string& why) const {
-  // No statistic can come out of it, and a missing one must not read as a perfect score.
+  // No statistic can come out of it, and a missing one must not read as a perfect score. The
+  // usual cause is a batch larger than the set: BatchData drops a short last batch by default.
   throw std::runtime_error(fmt::format(
-      "{}: the input {} is empty ({}): there is nothing to validate on. Give it a dataflow that "
-      "yields at least one batch (is the validation set empty, or limited to 0 samples?)",
-      who, input_->name(), why));
+      "{}: the input {} is empty ({}): there is nothing to validate on. A batch larger than the "
+      "validation set yields no batch unless BatchData keeps the short last one: use a smaller "
+      "batch, or BatchData(ds, batch_size, /*remainder=*/true); otherwise, is the validation set "
+      "empty, or limited to 0 samples? Give it a dataflow that yields at least one batch",
+      who, input_->describe(), why));
 }
 
 // ---- DataParallelInferenceRunner ----
@@ -579,9 +582,12 @@ void DataParallelInferenceRunner::_setup_graph() {
 void DataParallelInferenceRunner::_before_train() {
   input_->reset_state();
   const auto size = input_->size();
-  if (!size || *size <= 0) {
+  if (size && *size == 0) fail_empty_input("DataParallelInferenceRunner", "its size() is 0");
+  if (!size || *size < 0) {
     throw std::invalid_argument(fmt::format(
-        "DataParallelInferenceRunner: the input {} must have a known size > 0 (its size is {})",
+        "DataParallelInferenceRunner: the input {} must have a known size > 0 (its size is {}); "
+        "give it a dataflow of known size (DataFromList, FashionMnist, a DataFromGenerator given "
+        "its size, or batches of one of them)",
         input_->name(), size ? std::to_string(*size) : std::string("unknown")));
   }
   prepare_rounds(size, "DataParallelInferenceRunner", fmt::format(" on {} towers", towers_.size()));
