@@ -30,6 +30,9 @@
 //   recorded right after the monitors' process_scalar, at the same moment.
 // - get_latest on a name without data throws std::out_of_range (tensorpack: KeyError) with the
 //   same message; get_history of an unknown name is empty, as tensorpack's defaultdict gives.
+// - The validation rounds (add_validator, validation_done, validators_have_run) are an addition:
+//   they let the callbacks that read a stat by name tell a stat whose validation has not run yet
+//   from a misspelt one.
 #pragma once
 
 #include <cstdint>
