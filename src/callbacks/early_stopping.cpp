@@ -73,10 +73,29 @@ std::string EarlyStopping::best_text(const Counters& c) const {
   return fmt::format("best {:.6g} at epoch {} (global_step {})", c.best, c.best_epoch, c.best_step);
 }
 
+void EarlyStopping::check_missing_stat() {
+  if (warned_missing_) return;
+  const std::optional<std::string> problem =
+      detail::missing_stat_problem(trainer().monitors(), stat_, global_step(), epoch_num());
+  if (!problem) return;  // its validation has not run yet
+  if (options_.strict()) {
+    throw std::runtime_error(fmt::format(
+        "EarlyStopping: {} Check the name, and that the callback that puts it comes before "
+        "EarlyStopping in the callbacks; or, for a stat that comes later, pass "
+        "EarlyStoppingOptions().strict(false) to warn instead",
+        *problem));
+  }
+  warned_missing_ = true;
+  TP_LOG_WARN(
+      "[EarlyStopping] {} Check the name, and that the callback that puts it comes before "
+      "EarlyStopping in the callbacks. Training goes on (strict(false)).",
+      *problem);
+}
+
 void EarlyStopping::_trigger() {
   const Monitors::History& history = trainer().monitors().get_history(stat_);
   if (history.empty()) {
-    TP_LOG_WARN("[EarlyStopping] No history data available for key '{}'.", stat_);
+    check_missing_stat();
     return;
   }
   const auto [step, value] = history.back();

@@ -318,6 +318,8 @@ void InferenceRunner::setup_towers(const std::vector<c10::Device>& devices,
         std::make_unique<detail::InferenceTower>(name, *tower_trainer, device, replicate));
   }
 
+  // Its statistics come at its rounds only: the callbacks that read one by name wait for a round.
+  trainer().monitors().add_validator(*this);
   fetches_.clear();
   positions_.clear();
   for (const auto& inf : inferencers_) {
@@ -542,16 +544,20 @@ void InferenceRunner::run_round(bool parallel, const std::string& who) {
       trainer().monitors().put_scalar(name, value);
     }
   }
+  trainer().monitors().validation_done(*this);
 }
 
 void InferenceRunner::_trigger() { run_round(/*parallel=*/false, "InferenceRunner"); }
 
 void InferenceRunner::fail_empty_input(const std::string& who, const std::string& why) const {
-  // No statistic can come out of it, and a missing one must not read as a perfect score.
+  // No statistic can come out of it, and a missing one must not read as a perfect score. The
+  // usual cause is a batch larger than the set: BatchData drops a short last batch by default.
   throw std::runtime_error(fmt::format(
-      "{}: the input {} is empty ({}): there is nothing to validate on. Give it a dataflow that "
-      "yields at least one batch (is the validation set empty, or limited to 0 samples?)",
-      who, input_->name(), why));
+      "{}: the input {} is empty ({}): there is nothing to validate on. A batch larger than the "
+      "validation set yields no batch unless BatchData keeps the short last one: use a smaller "
+      "batch, or BatchData(ds, batch_size, /*remainder=*/true); otherwise, is the validation set "
+      "empty, or limited to 0 samples? Give it a dataflow that yields at least one batch",
+      who, input_->describe(), why));
 }
 
 // ---- DataParallelInferenceRunner ----
@@ -576,9 +582,12 @@ void DataParallelInferenceRunner::_setup_graph() {
 void DataParallelInferenceRunner::_before_train() {
   input_->reset_state();
   const auto size = input_->size();
-  if (!size || *size <= 0) {
+  if (size && *size == 0) fail_empty_input("DataParallelInferenceRunner", "its size() is 0");
+  if (!size || *size < 0) {
     throw std::invalid_argument(fmt::format(
-        "DataParallelInferenceRunner: the input {} must have a known size > 0 (its size is {})",
+        "DataParallelInferenceRunner: the input {} must have a known size > 0 (its size is {}); "
+        "give it a dataflow of known size (DataFromList, FashionMnist, a DataFromGenerator given "
+        "its size, or batches of one of them)",
         input_->name(), size ? std::to_string(*size) : std::string("unknown")));
   }
   prepare_rounds(size, "DataParallelInferenceRunner", fmt::format(" on {} towers", towers_.size()));

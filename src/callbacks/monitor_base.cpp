@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <regex>
@@ -188,5 +189,53 @@ std::vector<std::string> Monitors::names() const {
   for (const auto& entry : history_) out.push_back(entry.first);
   return out;
 }
+
+void Monitors::add_validator(const Callback& validator) {
+  for (const Validator& v : validators_) {
+    if (v.callback == &validator) return;
+  }
+  validators_.push_back(Validator{&validator, validator.name(), false});
+}
+
+void Monitors::validation_done(const Callback& validator) {
+  for (Validator& v : validators_) {
+    if (v.callback == &validator) {
+      v.done = true;
+      return;
+    }
+  }
+  throw std::invalid_argument(
+      fmt::format("Monitors::validation_done: {} was not added as a validator; call "
+                  "trainer().monitors().add_validator(*this) in its setup_graph first",
+                  validator.name()));
+}
+
+bool Monitors::validators_have_run() const {
+  return std::all_of(validators_.begin(), validators_.end(),
+                     [](const Validator& v) { return v.done; });
+}
+
+std::vector<std::string> Monitors::validator_names() const {
+  std::vector<std::string> out;
+  for (const Validator& v : validators_) out.push_back(v.name);
+  return out;
+}
+
+namespace detail {
+std::optional<std::string> missing_stat_problem(const Monitors& monitors, const std::string& stat,
+                                                int64_t global_step, int64_t epoch) {
+  if (!monitors.get_history(stat).empty() || !monitors.validators_have_run()) return std::nullopt;
+  const std::vector<std::string> validators = monitors.validator_names();
+  const std::vector<std::string> names = monitors.names();
+  return fmt::format(
+      "'{}' has not been put by global_step={} (epoch {}), {}. The stats put so far: {}.", stat,
+      global_step, epoch,
+      validators.empty()
+          ? std::string("and no callback validates (none called Monitors::add_validator, as "
+                        "InferenceRunner does) to put it later")
+          : fmt::format("though every validation has run ({})", fmt::join(validators, ", ")),
+      names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", ")));
+}
+}  // namespace detail
 
 }  // namespace trainpack

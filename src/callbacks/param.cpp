@@ -1,6 +1,7 @@
 #include "trainpack/callbacks/param.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <charconv>
@@ -384,6 +385,43 @@ void ScheduledHyperParamSetter::_before_train() {
   const bool resumed = resumed_from_state();
   HyperParamSetter::_before_train();
   check_value_at_beginning(resumed);
+  warn_points_after_max_epoch();
+}
+
+void ScheduledHyperParamSetter::warn_points_after_max_epoch() const {
+  if (options_.step_based()) return;  // global steps: max_epoch does not bound them
+  const int64_t max_epoch = trainer().max_epoch();
+  std::vector<int64_t> late;
+  for (const auto& entry : schedule_) {
+    if (entry.first > max_epoch) late.push_back(entry.first);
+  }
+  if (late.empty()) return;
+  // The last value set during training: at max_epoch when interpolated (towards the first late
+  // point), else at the last scheduled point up to max_epoch.
+  std::optional<std::pair<int64_t, double>> last;
+  if (!options_.interp().empty()) {
+    if (const auto v = value_at(max_epoch)) last = std::make_pair(max_epoch, *v);
+  } else {
+    for (const auto& entry : schedule_) {
+      if (entry.first <= max_epoch) last = entry;
+    }
+  }
+  std::string last_text = "it sets no value during training";
+  if (last) {
+    last_text = fmt::format("the last value it sets is {} = {}, {}{}", param_->readable_name(),
+                            format_g(last->second, 7),
+                            last->first == 0 ? std::string("at the start")
+                                             : fmt::format("at the end of epoch {}", last->first),
+                            options_.interp().empty()
+                                ? std::string()
+                                : fmt::format(" (interpolated towards point {})", late.front()));
+  }
+  TP_LOG_WARN(
+      "[{}] the schedule's point{} {} {} after max_epoch={}, so {} never set (a point N is an "
+      "epoch, set when epoch N ends); {}. Shorten the schedule or raise max_epoch; if the points "
+      "are global steps, pass ScheduledHyperParamSetterOptions().step_based(true).",
+      name(), late.size() == 1 ? "" : "s", fmt::join(late, ", "), late.size() == 1 ? "is" : "are",
+      max_epoch, late.size() == 1 ? "its value is" : "their values are", last_text);
 }
 
 std::string ScheduledHyperParamSetter::state_key() const {

@@ -15,6 +15,7 @@
 #include <system_error>
 #include <thread>
 
+#include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/train/state.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/file_names.h"
@@ -414,7 +415,44 @@ void MinSaver::_setup_graph() {
         name(), options_.reverse() ? "MaxSaverOptions().checkpoint_dir(dir)"
                                    : "MinSaverOptions().checkpoint_dir(dir)"));
   }
+  check_after_model_saver();
   last_trigger_step_.reset();
+}
+
+namespace {
+
+// Whether `cb` is `target` or wraps it (through ProxyCallbacks).
+bool is_or_wraps(const CallbackPtr& cb, const Callback* target) {
+  if (cb.get() == target) return true;
+  const auto* proxy = dynamic_cast<const ProxyCallback*>(cb.get());
+  return proxy != nullptr && is_or_wraps(proxy->inner(), target);
+}
+
+// Whether `cb` is or wraps a ModelSaver writing to `dir`.
+bool holds_model_saver_of(const CallbackPtr& cb, const std::string& dir) {
+  std::vector<ModelSaver*> savers;
+  collect_model_savers(cb, &savers);
+  return std::any_of(savers.begin(), savers.end(),
+                     [&](const ModelSaver* s) { return s->checkpoint_dir() == dir; });
+}
+
+}  // namespace
+
+void MinSaver::check_after_model_saver() const {
+  // The callbacks as the trainer calls them; `own` is the entry that is (or wraps) this MinSaver.
+  const std::vector<CallbackPtr>& callbacks = trainer().registered_callbacks();
+  std::optional<size_t> own, first_saver;
+  for (size_t i = 0; i < callbacks.size(); ++i) {
+    if (!own && is_or_wraps(callbacks[i], this)) own = i;
+    if (!first_saver && holds_model_saver_of(callbacks[i], dir_)) first_saver = i;
+  }
+  // No ModelSaver of this directory at all is left to the trigger (tensorpack's error there).
+  if (!own || !first_saver || *first_saver < *own) return;
+  const std::string me = callbacks[*own]->name(), saver = callbacks[*first_saver]->name();
+  throw std::invalid_argument(fmt::format(
+      "{} comes before {} in the callbacks, but it copies the checkpoint that {} saves at the "
+      "same epoch end: put {} after {}, e.g. {{InferenceRunner, ModelSaver, {}}}",
+      me, saver, saver, me, saver, name()));
 }
 
 bool MinSaver::is_better(double value) const {
@@ -458,7 +496,10 @@ bool MinSaver::retry_unsaved() {
 void MinSaver::_trigger() {
   last_trigger_step_ = global_step();
   const Monitors::History& history = trainer().monitors().get_history(stat_);
-  if (history.empty()) warn_missing_stat();
+  if (history.empty()) {
+    found_no_value_ = true;
+    check_missing_stat();
+  }
   const bool has_new = !history.empty() && is_better(history.back().second);
   if (!has_new) {
     retry_unsaved();  // a copy that failed before, while it is still the best
@@ -481,19 +522,30 @@ std::string stat_names(const Monitors& monitors) {
 
 }  // namespace
 
-void MinSaver::warn_missing_stat() {
+void MinSaver::check_missing_stat() {
   if (warned_missing_) return;
+  const std::optional<std::string> problem =
+      detail::missing_stat_problem(trainer().monitors(), stat_, global_step(), epoch_num());
+  if (!problem) return;  // it has a value, or its validation has not run yet
+  if (options_.strict()) {
+    failed_missing_ = true;  // the error says it all: no warning at after_train
+    throw std::runtime_error(fmt::format(
+        "{}: {} Check the name, and that the callback that puts it comes before {} in the "
+        "callbacks; or, for a stat that comes later, pass {}().strict(false) to warn instead",
+        name(), *problem, name(), options_.reverse() ? "MaxSaverOptions" : "MinSaverOptions"));
+  }
   warned_missing_ = true;
   TP_LOG_WARN(
-      "[{}] '{}' has no value yet at global_step={}, so no best copy can be made. The stats put "
-      "so far: {}. Fine if its producer has not run yet (a validation every few epochs); "
-      "otherwise check the name, and that its producer comes before {} in the callbacks.",
-      name(), stat_, global_step(), stat_names(trainer().monitors()), name());
+      "[{}] {} Check the name, and that the callback that puts it comes before {} in the "
+      "callbacks. Training goes on (strict(false)).",
+      name(), *problem, name());
 }
 
 void MinSaver::_after_train() {
   // Only after a trigger found no value: a run stopped before its first trigger says nothing.
-  if (!warned_missing_ || !trainer().monitors().get_history(stat_).empty()) return;
+  if (!found_no_value_ || failed_missing_ || !trainer().monitors().get_history(stat_).empty()) {
+    return;
+  }
   TP_LOG_WARN(
       "[{}] '{}' was never put during training: {} was not written. The stats that were "
       "put: {}.",
@@ -651,6 +703,7 @@ MaxSaver::MaxSaver(std::string monitor_stat, MaxSaverOptions options)
                                             .reverse(true)
                                             .filename(options.filename())
                                             .checkpoint_dir(options.checkpoint_dir())
-                                            .fsync(options.fsync())) {}
+                                            .fsync(options.fsync())
+                                            .strict(options.strict())) {}
 
 }  // namespace trainpack

@@ -1,7 +1,7 @@
 // EarlyStopping (callbacks/early_stopping.h): the exact epoch at which it stops for scripted
 // values of a stat (min and max mode, the min_delta edge, NaN, a stat put every other epoch, a
-// stat never put), its state in checkpoints (a resumed run stops at the uninterrupted run's
-// epoch) and its argument checks.
+// misspelt stat, strict or not), its state in checkpoints (a resumed run stops at the uninterrupted
+// run's epoch) and its argument checks.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -19,6 +19,7 @@
 #include "trainpack/callbacks/callback_state.h"
 #include "trainpack/callbacks/early_stopping.h"
 #include "trainpack/callbacks/saver.h"
+#include "trainpack/exceptions.h"
 #include "trainpack/session_init.h"
 #include "trainpack/testing.h"
 #include "trainpack/train/trainer.h"
@@ -143,18 +144,50 @@ TEST(EarlyStopping, OnlyNewValuesAreCounted) {
   EXPECT_EQ(es->best_epoch(), 2);
 }
 
-TEST(EarlyStopping, AStatNeverPutWarnsAtEveryCheckAndNeverStops) {
-  auto es = std::make_shared<EarlyStopping>("val-error", EarlyStoppingOptions().patience(1));
+// A misspelt stat, strict (the default): training fails at the first epoch end where every
+// validation has run, listing the stats that exist.
+TEST(EarlyStopping, AMisspeltStatStopsTrainingOnceTheValidationHasRun) {
+  auto es = std::make_shared<EarlyStopping>("val-eror", EarlyStoppingOptions().patience(1));
+  ModelTrainer m;
+  // A StopTraining would end training without an exception: the run fails instead.
+  const std::string msg = message_of<CallbackError>([&] {
+    m.train({stat_putter("val-error", {{2, 0.5}, {3, 0.25}}), es}, 3);
+  });
+  EXPECT_EQ(msg,
+            "Callback EarlyStopping failed in trigger_epoch: EarlyStopping: 'val-eror' has not "
+            "been put by global_step=4 (epoch 2), though every validation has run "
+            "(ActionCallback). The stats put so far: val-error. Check the name, and that the "
+            "callback that puts it comes before EarlyStopping in the callbacks; or, for a stat "
+            "that comes later, pass EarlyStoppingOptions().strict(false) to warn instead");
+  EXPECT_EQ(m.last_epoch(), 2);  // epoch 1, before the validation ran, said nothing
+}
+
+// With strict(false): one warning, listing the stats, when the validation has run, never
+// repeated; nothing counted, training not stopped.
+TEST(EarlyStopping, WithoutStrictAStatNeverPutWarnsOnceAndNeverStops) {
+  auto es =
+      std::make_shared<EarlyStopping>("val-eror", EarlyStoppingOptions().patience(1).strict(false));
   LogCapture log;
-  EXPECT_EQ(stop_epoch({}, es, 3), 3);
+  EXPECT_EQ(stop_epoch({{1, 0.5}, {2, 0.25}, {3, 0.125}}, es, 3), 3);
   int warnings = 0;
-  for (const auto& line : log.lines()) {
-    warnings += line.find("[EarlyStopping] No history data available for key 'val-error'.") !=
-                std::string::npos;
-  }
-  EXPECT_EQ(warnings, 3);
+  for (const auto& line : log.lines()) warnings += line.find("'val-eror'") != std::string::npos;
+  EXPECT_EQ(warnings, 1);
+  EXPECT_TRUE(log.contains(
+      "WRN [EarlyStopping] 'val-eror' has not been put by global_step=2 (epoch 1), though every "
+      "validation has run (ActionCallback). The stats put so far: val-error. Check the name, and "
+      "that the callback that puts it comes before EarlyStopping in the callbacks. Training goes "
+      "on (strict(false))."));
   EXPECT_FALSE(es->best_value().has_value());
   EXPECT_EQ(es->wait_count(), 0);
+}
+
+// A validator that has not run yet: its stat is not missing, whatever strict says.
+TEST(EarlyStopping, AStatWhoseValidationHasNotRunIsNotMissing) {
+  auto es = std::make_shared<EarlyStopping>("val-error", EarlyStoppingOptions().patience(1));
+  LogCapture log;
+  EXPECT_EQ(stop_epoch({{9, 0.5}}, es, 3), 3);
+  EXPECT_FALSE(log.contains("has not been put"));
+  EXPECT_FALSE(es->best_value().has_value());
 }
 
 TEST(EarlyStopping, BadArgumentsNameTheOption) {

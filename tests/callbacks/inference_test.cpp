@@ -482,10 +482,29 @@ TEST(InferenceRunnerTest, ErrorsNameTheFix) {
         InferenceRunnerOptions().progress_bar(false));
     const std::string msg = message_of([&] { s.trainer.train({runner}, {}, 1, 1, 1); });
     EXPECT_NE(msg.find("Callback InferenceRunner failed in before_train: InferenceRunner: the "
-                       "input BatchData is empty (its size() is 0): there is nothing to validate "
+                       "input BatchData(batch_size=4, remainder=true) over DataFromList (0 "
+                       "datapoints) is empty (its size() is 0): there is nothing to validate "
                        "on."),
               std::string::npos)
         << msg;
+    EXPECT_EQ(s.trainer.global_step(), 0);
+  }
+  {
+    // The usual cause: a batch larger than the set, without remainder. The message names the
+    // flows (their sizes show it) and the fix.
+    RunnerSetup s;
+    std::vector<Datapoint> three(3, Datapoint{torch::zeros({2}), torch::zeros({}, torch::kLong)});
+    auto runner = std::make_shared<InferenceRunner>(
+        std::make_shared<BatchData>(std::make_shared<DataFromList>(three), 4),
+        std::make_shared<ClassificationError>("wrong", "val-error"),
+        InferenceRunnerOptions().progress_bar(false));
+    EXPECT_EQ(message_of([&] { s.trainer.train({runner}, {}, 1, 1, 1); }),
+              "Callback InferenceRunner failed in before_train: InferenceRunner: the input "
+              "BatchData(batch_size=4) over DataFromList (3 datapoints) is empty (its size() is "
+              "0): there is nothing to validate on. A batch larger than the validation set yields "
+              "no batch unless BatchData keeps the short last one: use a smaller batch, or "
+              "BatchData(ds, batch_size, /*remainder=*/true); otherwise, is the validation set "
+              "empty, or limited to 0 samples? Give it a dataflow that yields at least one batch");
     EXPECT_EQ(s.trainer.global_step(), 0);
   }
   {
@@ -498,7 +517,8 @@ TEST(InferenceRunnerTest, ErrorsNameTheFix) {
                                           InferenceRunnerOptions().progress_bar(false));
     const std::string msg = message_of([&] { s.trainer.train({runner}, {}, 1, 1, 1); });
     EXPECT_NE(msg.find("InferenceRunner: the input DataFromGenerator is empty (this round's pass "
-                       "yielded no batch)"),
+                       "yielded no batch): there is nothing to validate on. A batch larger than "
+                       "the validation set yields no batch"),
               std::string::npos)
         << msg;
   }

@@ -8,7 +8,10 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "trainpack/callbacks/monitor.h"
@@ -381,6 +384,65 @@ TEST(MonitorsPutEvent, BeforeSetupTheStepIsZero) {
   f.monitors.put_event(e);
   EXPECT_THAT(*f.log, ElementsAre("A event step=0", "B event step=0"));
   EXPECT_GT(f.a->events.at(0).wall_time, 1.6e9);  // seconds since 1970, not a clock since boot
+}
+
+// ---- validators ----
+
+// A callback whose name is given (what the validator lists show).
+class Named : public Callback {
+ public:
+  explicit Named(std::string name) : name_(std::move(name)) {}
+  std::string name() const override { return name_; }
+
+ private:
+  std::string name_;
+};
+
+TEST(MonitorsValidators, HaveRunOnceEveryValidatorAddedReportedARound) {
+  Fixture f;
+  Named fast("FastRunner"), slow("SlowRunner");
+  EXPECT_TRUE(f.monitors.validators_have_run());  // none added
+  f.monitors.add_validator(fast);
+  f.monitors.add_validator(slow);
+  f.monitors.add_validator(fast);  // once only
+  EXPECT_EQ(f.monitors.validator_names(), (std::vector<std::string>{"FastRunner", "SlowRunner"}));
+  EXPECT_FALSE(f.monitors.validators_have_run());
+  f.monitors.validation_done(fast);
+  f.monitors.validation_done(fast);
+  EXPECT_FALSE(f.monitors.validators_have_run());
+  f.monitors.validation_done(slow);
+  EXPECT_TRUE(f.monitors.validators_have_run());
+}
+
+TEST(MonitorsValidators, AValidationOfACallbackNotAddedIsRefused) {
+  Fixture f;
+  Named stranger("Stranger");
+  try {
+    f.monitors.validation_done(stranger);
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "Monitors::validation_done: Stranger was not added as a validator; call "
+                 "trainer().monitors().add_validator(*this) in its setup_graph first");
+  }
+}
+
+TEST(MonitorsValidators, AStatIsMissingOnlyWithoutAValueOnceTheValidatorsHaveRun) {
+  Fixture f;
+  Named runner("InferenceRunner");
+  EXPECT_EQ(detail::missing_stat_problem(f.monitors, "val-eror", 2, 1),
+            "'val-eror' has not been put by global_step=2 (epoch 1), and no callback validates "
+            "(none called Monitors::add_validator, as InferenceRunner does) to put it later. The "
+            "stats put so far: none.");
+  f.monitors.add_validator(runner);
+  EXPECT_EQ(detail::missing_stat_problem(f.monitors, "val-eror", 2, 1), std::nullopt);
+  f.monitors.put_scalar("val-error", 0.5);
+  f.monitors.put_scalar("cost", 0.25);
+  f.monitors.validation_done(runner);
+  EXPECT_EQ(detail::missing_stat_problem(f.monitors, "val-eror", 4, 2),
+            "'val-eror' has not been put by global_step=4 (epoch 2), though every validation has "
+            "run (InferenceRunner). The stats put so far: cost, val-error.");
+  EXPECT_EQ(detail::missing_stat_problem(f.monitors, "val-error", 4, 2), std::nullopt);
 }
 
 }  // namespace monitors_test

@@ -169,11 +169,17 @@ TEST_F(ScheduledHyperParamSetterTest, testWarningStartInTheMiddle) {
   auto scheduler = std::make_shared<ScheduledHyperParamSetter>(
       param(), Schedule{{10, 0.3}, {20, 0.4}, {30, 0.5}});
   train({scheduler}, 1, 21, /*starting_epoch=*/20);
+  // tensorpack's test; the second warning is trainpack's (point 30 is after max_epoch).
   EXPECT_EQ(log_.warnings(),
-            std::vector<std::string>{
+            (std::vector<std::string>{
                 "According to scheduler ScheduledHyperParamSetter(schedule=[(10, 0.3), (20, 0.4), "
                 "(30, 0.5)]), parameter 'param' should become 0.3 at the current point (epoch19). "
-                "However its current value is 1. "});
+                "However its current value is 1. ",
+                "[ScheduledHyperParamSetter(schedule=[(10, 0.3), (20, 0.4), (30, 0.5)])] the "
+                "schedule's point 30 is after max_epoch=21, so its value is never set (a point N "
+                "is an epoch, set when epoch N ends); the last value it sets is param = 0.4, at "
+                "the end of epoch 20. Shorten the schedule or raise max_epoch; if the points are "
+                "global steps, pass ScheduledHyperParamSetterOptions().step_based(true)."}));
   EXPECT_EQ(log_.containing("Setting 'param'"),
             std::vector<std::string>{"Setting 'param' to 0.3."});
   EXPECT_EQ(history_, (std::map<int64_t, double>{{0, 0.3}, {1, 0.4}}));
@@ -183,7 +189,9 @@ TEST_F(ScheduledHyperParamSetterTest, testNoWarningStartInTheMiddle) {
   auto scheduler = std::make_shared<ScheduledHyperParamSetter>(
       param(), Schedule{{10, 0.3}, {20, 1.0}, {30, 1.5}});
   train({scheduler}, 1, 22, /*starting_epoch=*/21);
-  EXPECT_TRUE(log_.warnings().empty());
+  // tensorpack's test: no start-up warning. Only trainpack's about point 30, after max_epoch.
+  ASSERT_EQ(log_.warnings().size(), 1u);
+  EXPECT_THAT(log_.warnings()[0], HasSubstr("the schedule's point 30 is after max_epoch=22"));
   EXPECT_EQ(history_, (std::map<int64_t, double>{{0, 1.0}}));
 }
 
@@ -278,6 +286,59 @@ TEST_F(ScheduledHyperParamSetterSchedule, NameIsTensorpacksStr) {
   EXPECT_EQ(
       setter.name(),
       "ScheduledHyperParamSetter(schedule=[(30, 0.01), (60, 0.001), (85, 1.0), (95, 1e-05)])");
+}
+
+// ---- points after max_epoch ----
+
+TEST_F(ScheduledHyperParamSetterSchedule, PointsAfterMaxEpochAreWarnedAboutOnceAtTheStart) {
+  auto setter = std::make_shared<ScheduledHyperParamSetter>(
+      param(), Schedule{{0, 0.5}, {2, 0.25}, {30, 0.125}, {60, 0.0625}});
+  train({setter}, 1, 3);
+  EXPECT_EQ(log_.warnings(),
+            std::vector<std::string>{
+                "[ScheduledHyperParamSetter(schedule=[(0, 0.5), (2, 0.25), (30, 0.125), (60, "
+                "0.0625)])] the schedule's points 30, 60 are after max_epoch=3, so their values "
+                "are never set (a point N is an epoch, set when epoch N ends); the last value it "
+                "sets is param = 0.25, at the end of epoch 2. Shorten the schedule or raise "
+                "max_epoch; if the points are global steps, pass "
+                "ScheduledHyperParamSetterOptions().step_based(true)."});
+  EXPECT_EQ(sets_, (Sets{{0, 0.5}, {2, 0.25}}));
+}
+
+TEST_F(ScheduledHyperParamSetterSchedule, ALinearScheduleAfterMaxEpochNamesTheInterpolatedValue) {
+  auto setter = std::make_shared<ScheduledHyperParamSetter>(
+      param(), Schedule{{0, 1.0}, {8, 0.0}}, ScheduledHyperParamSetterOptions().interp("linear"));
+  train({setter}, 1, 2);
+  EXPECT_EQ(log_.warnings(),
+            std::vector<std::string>{
+                "[ScheduledHyperParamSetter(schedule=[(0, 1.0), (8, 0.0)])] the schedule's point "
+                "8 is after max_epoch=2, so its value is never set (a point N is an epoch, set "
+                "when epoch N ends); the last value it sets is param = 0.75, at the end of epoch 2 "
+                "(interpolated towards point 8). Shorten the schedule or raise max_epoch; if the "
+                "points are global steps, pass "
+                "ScheduledHyperParamSetterOptions().step_based(true)."});
+}
+
+TEST_F(ScheduledHyperParamSetterSchedule, AScheduleEntirelyAfterMaxEpochSetsNothing) {
+  auto setter = std::make_shared<ScheduledHyperParamSetter>(param(), Schedule{{100, 0.5}});
+  train({setter}, 1, 2);
+  ASSERT_EQ(log_.warnings().size(), 1u);
+  EXPECT_THAT(log_.warnings()[0],
+              HasSubstr("the schedule's point 100 is after max_epoch=2, so its value is never set "
+                        "(a point N is an epoch, set when epoch N ends); it sets no value during "
+                        "training."));
+  EXPECT_TRUE(sets_.empty());
+}
+
+// A point at max_epoch is set at the last epoch's end; step-based points are global steps. Neither
+// is warned about.
+TEST_F(ScheduledHyperParamSetterSchedule, APointAtMaxEpochOrAStepPointIsNotWarnedAbout) {
+  auto at_end = std::make_shared<ScheduledHyperParamSetter>(param(), Schedule{{0, 0.5}, {3, 0.25}});
+  auto steps = std::make_shared<ScheduledHyperParamSetter>(
+      param(), Schedule{{0, 0.5}, {100, 0.25}},
+      ScheduledHyperParamSetterOptions().step_based(true));
+  train({at_end, steps}, 2, 3);
+  EXPECT_TRUE(log_.warnings().empty()) << ::testing::PrintToString(log_.warnings());
 }
 
 // ---- the start-up check (docs/tensorpack-differences.md #3) ----

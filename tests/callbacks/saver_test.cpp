@@ -28,12 +28,17 @@
 
 #include "support/errors.h"
 #include "support/files.h"
+#include "support/linear_regression.h"
 #include "support/stat_putter.h"
 #include "support/temp_dir.h"
+#include "trainpack/callbacks/inference.h"
+#include "trainpack/callbacks/inference_runner.h"
 #include "trainpack/callbacks/saver.h"
 #include "trainpack/callbacks/trigger.h"
 #include "trainpack/session_init.h"
 #include "trainpack/testing.h"
+#include "trainpack/train/config.h"
+#include "trainpack/train/single_cost.h"
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/checkpoint.h"
 #include "trainpack/utils/file_names.h"
@@ -592,45 +597,200 @@ TEST_F(SaverTest, MinSaverWithoutModelSaverIsAnError) {
 
 TEST_F(SaverTest, MinSaverWithoutDataDoesNothing) {
   ModelTrainer m;
-  auto min =
-      std::make_shared<MinSaver>("val-error", MinSaverOptions().checkpoint_dir(dir().string()));
+  auto min = std::make_shared<MinSaver>(
+      "val-error", MinSaverOptions().checkpoint_dir(dir().string()).strict(false));
   m.train({min}, 1, 2);  // no stat, no index: returns before reading it
   EXPECT_FALSE(min->best().has_value());
 }
 
-// A misspelt stat: one warning at the first epoch end, listing the stats that exist, and one at
-// the end of training saying that the copy was never written.
-TEST_F(SaverTest, AStatThatNeverComesIsWarnedAboutOnceAndAtTheEnd) {
+// A misspelt stat: strict (the default) stops training at the first epoch end where every
+// validation has run, listing the stats that exist.
+TEST_F(SaverTest, AMisspeltStatStopsTrainingOnceTheValidationHasRun) {
   ModelTrainer m;
   auto min = std::make_shared<MinSaver>(
       "val-mea", MinSaverOptions().checkpoint_dir(dir().string()).fsync(false));
+  const std::string msg = message_of([&] {
+    m.train({stat_putter("val-mae", {{1, 0.5}, {2, 0.25}}), std::make_shared<ModelSaver>(options()),
+             min},
+            2, 3);
+  });
+  EXPECT_EQ(msg,
+            "Callback MinSaver failed in trigger_epoch: MinSaver: 'val-mea' has not been put by "
+            "global_step=2 (epoch 1), though every validation has run (ActionCallback). The stats "
+            "put so far: val-mae. Check the name, and that the callback that puts it comes before "
+            "MinSaver in the callbacks; or, for a stat that comes later, pass "
+            "MinSaverOptions().strict(false) to warn instead");
+  EXPECT_EQ(m.trainer.global_step(), 2);
+  EXPECT_FALSE(fs::exists(prefix("min-val-mea") + ".data"));
+}
+
+// No callback declares itself a validator: the name is checked at the first epoch end.
+TEST_F(SaverTest, WithoutAValidatorTheNameIsCheckedAtTheFirstEpochEnd) {
+  ModelTrainer m;
+  auto putter = std::make_shared<ActionCallback>();  // puts, but is no validator
+  putter->trigger_fn = [](ActionCallback& self) {
+    self.trainer().monitors().put_scalar("cost", 0.5);
+  };
+  auto max = std::make_shared<MaxSaver>(
+      "accuracy", MaxSaverOptions().checkpoint_dir(dir().string()).fsync(false));
+  const std::string msg = message_of([&] {
+    m.train({putter, std::make_shared<ModelSaver>(options()), max}, 2, 3);
+  });
+  EXPECT_EQ(msg,
+            "Callback MaxSaver failed in trigger_epoch: MaxSaver: 'accuracy' has not been put by "
+            "global_step=2 (epoch 1), and no callback validates (none called "
+            "Monitors::add_validator, as InferenceRunner does) to put it later. The stats put so "
+            "far: cost. Check the name, and that the callback that puts it comes before MaxSaver "
+            "in the callbacks; or, for a stat that comes later, pass "
+            "MaxSaverOptions().strict(false) to warn instead");
+}
+
+// With strict(false): one warning when the validation has run, and one at the end of training
+// saying that the copy was never written.
+TEST_F(SaverTest, AStatThatNeverComesIsWarnedAboutOnceAndAtTheEndWithoutStrict) {
+  ModelTrainer m;
+  auto min = std::make_shared<MinSaver>(
+      "val-mea", MinSaverOptions().checkpoint_dir(dir().string()).fsync(false).strict(false));
   LogCapture log;
   m.train({stat_putter("val-mae", {{1, 0.5}, {2, 0.25}, {3, 0.375}}),
            std::make_shared<ModelSaver>(options()), min},
           2, 3);
-  EXPECT_EQ(count_lines(log, "WRN [MinSaver] 'val-mea' has no value yet"), 1);
+  EXPECT_EQ(count_lines(log, "WRN [MinSaver] 'val-mea' has not been put"), 1);
   EXPECT_TRUE(log.contains(
-      "WRN [MinSaver] 'val-mea' has no value yet at global_step=2, so no best copy can be made. "
-      "The stats put so far: val-mae. Fine if its producer has not run yet (a validation every "
-      "few epochs); otherwise check the name, and that its producer comes before MinSaver in the "
-      "callbacks."));
+      "WRN [MinSaver] 'val-mea' has not been put by global_step=2 (epoch 1), though every "
+      "validation has run (ActionCallback). The stats put so far: val-mae. Check the name, and "
+      "that the callback that puts it comes before MinSaver in the callbacks. Training goes on "
+      "(strict(false))."));
   EXPECT_TRUE(log.contains(
       "WRN [MinSaver] 'val-mea' was never put during training: " + prefix("min-val-mea") +
       ".data was not written. The stats that were put: val-mae."));
   EXPECT_FALSE(fs::exists(prefix("min-val-mea") + ".data"));
 }
 
-// A stat put every second epoch: the first epoch end warns once, the end of training does not.
-TEST_F(SaverTest, AStatThatComesLaterIsNotWarnedAboutAtTheEnd) {
+// A stat put every second epoch, strict: the first epoch end, where its validation has not run,
+// says nothing, and neither does the end of training.
+TEST_F(SaverTest, AStatWhoseValidationHasNotRunYetIsNotMissing) {
   ModelTrainer m;
   auto min = std::make_shared<MaxSaver>(
       "val-accuracy", MaxSaverOptions().checkpoint_dir(dir().string()).fsync(false));
   LogCapture log;
   m.train({stat_putter("val-accuracy", {{2, 0.5}}), std::make_shared<ModelSaver>(options()), min},
           2, 2);
-  EXPECT_EQ(count_lines(log, "WRN [MaxSaver] 'val-accuracy' has no value yet at global_step=2"), 1);
+  EXPECT_EQ(count_lines(log, "'val-accuracy' has not been put"), 0);
   EXPECT_EQ(count_lines(log, "was never put during training"), 0);
   EXPECT_EQ(*min->best(), std::make_pair(int64_t{4}, 0.5));
+}
+
+// A validator that never runs (every 5 epochs in a run of 2): the name is never checked, and the
+// end of training says that the copy was not written.
+TEST_F(SaverTest, AValidatorThatNeverRunsLeavesTheNameUncheckedAndWarnsAtTheEnd) {
+  ModelTrainer m;
+  auto min = std::make_shared<MinSaver>(
+      "val-error", MinSaverOptions().checkpoint_dir(dir().string()).fsync(false));
+  LogCapture log;
+  m.train({stat_putter("val-error", {{5, 0.5}}), std::make_shared<ModelSaver>(options()), min}, 2,
+          2);
+  EXPECT_EQ(m.trainer.global_step(), 4);
+  EXPECT_EQ(count_lines(log, "has not been put"), 0);
+  EXPECT_TRUE(log.contains(
+      "WRN [MinSaver] 'val-error' was never put during training: " + prefix("min-val-error") +
+      ".data was not written. The stats that "
+      "were put: none."));
+}
+
+// A real InferenceRunner every second epoch: its stat is not missing at epoch 1, and a misspelt
+// name is caught at epoch 2, after its first round.
+TEST_F(SaverTest, AnInferenceRunnerEveryTwoEpochsIsWaitedForBeforeTheNameIsChecked) {
+  const auto train = [&](const std::string& stat, std::shared_ptr<MinSaver>* min) {
+    const std::string run_dir = (dir() / stat).string();  // each run its own checkpoints
+    SimpleTrainer trainer;
+    trainer.set_handle_signals(false);
+    auto runner = std::make_shared<InferenceRunner>(
+        testing::linear_regression_batches(),
+        std::make_shared<ScalarStats>(std::vector<std::string>{"cost"}),
+        InferenceRunnerOptions().progress_bar(false));
+    *min = std::make_shared<MinSaver>(stat, MinSaverOptions().checkpoint_dir(run_dir).fsync(false));
+    const std::string msg = message_of([&] {
+      launch_train_with_config(
+          TrainConfig()
+              .model(std::make_shared<testing::LinearRegressionModel>())
+              .dataflow(testing::linear_regression_batches())
+              .callbacks({std::make_shared<PeriodicTrigger>(
+                              runner, PeriodicTriggerOptions().every_k_epochs(2)),
+                          std::make_shared<ModelSaver>(options().checkpoint_dir(run_dir)), *min})
+              .extra_callbacks(std::vector<CallbackPtr>{})
+              .monitors(std::vector<MonitorPtr>{})
+              .max_epoch(3),
+          trainer);
+    });
+    return std::make_pair(msg, trainer.global_step());
+  };
+  std::shared_ptr<MinSaver> min;
+  EXPECT_EQ(train("validation_cost", &min),
+            std::make_pair(std::string("<no exception>"), int64_t{9}));
+  ASSERT_TRUE(min->best().has_value());
+  EXPECT_EQ(min->best()->first, 6);  // epoch 2's round, 3 steps per epoch
+  EXPECT_EQ(train("validation_cots", &min),
+            std::make_pair(
+                std::string("Callback MinSaver failed in trigger_epoch: MinSaver: "
+                            "'validation_cots' has not been put by global_step=6 (epoch 2), "
+                            "though every validation has run (InferenceRunner). The stats put "
+                            "so far: validation_cost. Check the name, and that the callback that "
+                            "puts it comes before MinSaver in the callbacks; or, for a stat that "
+                            "comes later, pass MinSaverOptions().strict(false) to warn instead"),
+                int64_t{6}));
+}
+
+// MinSaver copies the checkpoint ModelSaver writes at the same epoch end: placed before it, it is
+// refused at setup, before any step, naming both callbacks (tensorpack fails after epoch 1 with
+// "Do you forget to use ModelSaver?").
+TEST_F(SaverTest, AMinSaverBeforeItsModelSaverIsRefusedAtSetup) {
+  {
+    ModelTrainer m;
+    auto min = std::make_shared<MinSaver>(
+        "val-error", MinSaverOptions().checkpoint_dir(dir().string()).fsync(false));
+    const std::string msg = message_of([&] {
+      m.train({stat_putter("val-error", {{1, 0.5}}), min, std::make_shared<ModelSaver>(options())},
+              2, 1);
+    });
+    EXPECT_EQ(msg,
+              "Callback MinSaver failed in setup_graph: MinSaver comes before ModelSaver in the "
+              "callbacks, but it copies the checkpoint that ModelSaver saves at the same epoch "
+              "end: put MinSaver after ModelSaver, e.g. {InferenceRunner, ModelSaver, MinSaver}");
+    EXPECT_EQ(m.trainer.global_step(), 0);
+  }
+  {
+    // Wrapped, each: the names are the list's.
+    ModelTrainer m;
+    auto max = std::make_shared<MaxSaver>(
+        "val-accuracy", MaxSaverOptions().checkpoint_dir(dir().string()).fsync(false));
+    const std::string msg = message_of([&] {
+      m.train({std::make_shared<PeriodicTrigger>(max, PeriodicTriggerOptions().every_k_epochs(2)),
+               std::make_shared<PeriodicTrigger>(std::make_shared<ModelSaver>(options()),
+                                                 PeriodicTriggerOptions().every_k_epochs(2))},
+              2, 1);
+    });
+    EXPECT_NE(
+        msg.find(": PeriodicTrigger-MaxSaver comes before PeriodicTrigger-ModelSaver in "
+                 "the callbacks, but it copies the checkpoint that PeriodicTrigger-ModelSaver "
+                 "saves at the same epoch end: put PeriodicTrigger-MaxSaver after "
+                 "PeriodicTrigger-ModelSaver, e.g. {InferenceRunner, ModelSaver, MaxSaver}"),
+        std::string::npos)
+        << msg;
+  }
+}
+
+// Only a ModelSaver of MinSaver's directory counts: one of another directory after it, with one
+// of its own directory before it, is fine.
+TEST_F(SaverTest, AModelSaverOfAnotherDirectoryAfterMinSaverIsNotItsOwn) {
+  ModelTrainer m;
+  const fs::path other = dir() / "other";
+  auto min = std::make_shared<MinSaver>(
+      "val-error", MinSaverOptions().checkpoint_dir(dir().string()).fsync(false));
+  m.train({stat_putter("val-error", {{1, 0.5}}), std::make_shared<ModelSaver>(options()), min,
+           std::make_shared<ModelSaver>(options().checkpoint_dir(other.string()))},
+          2, 1);
+  EXPECT_EQ(*min->best(), std::make_pair(int64_t{2}, 0.5));
 }
 
 TEST_F(SaverTest, MinSaverStateRoundTrips) {
@@ -718,8 +878,9 @@ TEST_F(SaverTest, ACopyTheCheckpointOwesIsMadeAtTheNextStart) {
 // The owed copy's checkpoint is gone: the run says the copy cannot be made, and goes on.
 TEST_F(SaverTest, AnOwedCopyWhoseCheckpointIsGoneIsNamed) {
   ModelTrainer m;
-  auto owed =
-      std::make_shared<MinSaver>("val-error", MinSaverOptions().checkpoint_dir(dir().string()));
+  // No stat is put in this run (strict(false): no error for that).
+  auto owed = std::make_shared<MinSaver>(
+      "val-error", MinSaverOptions().checkpoint_dir(dir().string()).strict(false));
   owed->load_state({{"best_step", at::scalar_tensor(2, at::kLong)},
                     {"best_value", at::scalar_tensor(0.5, at::kDouble)},
                     {"pending_step", at::scalar_tensor(4, at::kLong)},

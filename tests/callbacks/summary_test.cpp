@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <torch/optim/sgd.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -24,6 +25,7 @@
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/graph.h"
 #include "trainpack/callbacks/json_writer.h"
+#include "trainpack/callbacks/param.h"
 #include "trainpack/callbacks/tf_event_writer.h"
 #include "trainpack/testing.h"
 #include "trainpack/train/defaults.h"
@@ -662,6 +664,143 @@ TEST_F(SummaryFilesTest, TheMovingCostLandsInStatsJsonAndTheEventFileAsCost) {
     }
   }
   EXPECT_EQ(seen, (std::vector<std::string>{"1:img/image", "1:cost", "2:img/image", "2:cost"}));
+}
+
+// ---- LearningRateSummary ----
+
+// A NoOpTrainer with SGD optimizers registered as SingleCostTrainer registers its own: "" with one
+// group per rate in `rates`, and "learning_rate" bound to it (group 0 read, every group set).
+struct RateTrainer {
+  std::vector<at::Tensor> params;
+  std::vector<std::unique_ptr<torch::optim::SGD>> optimizers;
+  NoOpTrainer trainer;
+
+  explicit RateTrainer(const std::vector<double>& rates) {
+    trainer.set_handle_signals(false);
+    torch::optim::SGD* opt = add_optimizer("", rates);
+    trainer.graph().add_variable(
+        "learning_rate", [opt] { return opt->param_groups().front().options().get_lr(); },
+        [opt](double lr) {
+          for (auto& group : opt->param_groups()) group.options().set_lr(lr);
+        });
+  }
+  torch::optim::SGD* add_optimizer(const std::string& name, const std::vector<double>& rates) {
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    for (double rate : rates) {
+      params.push_back(torch::zeros({1}, torch::requires_grad()));
+      groups.emplace_back(std::vector<at::Tensor>{params.back()},
+                          std::make_unique<torch::optim::SGDOptions>(rate));
+    }
+    optimizers.push_back(
+        std::make_unique<torch::optim::SGD>(groups, torch::optim::SGDOptions(rates.front())));
+    trainer.graph().add_optimizer(name, optimizers.back().get());
+    return optimizers.back().get();
+  }
+  const Monitors::History& history(const std::string& name) const {
+    return trainer.monitors().get_history(name);
+  }
+};
+
+// The rate each epoch trained with, at its end, whether the summary runs before or after the
+// setter that changes it there.
+TEST(LearningRateSummary, PutsTheRateEachEpochTrainedWithWhateverTheOrder) {
+  for (const bool summary_first : {true, false}) {
+    SCOPED_TRACE(summary_first ? "summary first" : "setter first");
+    RateTrainer t({0.5});
+    auto summary = std::make_shared<LearningRateSummary>();
+    auto setter = std::make_shared<ScheduledHyperParamSetter>(
+        "learning_rate", ScheduledHyperParamSetter::Schedule{{1, 0.125}, {3, 0.0625}});
+    t.trainer.train(summary_first ? std::vector<CallbackPtr>{summary, setter}
+                                  : std::vector<CallbackPtr>{setter, summary},
+                    {}, 2, 1, 4);
+    EXPECT_EQ(summary->names(), std::vector<std::string>{"learning_rate"});
+    EXPECT_EQ(t.history("learning_rate"),
+              (Monitors::History{{2, 0.5}, {4, 0.125}, {6, 0.125}, {8, 0.0625}}));
+  }
+}
+
+// every_step: after every step, the rate that step ran with (a step-based linear schedule changes
+// it in trigger_step); nothing at the epoch ends.
+TEST(LearningRateSummary, EveryStepPutsTheRateOfEachStep) {
+  RateTrainer t({0.125});
+  auto summary =
+      std::make_shared<LearningRateSummary>(LearningRateSummaryOptions().every_step(true));
+  auto setter = std::make_shared<ScheduledHyperParamSetter>(
+      "learning_rate", ScheduledHyperParamSetter::Schedule{{2, 0.25}, {6, 0.75}},
+      ScheduledHyperParamSetterOptions().interp("linear").step_based(true));
+  t.trainer.train({setter, summary}, {}, 4, 1, 2);
+  EXPECT_EQ(t.history("learning_rate"), (Monitors::History{{1, 0.125},
+                                                           {2, 0.125},
+                                                           {3, 0.25},
+                                                           {4, 0.375},
+                                                           {5, 0.5},
+                                                           {6, 0.625},
+                                                           {7, 0.75},
+                                                           {8, 0.75}}));
+}
+
+TEST(LearningRateSummary, NamesEveryGroupOfEveryOptimizer) {
+  RateTrainer t({0.5, 0.25});
+  t.add_optimizer("gen", {0.125});
+  t.add_optimizer("discrim", {0.0625, 0.03125});
+  auto summary = std::make_shared<LearningRateSummary>();
+  t.trainer.train({summary}, {}, 1, 1, 1);
+  EXPECT_EQ(summary->names(),
+            (std::vector<std::string>{"learning_rate", "learning_rate/group1", "learning_rate/gen",
+                                      "learning_rate/discrim", "learning_rate/discrim/group1"}));
+  EXPECT_EQ(t.history("learning_rate"), (Monitors::History{{1, 0.5}}));
+  EXPECT_EQ(t.history("learning_rate/group1"), (Monitors::History{{1, 0.25}}));
+  EXPECT_EQ(t.history("learning_rate/gen"), (Monitors::History{{1, 0.125}}));
+  EXPECT_EQ(t.history("learning_rate/discrim"), (Monitors::History{{1, 0.0625}}));
+  EXPECT_EQ(t.history("learning_rate/discrim/group1"), (Monitors::History{{1, 0.03125}}));
+}
+
+// A group added during training is named and put from the next put on.
+TEST(LearningRateSummary, AGroupAddedDuringTrainingIsPutToo) {
+  RateTrainer t({0.5});
+  auto adder = std::make_shared<testing::ActionCallback>();
+  adder->before_epoch_fn = [&t](testing::ActionCallback& self) {
+    if (self.epoch_num() != 2) return;
+    t.params.push_back(torch::zeros({1}, torch::requires_grad()));
+    t.optimizers.front()->add_param_group(torch::optim::OptimizerParamGroup(
+        {t.params.back()}, std::make_unique<torch::optim::SGDOptions>(0.25)));
+  };
+  auto summary = std::make_shared<LearningRateSummary>();
+  t.trainer.train({adder, summary}, {}, 1, 1, 2);
+  EXPECT_EQ(summary->names(), (std::vector<std::string>{"learning_rate", "learning_rate/group1"}));
+  EXPECT_EQ(t.history("learning_rate"), (Monitors::History{{1, 0.5}, {2, 0.5}}));
+  EXPECT_EQ(t.history("learning_rate/group1"), (Monitors::History{{2, 0.25}}));
+}
+
+TEST(LearningRateSummary, WithoutAnOptimizerSetupFails) {
+  NoOpTrainer trainer;
+  trainer.set_handle_signals(false);
+  EXPECT_EQ(
+      message_of([&] { trainer.train({std::make_shared<LearningRateSummary>()}, {}, 1, 1, 1); }),
+      "Callback LearningRateSummary failed in setup_graph: LearningRateSummary: the trainer "
+      "has no optimizer (graph().optimizers() is empty); register yours with "
+      "graph().add_optimizer(name, optimizer), as SingleCostTrainer does");
+}
+
+// Options without get_lr (a custom optimizer's): refused at setup, naming the group.
+TEST(LearningRateSummary, AGroupWithoutALearningRateFailsSetup) {
+  struct NoRateOptions : torch::optim::OptimizerCloneableOptions<NoRateOptions> {};
+  class NoRateOptimizer : public torch::optim::Optimizer {
+   public:
+    explicit NoRateOptimizer(std::vector<at::Tensor> params)
+        : Optimizer(std::move(params), std::make_unique<NoRateOptions>()) {}
+    at::Tensor step(LossClosure /*closure*/) override { return {}; }
+  };
+  NoOpTrainer trainer;
+  trainer.set_handle_signals(false);
+  NoRateOptimizer opt({torch::zeros({1}, torch::requires_grad())});
+  trainer.graph().add_optimizer("custom", &opt);
+  EXPECT_EQ(
+      message_of([&] { trainer.train({std::make_shared<LearningRateSummary>()}, {}, 1, 1, 1); }),
+      "Callback LearningRateSummary failed in setup_graph: LearningRateSummary: parameter "
+      "group 0 of the optimizer 'custom' has no learning rate (its options do not "
+      "implement OptimizerOptions::get_lr); register an optimizer whose options do, or "
+      "leave LearningRateSummary out");
 }
 
 }  // namespace summary_test

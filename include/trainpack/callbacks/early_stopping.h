@@ -22,6 +22,9 @@ struct EarlyStoppingOptions {
   // Stop at once on a NaN or infinite value (Lightning's check_finite). Off: such a value is
   // just not an improvement.
   TORCH_ARG(bool, check_finite) = true;
+  // A stat name that has no value once every validation has run is an error that stops training
+  // (Lightning's strict); false: one warning instead. See "no value" below.
+  TORCH_ARG(bool, strict) = true;
 };
 
 // Stops training (throws StopTraining) when the stat `monitor_stat` has not improved for
@@ -36,8 +39,21 @@ struct EarlyStoppingOptions {
 // reads the stat put in the same round) and after ModelSaver (so that the last epoch is saved
 // before training stops). A check takes the last (global_step, value) of
 // `trainer().monitors().get_history(monitor_stat)`:
-//   - no value at all: WRN `[EarlyStopping] No history data available for key '<stat>'.`, nothing
-//     counted (as StatMonitorParamSetter warns);
+//   - no value at all: nothing counted. The name is checked at the first such check once every
+//     validation has run, that is when every validator declared to the monitors
+//     (Monitors::add_validator: every InferenceRunner, wrapped or not, and callbacks of your own
+//     that declare themselves) has put its statistics at least once in this run
+//     (Monitors::validators_have_run); with no validator, at the first check. Before that the
+//     stat's validation has not run yet (a runner every few epochs, or after EarlyStopping in the
+//     list), and nothing is said. At the check, with strict (the default), std::runtime_error,
+//     which stops training (not a StopTraining: the run fails):
+//       EarlyStopping: 'val-eror' has not been put by global_step=2 (epoch 1), though every
+//       validation has run (InferenceRunner). The stats put so far: cost, val-error. Check the
+//       name, and that the callback that puts it comes before EarlyStopping in the callbacks; or,
+//       for a stat that comes later, pass EarlyStoppingOptions().strict(false) to warn instead
+//     (without validators: `..., and no callback validates (none called Monitors::add_validator,
+//     as InferenceRunner does) to put it later.`); with strict(false), one WRN `[EarlyStopping]
+//     '<stat>' has not been put by ... Training goes on (strict(false)).`, never repeated;
 //   - the same global_step as the value the previous check took (the producer did not run since,
 //     e.g. it runs every 2 epochs): nothing counted, silently: patience counts checks that saw a
 //     new value, as Lightning counts validation runs;
@@ -69,9 +85,9 @@ struct EarlyStoppingOptions {
 // negative or non-finite min_delta, and a mode other than "min" or "max", naming the option.
 //
 // Differences from tensorpack: an addition (tensorpack has no EarlyStopping). From Lightning's:
-// checked at trigger (an epoch end) instead of at a validation end; no stopping_threshold,
-// divergence_threshold or strict (a missing stat is a warning, never an error); the best epoch is
-// in the message and the checkpoint.
+// checked at trigger (an epoch end) instead of at a validation end; no stopping_threshold or
+// divergence_threshold; strict checks the name once every validator has run (Lightning checks it
+// at every validation end); the best epoch is in the message and the checkpoint.
 class EarlyStopping : public Callback {
  public:
   explicit EarlyStopping(std::string monitor_stat, EarlyStoppingOptions options = {});
@@ -103,6 +119,8 @@ class EarlyStopping : public Callback {
   Counters counters() const { return {best_, best_epoch_, best_step_, wait_, last_step_}; }
   Counters take(Counters c, int64_t step, double value, int64_t epoch) const;
   bool improves(double value, double best) const;
+  // Throws (strict) or warns once when the stat has no value though every validation has run.
+  void check_missing_stat();
   std::string best_text(const Counters& c) const;
 
   std::string stat_;
@@ -113,6 +131,7 @@ class EarlyStopping : public Callback {
   int64_t best_step_ = -1;
   int64_t wait_ = 0;
   int64_t last_step_ = -1;
+  bool warned_missing_ = false;  // check_missing_stat has warned
 };
 
 }  // namespace trainpack

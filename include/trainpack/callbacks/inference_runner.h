@@ -24,7 +24,9 @@
 //     (the dataflow's size; all of its pass when the size is unknown, with a warning at
 //     before_train), each checked against the input signature, run through the tower
 //     (`ctx.is_training()` is false), and each inferencer's on_fetches with its outputs;
-//   - every inferencer's after_inference; each statistic is put with Monitors::put_scalar.
+//   - every inferencer's after_inference; each statistic is put with Monitors::put_scalar; then
+//     Monitors::validation_done (the runner declares itself a validator at setup_graph, so that
+//     MinSaver and EarlyStopping take a stat name as misspelt only once every runner has run).
 // A progress bar (tqdm's line, on stderr) shows the round unless disabled.
 //
 // Errors: an exception while reading or running a batch of a round (the dataflow, the signature
@@ -34,9 +36,16 @@
 // not a TowerTrainer, an output no tower produced (at before_train, listing those that exist), a
 // batch that does not match the signature, a dataflow whose pass ends
 // before `size()` batches (logged as tensorpack's ERROR line, then std::runtime_error), null
-// arguments. An empty input is std::runtime_error naming the runner and the dataflow: a size() of 0
-// at before_train, a pass that yields no batch at a round (tensorpack would put statistics of zero
-// samples; the inferencers refuse those too, see callbacks/inference.h).
+// arguments. An empty input is std::runtime_error naming the runner and the dataflow (its
+// describe(): "BatchData(batch_size=64) over DataFromList (10 datapoints)") and the usual cause, a
+// batch larger than the set without BatchData's remainder: a size() of 0 at before_train, a pass
+// that yields no batch at a round (tensorpack would put statistics of zero samples; the
+// inferencers refuse those too, see callbacks/inference.h):
+//   InferenceRunner: the input BatchData(batch_size=64) over DataFromList (10 datapoints) is empty
+//   (its size() is 0): there is nothing to validate on. A batch larger than the validation set
+//   yields no batch unless BatchData keeps the short last one: use a smaller batch, or
+//   BatchData(ds, batch_size, /*remainder=*/true); otherwise, is the validation set empty, or
+//   limited to 0 samples? Give it a dataflow that yields at least one batch
 //
 // chief_only: true (tensorpack's meaning: its results are the chief's).
 //

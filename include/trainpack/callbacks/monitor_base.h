@@ -30,11 +30,15 @@
 //   recorded right after the monitors' process_scalar, at the same moment.
 // - get_latest on a name without data throws std::out_of_range (tensorpack: KeyError) with the
 //   same message; get_history of an unknown name is empty, as tensorpack's defaultdict gives.
+// - The validation rounds (add_validator, validation_done, validators_have_run) are an addition:
+//   they let the callbacks that read a stat by name tell a stat whose validation has not run yet
+//   from a misspelt one.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -129,13 +133,45 @@ class Monitors : public Callback {
   // Every name that has a history, sorted (the training console lists them).
   std::vector<std::string> names() const;
 
+  // Validation rounds. A callback that validates (InferenceRunner and DataParallelInferenceRunner
+  // do it themselves; a callback of your own that puts statistics at some epoch ends only should
+  // too) declares itself at its setup_graph with add_validator(*this), and calls
+  // validation_done(*this) after putting the statistics of each round:
+  //
+  //   void _setup_graph() override { trainer().monitors().add_validator(*this); }
+  //   void _trigger() override {
+  //     trainer().monitors().put_scalar("val-bleu", bleu());
+  //     trainer().monitors().validation_done(*this);
+  //   }
+  //
+  // The callbacks that read a stat by name (MinSaver/MaxSaver, EarlyStopping) take a name that
+  // has no value once every validator has validated as misspelt (validators_have_run), and a
+  // name with no value before that as a stat whose validation has not run yet. A callback is
+  // identified by its address; adding one twice adds it once. validation_done of a callback that
+  // was not added is std::invalid_argument naming it and add_validator.
+  void add_validator(const Callback& validator);
+  void validation_done(const Callback& validator);
+  // Whether every validator added has called validation_done at least once (true when none was
+  // added).
+  bool validators_have_run() const;
+  // The names of the validators added, in the order they were added.
+  std::vector<std::string> validator_names() const;
+
   const std::vector<MonitorPtr>& monitors() const { return monitors_; }
 
  private:
   void record(const std::string& name, double value);
   int64_t current_step() const { return is_set_up() ? global_step() : 0; }
 
+  // A validator added with add_validator, and whether it has validated yet.
+  struct Validator {
+    const Callback* callback;
+    std::string name;
+    bool done;
+  };
+
   std::vector<MonitorPtr> monitors_;
+  std::vector<Validator> validators_;
   std::map<std::string, History, std::less<>> history_;
   // The history put to last (history_.end(): none); map iterators stay valid as names are added.
   std::map<std::string, History, std::less<>>::iterator last_recorded_;
@@ -158,6 +194,16 @@ bool encode_image_value(const char* who, const at::Tensor& nhwc_uint8, int64_t k
 // put_summary's tag normalisation for scalars: removes every `tower[0-9]+/`, then one trailing
 // `-summary`.
 std::string normalize_summary_tag(const std::string& tag);
+// The check that MinSaver/MaxSaver and EarlyStopping make of the name of the stat they read, at
+// a trigger at `global_step` of epoch `epoch`: nullopt while `stat` has a value, or while some
+// validator has not validated yet (Monitors::validators_have_run); otherwise what is wrong, for
+// the caller to add what to do:
+//   'val-eror' has not been put by global_step=6 (epoch 3), though every validation has run
+//   (InferenceRunner). The stats put so far: cost, val-error.
+// (without validators: `..., and no callback validates (none called Monitors::add_validator,
+// as InferenceRunner does) to put it later.`; `none` when no stat was put).
+std::optional<std::string> missing_stat_problem(const Monitors& monitors, const std::string& stat,
+                                                int64_t global_step, int64_t epoch);
 }  // namespace detail
 
 }  // namespace trainpack

@@ -328,6 +328,19 @@ struct ScheduledHyperParamSetterOptions {
 // and then sets it (set_at_beginning, logging `Setting 'learning_rate' to 0.01.`) or warns to
 // check the initialization.
 //
+// Also at before_train, once per run: an epoch-based schedule (not step_based) whose points lie
+// after the trainer's max_epoch, which are never set, is warned about, naming them, max_epoch and
+// the last value the schedule does set:
+//   [ScheduledHyperParamSetter(schedule=[(0, 0.1), (150, 0.01)])] the schedule's point 150 is
+//   after max_epoch=100, so its value is never set (a point N is an epoch, set when epoch N
+//   ends); the last value it sets is learning_rate = 0.1, at the start. Shorten the schedule or
+//   raise max_epoch; if the points are global steps, pass
+//   ScheduledHyperParamSetterOptions().step_based(true).
+// With interp "linear" the last value is the one interpolated at max_epoch (`..., at the end of
+// epoch 100 (interpolated towards point 150)`); with no point up to max_epoch, `it sets no value
+// during training`. A point equal to max_epoch is set at the last epoch's end and is not warned
+// about (a run resumed with a larger max_epoch trains with it).
+//
 // State (checkpoints): HyperParamSetter's (the schedule itself is configuration), saved under
 // `ScheduledHyperParamSetter(<param>)` (state_key), not under name(), which lists the schedule: a
 // run resumed at epoch N neither logs nor sets the value of point N-1 again, and logs the next
@@ -341,7 +354,8 @@ struct ScheduledHyperParamSetterOptions {
 // (tensorpack sorts it and keeps the first of equal points; here an unsorted schedule is an error,
 // since it is almost always a typo); a scheduled 0.0 counts in the start-up check (tensorpack
 // ignores it; docs/tensorpack-differences.md #3); the start-up warning of a step-based schedule
-// names the step (`step 150`; tensorpack prints the bare word `step`).
+// names the step (`step 150`; tensorpack prints the bare word `step`); points after max_epoch are
+// warned about (tensorpack never sets them, silently).
 class ScheduledHyperParamSetter : public HyperParamSetter {
  public:
   using Schedule = std::vector<std::pair<int64_t, double>>;
@@ -371,6 +385,8 @@ class ScheduledHyperParamSetter : public HyperParamSetter {
  private:
   int64_t current_point() const;
   void check_value_at_beginning(bool resumed);
+  // The before_train warning about epoch points after max_epoch (see the class comment).
+  void warn_points_after_max_epoch() const;
 
   Schedule schedule_;
   ScheduledHyperParamSetterOptions options_;

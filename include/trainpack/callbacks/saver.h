@@ -218,6 +218,9 @@ struct MinSaverOptions {
   TORCH_ARG(std::optional<std::string>, checkpoint_dir);
   // fsync the copy and the directory.
   TORCH_ARG(bool, fsync) = true;
+  // A stat name that has no value once every validation has run is an error that stops training
+  // (Lightning's strict=True); false: one warning instead (see "A stat that never comes" below).
+  TORCH_ARG(bool, strict) = true;
 };
 
 // Keeps a copy of the checkpoint taken when `monitor_stat` reached a new minimum (MaxSaver: a new
@@ -229,7 +232,14 @@ struct MinSaverOptions {
 //   // -> <logger dir>/min-val-error-top1.data
 //
 // Needs a ModelSaver writing to the same directory earlier in the callback list, and the
-// producer of the stat earlier still: both must have run at the same step.
+// producer of the stat earlier still: both must have run at the same step. setup_graph checks
+// the first: when the trainer's callbacks (wrapped ones included) hold ModelSavers writing to
+// this directory and every one of them comes after this MinSaver, it throws
+// std::invalid_argument("MinSaver comes before ModelSaver in the callbacks, but it copies the
+// checkpoint that ModelSaver saves at the same epoch end: put MinSaver after ModelSaver, e.g.
+// {InferenceRunner, ModelSaver, MinSaver}") naming the two callbacks as the list names them
+// (`PeriodicTrigger-MinSaver` for a wrapped one), before training starts; with that order
+// tensorpack fails after the first epoch with "Do you forget to use ModelSaver?".
 // When: trigger (every epoch end by default). It takes the last (global_step, value) that
 // `trainer().monitors().get_history(monitor_stat)` holds (returning at once if there is none,
 // or if the value is NaN); when the value is strictly lower (higher for MaxSaver) than the best
@@ -261,12 +271,25 @@ struct MinSaverOptions {
 //   no better value comes (and recorded as pending in the checkpoints meanwhile, so a resume
 //   retries it too); until it succeeds the failure stands, and the run ends with
 //   WriteFailedError, not a success.
-// A stat that never comes (a misspelt name, a producer after MinSaver in the list): at the first
-// trigger that finds no value, one WARN `[MinSaver] '<stat>' has no value yet at global_step=<n>,
-// so no best copy can be made. The stats put so far: <names>. ...`, and at after_train, if it
-// never had one, WARN `[MinSaver] '<stat>' was never put during training: <copy> was not
-// written. The stats that were put: <names>.` (a stat that a runner puts only every few epochs
-// gets the first line once and nothing at the end).
+// A stat that never comes (a misspelt name, a producer after MinSaver in the list): the name is
+// checked at the first trigger that finds no value for it once every validation has run, that is
+// when every validator declared to the monitors (Monitors::add_validator: every InferenceRunner,
+// wrapped or not, and callbacks of your own that declare themselves) has put its statistics at
+// least once in this run (Monitors::validators_have_run); with no validator, at the first
+// trigger. Before that, a stat without a value is one whose validation has not run yet (a runner
+// every few epochs, a runner after MinSaver in the list), and nothing is said. At the check,
+// with strict (the default) MinSaver throws std::runtime_error, which stops training:
+//   MinSaver: 'val-eror' has not been put by global_step=2 (epoch 1), though every validation has
+//   run (InferenceRunner). The stats put so far: cost, val-error. Check the name, and that the
+//   callback that puts it comes before MinSaver in the callbacks; or, for a stat that comes
+//   later, pass MinSaverOptions().strict(false) to warn instead
+// (without validators: `..., and no callback validates (none called Monitors::add_validator, as
+// InferenceRunner does) to put it later.`); with strict(false), one WARN `[MinSaver] '<stat>' has
+// not been put by ... Check the name, and that the callback that puts it comes before MinSaver
+// in the callbacks. Training goes on (strict(false)).` and, at after_train, if it never had a
+// value, WARN `[MinSaver] '<stat>' was never put during training: <copy> was not written. The
+// stats that were put: <names>.`, also when the check never came (a validator that never ran;
+// not after the strict error).
 // Errors: when the checkpoint of the stat's step is missing because ModelSaver's save of that
 // step failed (the trainer recorded it), ERR `[MinSaver] New minimum '<stat>'=<value> found at
 // global_step=<step>, but its checkpoint could not be saved (<error>), so it was not copied to
@@ -288,7 +311,10 @@ struct MinSaverOptions {
 // - the copy is `min-<stat>.data` with '/' and control characters of the stat replaced
 //   by '_' (and a leading '.' of the stat too);
 // - the best is part of the checkpoint (state()), so a resumed run keeps it; a NaN value is never
-//   a new best.
+//   a new best;
+// - a stat name that never comes is an error (strict) or a warning, and a MinSaver placed before
+//   its ModelSaver is an error at setup (tensorpack says nothing of the first, and fails after the
+//   first epoch on the second).
 class MinSaver : public Callback {
  public:
   explicit MinSaver(std::string monitor_stat, MinSaverOptions options = {});
@@ -311,8 +337,10 @@ class MinSaver : public Callback {
   void _after_train() override;
 
  private:
-  // Warns, once, that the stat has no value at this trigger, listing the stats that have one.
-  void warn_missing_stat();
+  // Throws (strict) or warns once when the stat has no value though every validation has run.
+  void check_missing_stat();
+  // The setup_graph check that this MinSaver comes after a ModelSaver of its directory.
+  void check_after_model_saver() const;
   // Copies the latest checkpoint if it was taken at `step`; true when it did.
   bool save(int64_t step, double value);
   // Copies `model-<step>` to the best copy; on failure logs and reports it and returns false.
@@ -333,7 +361,9 @@ class MinSaver : public Callback {
   // before making it. Compared against as the best; retried until made.
   std::optional<std::pair<int64_t, double>> unsaved_;
   std::optional<int64_t> last_trigger_step_;
-  bool warned_missing_ = false;  // warn_missing_stat has warned
+  bool found_no_value_ = false;  // a trigger found no value for the stat
+  bool warned_missing_ = false;  // check_missing_stat has warned
+  bool failed_missing_ = false;  // check_missing_stat has thrown (strict)
 };
 
 struct MaxSaverOptions {
@@ -341,6 +371,8 @@ struct MaxSaverOptions {
   TORCH_ARG(std::optional<std::string>, filename);
   TORCH_ARG(std::optional<std::string>, checkpoint_dir);
   TORCH_ARG(bool, fsync) = true;
+  // As MinSaverOptions::strict.
+  TORCH_ARG(bool, strict) = true;
 };
 
 // MinSaver for a stat to maximise (tensorpack's `MaxSaver(monitor_stat)` = `MinSaver(stat,

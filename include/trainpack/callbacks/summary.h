@@ -7,6 +7,7 @@
 //                          `period` steps) and puts them to the monitors (`cost-summary` ->
 //                          monitor scalar `cost`)
 //   SimpleMovingAverage    the mean of named scalars over the last `window_size` hooked runs
+//   LearningRateSummary    the optimizers' learning rates, every epoch end (or every step)
 //
 // MovingAverageSummary and MergeAllSummaries are in DEFAULT_CALLBACKS(), in tensorpack's order
 // (MovingAverageSummary, ProgressBar, MergeAllSummaries, RunUpdateOps): both act in the same
@@ -268,6 +269,70 @@ class SimpleMovingAverage : public Callback {
   int64_t window_;
   std::vector<double> ring_;  // window_ rows of names().size() values
   int64_t rows_ = 0;          // rows appended so far (held: min(rows_, window_))
+};
+
+struct LearningRateSummaryOptions {
+  // Put the rates after every step (in trigger_step) instead of at every trigger() (by default
+  // every epoch end).
+  TORCH_ARG(bool, every_step) = false;
+};
+
+// Puts the learning rate of every parameter group of the trainer's optimizers to the monitors, so
+// that it is in stats.json, the event file and the epoch-end printout (PyTorch Lightning's
+// LearningRateMonitor; a tensorpack model adds a summary of its own).
+//
+//   callbacks.push_back(std::make_shared<LearningRateSummary>());  // every epoch end
+//   callbacks.push_back(std::make_shared<LearningRateSummary>(
+//       LearningRateSummaryOptions().every_step(true)));  // after every step
+//
+// Names, one per parameter group, for the optimizers of graph().optimizers() in order:
+// `learning_rate` for group 0 of the optimizer registered as "" (SingleCostTrainer's), and
+// `learning_rate/group<k>` for its group k >= 1; for an optimizer registered under a name (a
+// GAN's "gen"): `learning_rate/gen` and `learning_rate/gen/group<k>`. Group 0 of "" is what the
+// Graph variable "learning_rate" reads (the setters set every group).
+// What: the rate each group's options hold (OptimizerOptions::get_lr), read in before_run: the
+// value the step ran with, whatever the order of this callback and the hyperparameter setters
+// (which change the rate between steps).
+// When: trigger() (every epoch end by default; wrap it in PeriodicTrigger for another period)
+// puts the rates the last step before it ran with (the rates of now when no step ran since the
+// last put); with every_step, trigger_step puts the rates of the step that just ran, at the
+// incremented global_step, and trigger() puts nothing. Under the epoch schedule
+// {(1, 0.1), (3, 0.01)} with the rate constructed as 0.5, epochs 1 to 4 put 0.5, 0.1, 0.1 and 0.01
+// (docs/schedules.md).
+// Cost: before_run copies one double per group into a vector sized at setup; a put per group.
+// Errors: std::invalid_argument at setup_graph (naming LearningRateSummary) when the trainer has
+// no optimizer, and when a group's options have no learning rate (a custom OptimizerOptions that
+// does not implement get_lr), naming the optimizer and the group. chief_only: true (the
+// monitors are the chief's).
+//
+// Differences from tensorpack: an addition. From Lightning's LearningRateMonitor: every_step
+// instead of logging_interval; no log_momentum; the names above instead of `lr-SGD/pg1`.
+class LearningRateSummary : public Callback {
+ public:
+  explicit LearningRateSummary(LearningRateSummaryOptions options = {});
+
+  // The names it puts, one per parameter group, in order (set at setup_graph, and again when the
+  // optimizers' groups change).
+  const std::vector<std::string>& names() const { return names_; }
+
+ protected:
+  void _setup_graph() override;
+  RunArgs _before_run(const StepContext& ctx) override;
+  void _trigger_step() override;
+  void _trigger() override;
+
+ private:
+  // Names every group (and checks that its options have a rate): names_, group_counts_, rates_.
+  void name_groups();
+  // Reads every group's rate into rates_ (renaming the groups first if they changed).
+  void read_rates();
+  void put_rates();
+
+  LearningRateSummaryOptions options_;
+  std::vector<std::string> names_;
+  std::vector<size_t> group_counts_;  // per optimizer, its groups when named
+  std::vector<double> rates_;
+  bool has_rates_ = false;  // rates_ were read since the last put
 };
 
 }  // namespace trainpack
