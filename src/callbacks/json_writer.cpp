@@ -215,7 +215,7 @@ void warn_truncated(const std::string& path, const ParsedStats& p) {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 // How long the writer's thread lets entries gather before it writes them (unless an epoch end,
 // a flush or the end of training calls it sooner): one write then carries many entries, and the
@@ -292,14 +292,14 @@ struct JSONWriter::Background {
   bool tail_open = false;         // text's closing `]` is removed: entries are being added
   bool entry_open = false;        // an entry's `{` is in text
   bool first_in_entry = true;
-  bool unpublished = false;         // text holds entries that stats.json lacks
-  bool sync_requested = false;      // an epoch end (or the end) asked for a sync
-  bool unsynced = false;            // stats.json was replaced by a version not synced to the disk
-  bool last_failed = false;         // the last write failed: stats.json may lack entries
-  bool has_synced_copy = false;     // synced_path names the last version synced to the disk
-  Clock::time_point pending_since;  // when text got its first entry that stats.json lacks
-  Clock::time_point last_end;       // when the last write ended
-  Clock::duration last_cost{0};     // how long it took
+  bool unpublished = false;      // text holds entries that stats.json lacks
+  bool sync_requested = false;   // an epoch end (or the end) asked for a sync
+  bool unsynced = false;         // stats.json was replaced by a version not synced to the disk
+  bool last_failed = false;      // the last write failed: stats.json may lack entries
+  bool has_synced_copy = false;  // synced_path names the last version synced to the disk
+  SteadyClock::time_point pending_since;  // when text got its first entry that stats.json lacks
+  SteadyClock::time_point last_end;       // when the last write ended
+  SteadyClock::duration last_cost{0};     // how long it took
   std::vector<std::string> batch_failures;
 
   // Call with mu held: something the writer must not wait for.
@@ -310,8 +310,8 @@ struct JSONWriter::Background {
   bool has_pending() const { return unpublished || (sync_requested && (unsynced || last_failed)); }
   // When the owed write is due: after the gathering time (a sync does not wait for it), and not
   // before the rest that the previous write earned.
-  Clock::time_point due() const {
-    Clock::time_point t = last_end + kRestFactor * last_cost;
+  SteadyClock::time_point due() const {
+    SteadyClock::time_point t = last_end + kRestFactor * last_cost;
     if (!sync_requested) t = std::max(t, pending_since + kGather);
     return t;
   }
@@ -398,7 +398,7 @@ void JSONWriter::Background::process() {
         text += '}';
         ++num_entries;
         entry_open = false;
-        if (!unpublished) pending_since = Clock::now();
+        if (!unpublished) pending_since = SteadyClock::now();
         unpublished = true;
         break;
       case Kind::kSync:
@@ -430,14 +430,14 @@ void JSONWriter::Background::publish_if_due(bool force) {
     sync_requested = false;  // stats.json is synced as it is
     return;
   }
-  if (!force && Clock::now() < due()) return;
+  if (!force && SteadyClock::now() < due()) return;
   // A version that is not synced replaces stats.json only while the last synced one keeps a
   // second name: a power loss may then lose it, never the synced one.
   publish(sync_requested || !has_synced_copy);
 }
 
 void JSONWriter::Background::publish(bool durable) {
-  const Clock::time_point start = Clock::now();
+  const SteadyClock::time_point start = SteadyClock::now();
   try {
     if (io_hook) io_hook("write");
     AtomicFileWriter file(path, durable);
@@ -456,7 +456,7 @@ void JSONWriter::Background::publish(bool durable) {
   }
   unpublished = false;
   sync_requested = false;
-  last_end = Clock::now();
+  last_end = SteadyClock::now();
   last_cost = last_end - start;
 }
 
@@ -488,7 +488,7 @@ void JSONWriter::Background::reset() {
   sync_requested = false;
   unsynced = false;
   last_failed = false;
-  last_cost = Clock::duration{0};
+  last_cost = SteadyClock::duration{0};
 }
 
 // ---------------------------------------------------------------------------------------------
