@@ -95,6 +95,7 @@
 #include "trainpack/utils/nvml.h"
 #include "trainpack/utils/output_dir.h"
 #include "trainpack/utils/pickle_check.h"
+#include "trainpack/utils/pickle_tensors.h"
 #include "trainpack/utils/png.h"
 #include "trainpack/utils/print_exception.h"
 #include "trainpack/utils/process_io.h"
