@@ -1,4 +1,5 @@
-// The length check of a pickle's opcodes (trainpack/utils/pickle_check.h).
+// The length check of a pickle's opcodes (trainpack/utils/pickle_check.h), and the opcode table
+// and argument decoder that it shares with pickle_tensors.cpp (trainpack/detail/pickle_opcodes.h).
 #include "trainpack/utils/pickle_check.h"
 
 #include <fmt/format.h>
@@ -103,19 +104,86 @@ const Opcode& pickle_opcode(unsigned char code) {
   return table.op[code];
 }
 
+int64_t pickle_little_endian(const char* p, size_t n, bool is_signed) {
+  uint64_t u = 0;
+  for (size_t i = n; i-- > 0;) u = (u << 8) | static_cast<unsigned char>(p[i]);
+  if (is_signed && n > 0 && n < 8 && (static_cast<unsigned char>(p[n - 1]) & 0x80) != 0) {
+    u |= ~uint64_t{0} << (8 * n);  // sign extension
+  }
+  return static_cast<int64_t>(u);
+}
+
+PickleArgument pickle_argument(const char* data, size_t size, size_t at, unsigned char code) {
+  const Opcode& op = pickle_opcode(code);
+  PickleArgument arg;
+  arg.data = data + at;
+  const size_t remaining = size - at;
+  // The length of the line that starts at `from`, or npos when it has no newline.
+  const auto line = [&](size_t from) -> size_t {
+    const void* nl = from < size ? std::memchr(data + from, '\n', size - from) : nullptr;
+    return nl == nullptr ? std::string::npos
+                         : static_cast<size_t>(static_cast<const char*>(nl) - (data + from));
+  };
+  switch (op.arg) {
+    case Arg::kNone:
+      arg.end = at;
+      break;
+    case Arg::kFixed:
+      arg.size = static_cast<size_t>(op.fixed);
+      if (remaining < arg.size) {
+        arg.problem = fmt::format("needs {} bytes, but {} remain", op.fixed, remaining);
+      }
+      arg.end = at + arg.size;
+      break;
+    case Arg::kLength: {
+      const auto width = static_cast<size_t>(op.fixed);
+      if (remaining < width) {
+        arg.problem = fmt::format("needs a {}-byte length, but {} bytes remain", width, remaining);
+        break;
+      }
+      const auto length = static_cast<uint64_t>(pickle_little_endian(data + at, width, false));
+      // BINSTRING and LONG4 have signed lengths: a negative one is as wrong as a long one.
+      if (width == 4 && (code == 'T' || code == 0x8b) && (length & 0x80000000u) != 0) {
+        arg.problem = "announces a negative length";
+        break;
+      }
+      if (length > remaining - width) {
+        arg.problem = fmt::format("announces {} bytes, but {} remain", length, remaining - width);
+        break;
+      }
+      arg.data = data + at + width;
+      arg.size = static_cast<size_t>(length);
+      arg.end = at + width + arg.size;
+      break;
+    }
+    case Arg::kLine:
+    case Arg::kTwoLines: {
+      arg.size = line(at);
+      if (arg.size == std::string::npos) {
+        arg.problem = "has no end of line";
+        break;
+      }
+      arg.end = at + arg.size + 1;
+      if (op.arg == Arg::kTwoLines) {
+        const size_t second = line(arg.end);
+        if (second == std::string::npos) {
+          arg.problem = "has no end of line";
+          break;
+        }
+        arg.second_line = std::string_view(data + arg.end, second);
+        arg.end += second + 1;
+      }
+      break;
+    }
+  }
+  return arg;
+}
+
 }  // namespace detail
 
 namespace {
 
-using detail::Arg;
 using detail::Opcode;
-
-// The memo index of a BINPUT / LONG_BINPUT / BINGET / LONG_BINGET argument at `arg`.
-uint64_t memo_index(const char* arg, size_t width) {
-  uint64_t id = 0;
-  for (size_t i = width; i-- > 0;) id = (id << 8) | static_cast<unsigned char>(arg[i]);
-  return id;
-}
 
 // The unpickler's stack, as Python's has it: the items since the last MARK are reachable, those
 // below it are not until a mark-consuming opcode removes the mark. LibTorch's unpickler pops
@@ -239,70 +307,30 @@ std::string pickle_bounds_problem(const char* data, size_t size) {
       return fmt::format("byte {} holds 0x{:02x}, which is not a pickle opcode", at, code);
     }
     const size_t start = at++;
-    const size_t remaining = size - at;
     if (const std::string problem = stack.apply(code); !problem.empty()) {
       return fmt::format("opcode {} at byte {}: {}", op.name, start, problem);
     }
-    switch (op.arg) {
-      case Arg::kNone:
-        if (code == '.') return "";
-        if (code == 0x94) ++memo_count;  // MEMOIZE
-        break;
-      case Arg::kFixed:
-        if (remaining < static_cast<size_t>(op.fixed)) {
-          return fmt::format("opcode {} at byte {} needs {} bytes, but {} remain", op.name, start,
-                             op.fixed, remaining);
-        }
-        if (code == 'q' || code == 'r' || code == 'h' || code == 'j') {
-          const uint64_t id = memo_index(data + at, static_cast<size_t>(op.fixed));
-          const bool put = code == 'q' || code == 'r';
-          if (put ? id > memo_count : id >= memo_count) {
-            return fmt::format("opcode {} at byte {} uses memo entry {}, but the memo holds {}",
-                               op.name, start, id, memo_count);
-          }
-          if (put && id == memo_count) ++memo_count;
-        }
-        at += static_cast<size_t>(op.fixed);
-        break;
-      case Arg::kLength: {
-        const auto width = static_cast<size_t>(op.fixed);
-        if (remaining < width) {
-          return fmt::format("opcode {} at byte {} needs a {}-byte length, but {} bytes remain",
-                             op.name, start, width, remaining);
-        }
-        uint64_t length = 0;
-        for (size_t i = width; i-- > 0;) {
-          length = (length << 8) | static_cast<unsigned char>(data[at + i]);
-        }
-        // BINSTRING and LONG4 have signed lengths: a negative one is as wrong as a long one.
-        if (width == 4 && (code == 'T' || code == 0x8b) && (length & 0x80000000u) != 0) {
-          return fmt::format("opcode {} at byte {} announces a negative length", op.name, start);
-        }
-        at += width;
-        if (length > size - at) {
-          return fmt::format("opcode {} at byte {} announces {} bytes, but {} remain", op.name,
-                             start, length, size - at);
-        }
-        at += static_cast<size_t>(length);
-        break;
-      }
-      case Arg::kLine:
-      case Arg::kTwoLines:
-        if (code == 'p' || code == 'g') {
-          return fmt::format(
-              "opcode {} at byte {} is protocol 0's text memo, which LibTorch's "
-              "pickles do not use",
-              op.name, start);
-        }
-        for (int line = op.arg == Arg::kLine ? 1 : 2; line > 0; --line) {
-          const void* nl = at < size ? std::memchr(data + at, '\n', size - at) : nullptr;
-          if (nl == nullptr) {
-            return fmt::format("opcode {} at byte {} has no end of line", op.name, start);
-          }
-          at = static_cast<size_t>(static_cast<const char*>(nl) - data) + 1;
-        }
-        break;
+    if (code == 'p' || code == 'g') {
+      return fmt::format(
+          "opcode {} at byte {} is protocol 0's text memo, which LibTorch's pickles do not use",
+          op.name, start);
     }
+    const detail::PickleArgument arg = detail::pickle_argument(data, size, at, code);
+    if (!arg.problem.empty())
+      return fmt::format("opcode {} at byte {} {}", op.name, start, arg.problem);
+    if (code == '.') return "";
+    if (code == 0x94) ++memo_count;  // MEMOIZE
+    if (code == 'q' || code == 'r' || code == 'h' || code == 'j') {
+      const auto id =
+          static_cast<uint64_t>(detail::pickle_little_endian(arg.data, arg.size, false));
+      const bool put = code == 'q' || code == 'r';
+      if (put ? id > memo_count : id >= memo_count) {
+        return fmt::format("opcode {} at byte {} uses memo entry {}, but the memo holds {}",
+                           op.name, start, id, memo_count);
+      }
+      if (put && id == memo_count) ++memo_count;
+    }
+    at = arg.end;
   }
   return "the pickle ends without its STOP opcode";
 }

@@ -16,7 +16,6 @@ namespace trainpack {
 
 namespace {
 
-using detail::Arg;
 using detail::Opcode;
 
 // A value of the pickle as far as the tensors need it; everything else is kOther.
@@ -66,16 +65,6 @@ bool integers(const Value& v, std::vector<int64_t>* out) {
     out->push_back(item->integer);
   }
   return true;
-}
-
-// A little-endian integer of `n` <= 8 bytes; signed when `is_signed`.
-int64_t little_endian(const char* p, size_t n, bool is_signed) {
-  uint64_t u = 0;
-  for (size_t i = n; i-- > 0;) u = (u << 8) | static_cast<unsigned char>(p[i]);
-  if (is_signed && n > 0 && n < 8 && (static_cast<unsigned char>(p[n - 1]) & 0x80) != 0) {
-    u |= ~uint64_t{0} << (8 * n);  // sign extension
-  }
-  return static_cast<int64_t>(u);
 }
 
 // The interpreter: the unpickler's stack and memo over Values.
@@ -174,10 +163,10 @@ class Walker {
         return true;
       case 'q':  // BINPUT
       case 'r':  // LONG_BINPUT
-        return put(static_cast<uint64_t>(little_endian(arg, n, false)));
+        return put(static_cast<uint64_t>(detail::pickle_little_endian(arg, n, false)));
       case 'h':    // BINGET
       case 'j': {  // LONG_BINGET
-        const auto id = static_cast<uint64_t>(little_endian(arg, n, false));
+        const auto id = static_cast<uint64_t>(detail::pickle_little_endian(arg, n, false));
         return id < memo_.size() && push(memo_[id]);
       }
       case 0x80:  // PROTO
@@ -185,12 +174,13 @@ class Walker {
         return true;
       case 'K':  // BININT1
       case 'M':  // BININT2
-        return push(make(Value::kInt, little_endian(arg, n, false)));
+        return push(make(Value::kInt, detail::pickle_little_endian(arg, n, false)));
       case 'J':  // BININT
-        return push(make(Value::kInt, little_endian(arg, n, true)));
+        return push(make(Value::kInt, detail::pickle_little_endian(arg, n, true)));
       case 0x8a:  // LONG1
       case 0x8b:  // LONG4
-        return push(n <= 8 ? make(Value::kInt, little_endian(arg, n, true)) : other());
+        return push(n <= 8 ? make(Value::kInt, detail::pickle_little_endian(arg, n, true))
+                           : other());
       case 'I':  // INT
       case 'L':  // LONG
         return push(text_integer(std::string(arg, n)));
@@ -354,48 +344,10 @@ std::vector<PickledTensor> pickled_tensors(const char* data, size_t size) {
     const Opcode& op = detail::pickle_opcode(code);
     if (op.name == nullptr || code == '.') break;
     ++at;
-    const char* arg = data + at;
-    size_t n = 0;
-    std::string second;                             // GLOBAL's name line
-    const auto line = [&](size_t from) -> size_t {  // the length of the line at `from`
-      const void* nl = from < size ? std::memchr(data + from, '\n', size - from) : nullptr;
-      return nl == nullptr ? std::string::npos
-                           : static_cast<size_t>(static_cast<const char*>(nl) - (data + from));
-    };
-    switch (op.arg) {
-      case Arg::kNone:
-        break;
-      case Arg::kFixed:
-        n = static_cast<size_t>(op.fixed);
-        if (n > size - at) return std::move(walker.tensors);
-        at += n;
-        break;
-      case Arg::kLength: {
-        const auto width = static_cast<size_t>(op.fixed);
-        if (width > size - at) return std::move(walker.tensors);
-        const auto length = static_cast<uint64_t>(little_endian(data + at, width, false));
-        at += width;
-        if (length > size - at) return std::move(walker.tensors);
-        arg = data + at;
-        n = static_cast<size_t>(length);
-        at += n;
-        break;
-      }
-      case Arg::kLine:
-      case Arg::kTwoLines: {
-        n = line(at);
-        if (n == std::string::npos) return std::move(walker.tensors);
-        at += n + 1;
-        if (op.arg == Arg::kTwoLines) {
-          const size_t m = line(at);
-          if (m == std::string::npos) return std::move(walker.tensors);
-          second.assign(data + at, m);
-          at += m + 1;
-        }
-        break;
-      }
-    }
-    if (!walker.apply(code, arg, n, second)) break;
+    const detail::PickleArgument arg = detail::pickle_argument(data, size, at, code);
+    if (!arg.problem.empty()) break;
+    at = arg.end;
+    if (!walker.apply(code, arg.data, arg.size, std::string(arg.second_line))) break;
   }
   return std::move(walker.tensors);
 }

@@ -100,6 +100,16 @@ const char* const kTwoEpochs = R"([{"cost": 1.0, "epoch_num": 1, "global_step": 
                                R"({"cost": 0.5, "lr": 0.1, "epoch_num": 1, "global_step": 2}, )"
                                R"({"cost": 0.3333333333333333, "epoch_num": 2, "global_step": 3}, )"
                                R"({"cost": 0.25, "lr": 0.2, "epoch_num": 2, "global_step": 4}])";
+// What train(2, 1, 1) writes, and kTwoEpochs followed by what train(2, 3, 3) appends.
+const std::string kOneEpoch = R"([{"cost": 1.0, "epoch_num": 1, "global_step": 1}, )"
+                              R"({"cost": 0.5, "lr": 0.1, "epoch_num": 1, "global_step": 2}])";
+const char* const kThreeEpochs =
+    R"([{"cost": 1.0, "epoch_num": 1, "global_step": 1}, )"
+    R"({"cost": 0.5, "lr": 0.1, "epoch_num": 1, "global_step": 2}, )"
+    R"({"cost": 0.3333333333333333, "epoch_num": 2, "global_step": 3}, )"
+    R"({"cost": 0.25, "lr": 0.2, "epoch_num": 2, "global_step": 4}, )"
+    R"({"cost": 1.0, "epoch_num": 3, "global_step": 1}, )"
+    R"({"cost": 0.5, "lr": 0.30000000000000004, "epoch_num": 3, "global_step": 2}])";
 
 TEST_F(JSONWriterTest, WritesTensorpacksLayoutByteForByte) {
   auto writer = train(2, 1, 2);
@@ -235,10 +245,7 @@ TEST_F(JSONWriterTest, AppendsWhenTheStartingEpochFollows) {
   train(2, 3, 3);
   EXPECT_TRUE(
       log.contains("Found existing JSON inside " + dir().string() + ", will append to it."));
-  EXPECT_EQ(read_text(stats_path()),
-            std::string(kTwoEpochs, std::strlen(kTwoEpochs) - 1) +
-                R"(, {"cost": 1.0, "epoch_num": 3, "global_step": 1}, )"
-                R"({"cost": 0.5, "lr": 0.30000000000000004, "epoch_num": 3, "global_step": 2}])");
+  EXPECT_EQ(read_text(stats_path()), kThreeEpochs);
   EXPECT_TRUE(backups(dir()).empty());
   EXPECT_FALSE(fs::exists(synced_copy()));  // removed at the end of training
   EXPECT_EQ(JSONWriter::load_existing_epoch_number(), 3);
@@ -848,17 +855,15 @@ TEST_F(JSONWriterTest, TheLastSyncedVersionKeepsASecondNameUntilTheEndOfTraining
   NoOpTrainer trainer;
   trainer.set_handle_signals(false);
   trainer.train({std::make_shared<PutScalars>(), cb}, {writer}, 2, 1, 2);
-  const std::string epoch_1 = R"([{"cost": 1.0, "epoch_num": 1, "global_step": 1}, )"
-                              R"({"cost": 0.5, "lr": 0.1, "epoch_num": 1, "global_step": 2}])";
   ASSERT_EQ(seen.size(), 2u);
   // At the first step of epoch 2: epoch 1's end was synced, under both names.
-  EXPECT_EQ(seen[0].first, epoch_1);
-  EXPECT_EQ(seen[0].second, epoch_1);
+  EXPECT_EQ(seen[0].first, kOneEpoch);
+  EXPECT_EQ(seen[0].second, kOneEpoch);
   // A step later: stats.json has the step's entry; the synced copy is still epoch 1's end.
-  EXPECT_EQ(seen[1].first, std::string(kTwoEpochs, 0, epoch_1.size() - 1) +
+  EXPECT_EQ(seen[1].first, std::string(kTwoEpochs, 0, kOneEpoch.size() - 1) +
                                R"(, {"cost": 0.3333333333333333, "epoch_num": 2, )"
                                R"("global_step": 3}])");
-  EXPECT_EQ(seen[1].second, epoch_1);
+  EXPECT_EQ(seen[1].second, kOneEpoch);
   EXPECT_EQ(read_text(stats_path()), kTwoEpochs);
   EXPECT_FALSE(fs::exists(synced_copy()));
 }
@@ -867,13 +872,7 @@ TEST_F(JSONWriterTest, TheLastSyncedVersionKeepsASecondNameUntilTheEndOfTraining
 // file's data: stats.json can hold less than the version synced at the last epoch end (or
 // nothing). The next run restores that version and keeps the file as found.
 TEST_F(JSONWriterTest, TheSyncedCopyOfACutOffRunIsRestoredWhenStatsJsonHoldsLess) {
-  const std::string epoch_1 = R"([{"cost": 1.0, "epoch_num": 1, "global_step": 1}, )"
-                              R"({"cost": 0.5, "lr": 0.1, "epoch_num": 1, "global_step": 2}])";
-  const std::string after_epoch_3 =
-      std::string(kTwoEpochs, std::strlen(kTwoEpochs) - 1) +
-      R"(, {"cost": 1.0, "epoch_num": 3, "global_step": 1}, )"
-      R"({"cost": 0.5, "lr": 0.30000000000000004, "epoch_num": 3, "global_step": 2}])";
-  for (const std::string& found : {epoch_1, std::string()}) {
+  for (const std::string& found : {kOneEpoch, std::string()}) {
     SCOPED_TRACE(found);
     fs::remove_all(dir());
     fs::create_directories(dir());
@@ -891,7 +890,7 @@ TEST_F(JSONWriterTest, TheSyncedCopyOfACutOffRunIsRestoredWhenStatsJsonHoldsLess
         " after the run that wrote it was cut off; restored the copy synced at its last epoch end, "
         "which holds 4 entries (the file as found is kept as " +
         kept[0].string() + ")."));
-    EXPECT_EQ(read_text(stats_path()), after_epoch_3);
+    EXPECT_EQ(read_text(stats_path()), kThreeEpochs);
     EXPECT_FALSE(fs::exists(synced_copy()));
   }
 }
@@ -900,16 +899,11 @@ TEST_F(JSONWriterTest, TheSyncedCopyOfACutOffRunIsRestoredWhenStatsJsonHoldsLess
 // it is removed, and stats.json is appended to as usual. When stats.json is missing, someone
 // removed it (a power loss does not), and the copy goes too.
 TEST_F(JSONWriterTest, TheSyncedCopyOfAKilledRunIsRemovedWhenStatsJsonHoldsItAll) {
-  const std::string epoch_1 = R"([{"cost": 1.0, "epoch_num": 1, "global_step": 1}, )"
-                              R"({"cost": 0.5, "lr": 0.1, "epoch_num": 1, "global_step": 2}])";
-  write_text(synced_copy(), epoch_1);
+  write_text(synced_copy(), kOneEpoch);
   write_text(stats_path(), kTwoEpochs);
   LogCapture log;
   train(2, 3, 3);
-  EXPECT_EQ(read_text(stats_path()),
-            std::string(kTwoEpochs, std::strlen(kTwoEpochs) - 1) +
-                R"(, {"cost": 1.0, "epoch_num": 3, "global_step": 1}, )"
-                R"({"cost": 0.5, "lr": 0.30000000000000004, "epoch_num": 3, "global_step": 2}])");
+  EXPECT_EQ(read_text(stats_path()), kThreeEpochs);
   EXPECT_FALSE(fs::exists(synced_copy()));
   EXPECT_TRUE(backups(dir()).empty());
   EXPECT_FALSE(log.contains("restored the copy"));
@@ -1020,10 +1014,7 @@ TEST_F(JSONWriterTest, AFilePaddedWithNulBytesIsReadWithoutTheThemAndItsBackupSt
   fs::resize_file(stats_path(), padded);
   LogCapture log;
   train(2, 3, 3);
-  EXPECT_EQ(read_text(stats_path()),
-            std::string(kTwoEpochs, std::strlen(kTwoEpochs) - 1) +
-                R"(, {"cost": 1.0, "epoch_num": 3, "global_step": 1}, )"
-                R"({"cost": 0.5, "lr": 0.30000000000000004, "epoch_num": 3, "global_step": 2}])");
+  EXPECT_EQ(read_text(stats_path()), kThreeEpochs);
   const auto copies = backups(dir(), "stats.json.orig-");
   ASSERT_EQ(copies.size(), 1u);
   struct stat st {};
