@@ -21,7 +21,10 @@ package=$prefix/node_modules/speedscope
 if ! grep -q "\"version\": \"$version\"" "$package/package.json" 2> /dev/null; then
   mkdir -p "$prefix"
   echo "installing speedscope@$version with npm into $prefix"
+  # One retry after 2-5 s: where the registry cannot be reached, npm's default retries spend
+  # about 70 s before the skip.
   if ! timeout 300 npm install --prefix "$prefix" --no-audit --no-fund --no-save \
+      --fetch-retries=1 --fetch-retry-mintimeout=2000 --fetch-retry-maxtimeout=5000 \
       "speedscope@$version" > "$prefix/npm-install.log" 2>&1; then
     tail -n 5 "$prefix/npm-install.log"
     echo "SKIPPED: npm install speedscope@$version failed (no network?); see $prefix/npm-install.log"
