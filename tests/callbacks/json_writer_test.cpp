@@ -588,7 +588,9 @@ TEST_F(JSONWriterTest, AReaderPollingTheFileAlwaysSeesACompleteFile) {
   trainer.train({cb}, {writer}, 50, 1, 1000000);
   done = true;
   reader.join();
-  EXPECT_GE(reads.load(), 200);
+  // 200 reads within 1.5 s on a plain build; an instrumented one (ASan) reads more slowly and
+  // stops at 20 s, after about 100.
+  EXPECT_GE(reads.load(), 50);
   EXPECT_EQ(incomplete.load(), 0) << "of " << reads.load()
                                   << " reads; the first ended with: " << first_incomplete;
   const auto entries = parse_stats_file(read_text(stats_path())).entries;

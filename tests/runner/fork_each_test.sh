@@ -42,7 +42,7 @@ expect 77 '1 tests, each in its own process: 0 passed, 1 skipped, 0 failed' \
 expect 1 '^\[  FAILED  \] RunnerCases\.FailsWhenAsked: exit status 1$' 'failed on purpose' \
   '3 passed, 1 skipped, 1 failed' \
   -- env RUNNER_CASES_FAIL=1 "$cases" $fork --gtest_filter='RunnerCases.*'
-expect 1 '^\[  FAILED  \] RunnerCases\.CrashesWhenAsked: killed by signal 11' \
+expect 1 '^\[  FAILED  \] RunnerCases\.CrashesWhenAsked: killed by signal 6' \
   -- env RUNNER_CASES_CRASH=1 "$cases" $fork --gtest_filter='RunnerCases.*'
 expect 1 '^\[  FAILED  \] RunnerCases\.HangsWhenAsked: timed out after 1 s' '3 passed, 1 skipped, 1 failed' \
   -- env RUNNER_CASES_HANG=1 TRAINPACK_TEST_TIMEOUT_S=1 "$cases" $fork --gtest_filter='RunnerCases.*'
