@@ -39,8 +39,8 @@
 namespace trainpack_test_runner {
 
 constexpr const char* kForkEachFlag = "--trainpack_fork_each_test";
-constexpr int kAllSkippedExit = 77;
-constexpr int kChildSkippedExit = 77;
+// A child whose test skipped, and this process when every test skipped (ctest's SKIP_RETURN_CODE).
+constexpr int kSkippedExit = 77;
 constexpr int kDefaultTimeoutSeconds = 600;
 
 // Google Test's glob: '*' any string, '?' one character.
@@ -119,7 +119,7 @@ int timeout_seconds() {
   return static_cast<int>(seconds);
 }
 
-// In the child: one test, then exit with 0 (passed), 1 (failed) or kChildSkippedExit.
+// In the child: one test, then exit with 0 (passed), 1 (failed) or kSkippedExit.
 [[noreturn]] void run_one_in_child(const std::string& full_name, pid_t parent) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -127,7 +127,7 @@ int timeout_seconds() {
   ::testing::GTEST_FLAG(filter) = full_name;
   const int failed = RUN_ALL_TESTS();
   const ::testing::UnitTest& unit = *::testing::UnitTest::GetInstance();
-  const int code = failed != 0 ? 1 : unit.skipped_test_count() > 0 ? kChildSkippedExit : 0;
+  const int code = failed != 0 ? 1 : unit.skipped_test_count() > 0 ? kSkippedExit : 0;
   std::fflush(nullptr);
   std::exit(code);
 }
@@ -167,7 +167,7 @@ Result wait_for(pid_t child, int timeout_s) {
   }
   const int code = WEXITSTATUS(status);
   if (code == 0) return {Outcome::kPassed, ""};
-  if (code == kChildSkippedExit) return {Outcome::kSkipped, ""};
+  if (code == kSkippedExit) return {Outcome::kSkipped, ""};
   return {Outcome::kFailed, "exit status " + std::to_string(code)};
 }
 
@@ -210,7 +210,7 @@ int run_each_in_its_own_process() {
   for (const std::string& failure : failures) std::printf("[  FAILED  ] %s\n", failure.c_str());
   std::fflush(stdout);
   if (!failures.empty()) return 1;
-  return passed == 0 ? kAllSkippedExit : 0;
+  return passed == 0 ? kSkippedExit : 0;
 }
 
 }  // namespace trainpack_test_runner
