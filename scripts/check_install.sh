@@ -23,7 +23,8 @@ step() { printf '\n%s==> %s%s\n' "$BOLD" "$*" "$PLAIN"; }
 }
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/trainpack-install-check.XXXXXX")"
-trap 'rm -rf "$WORK"' EXIT
+CONSUMER_BUILD=''
+trap '[[ -n $CONSUMER_BUILD ]] && kill "$CONSUMER_BUILD" 2>/dev/null; wait; rm -rf "$WORK"' EXIT
 PREFIX="$WORK/prefix"
 
 # Installed headers come from the source tree and the library from the build: bring the build
@@ -34,12 +35,13 @@ cmake --build "$BUILD_DIR" -j "$JOBS"
 step "Installing $BUILD_DIR into $PREFIX"
 cmake --install "$BUILD_DIR" --prefix "$PREFIX"
 
-step "Building tests/consumer against the installed package"
-cmake -S tests/consumer -B "$WORK/consumer" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX"
-cmake --build "$WORK/consumer" -j "$JOBS"
-
-step "Running the consumer"
-"$WORK/consumer/consumer"
+# The two projects below are configured and built side by side (each is one unit: one core each).
+step "Building tests/consumer against the installed package (beside README.md's snippets; log: consumer.log)"
+(
+  cmake -S tests/consumer -B "$WORK/consumer" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$PREFIX" && cmake --build "$WORK/consumer" -j "$JOBS"
+) >"$WORK/consumer.log" 2>&1 &
+CONSUMER_BUILD=$!
 
 # The first ```LANG block after the heading "## SECTION" of README.md.
 readme_block() {
@@ -65,3 +67,11 @@ cmake --build "$WORK/readme/build" -j "$JOBS"
 
 step "Running README.md's example"
 "$WORK/readme/build/my_app"
+
+if ! wait "$CONSUMER_BUILD"; then
+  cat "$WORK/consumer.log"
+  echo "check_install.sh: building tests/consumer against the installed package failed (above)" >&2
+  exit 1
+fi
+step "Running the consumer"
+"$WORK/consumer/consumer"

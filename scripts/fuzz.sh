@@ -11,7 +11,8 @@
 # finds a crash, a sanitizer report or a leak; the input that did it is kept in
 # build-fuzz/findings/<fuzzer>/ and named in the output, to be replayed with
 #   build-fuzz/trainpack_fuzz_<fuzzer> build-fuzz/findings/<fuzzer>/crash-...
-# Environment: FUZZ_SECONDS, JOBS (compile jobs), FUZZ_BUILD_DIR (default build-fuzz).
+# Environment: FUZZ_SECONDS, JOBS (compile jobs, and fuzzers run at once; default: the cores),
+# FUZZ_BUILD_DIR (default build-fuzz).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -54,19 +55,34 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 # Leaks within LibTorch's own error paths are suppressed (tests/fuzz/lsan.supp says which and why).
 export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$ROOT/tests/fuzz/lsan.supp:print_suppressions=0}"
-failed=()
-for fuzzer in checkpoint checkpoint_index stats_json hyper_txt; do
+# fuzz_one NAME: runs one fuzzer for SECONDS_EACH into its log; its exit status is the fuzzer's.
+fuzz_one() {
+  local fuzzer=$1
   mkdir -p "$CORPUS/$fuzzer" "$BUILD/findings/$fuzzer"
-  echo "== fuzzing $fuzzer for ${SECONDS_EACH} s"
   # The corpus grows between runs on one machine (build-fuzz/corpus); the seeds are re-read each
   # time. -rss_limit_mb: an input that makes a reader allocate gigabytes is a finding.
-  if ! "$BUILD/trainpack_fuzz_$fuzzer" "$CORPUS/$fuzzer" "$CORPUS.seeds/$fuzzer" \
+  "$BUILD/trainpack_fuzz_$fuzzer" "$CORPUS/$fuzzer" "$CORPUS.seeds/$fuzzer" \
     -max_total_time="$SECONDS_EACH" -rss_limit_mb=2048 -max_len=65536 -timeout=10 \
     -artifact_prefix="$BUILD/findings/$fuzzer/" -print_final_stats=1 \
-    >"$BUILD/$fuzzer.log" 2>&1; then
+    >"$BUILD/$fuzzer.log" 2>&1
+}
+# The fuzzers run side by side, as many at once as there are cores (JOBS), each on one core.
+FUZZERS=(checkpoint checkpoint_index stats_json hyper_txt)
+declare -A pid_of=()
+failed=()
+for fuzzer in "${FUZZERS[@]}"; do
+  while (($(jobs -rp | wc -l) >= ${JOBS:-$(nproc)})); do sleep 1; done
+  echo "== fuzzing $fuzzer for ${SECONDS_EACH} s"
+  fuzz_one "$fuzzer" &
+  pid_of[$fuzzer]=$!
+done
+for fuzzer in "${FUZZERS[@]}"; do
+  if ! wait "${pid_of[$fuzzer]}"; then
+    echo "== $fuzzer: a finding (its log's end)"
     tail -60 "$BUILD/$fuzzer.log"
     failed+=("$fuzzer")
   else
+    echo "== $fuzzer"
     grep -E "stat::number_of_executed_units|stat::peak_rss_mb|cov:" "$BUILD/$fuzzer.log" | tail -3
   fi
 done

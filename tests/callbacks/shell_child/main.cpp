@@ -27,7 +27,9 @@
 #include "trainpack/utils/float_repr.h"
 #include "trainpack/utils/logger.h"
 
-namespace {
+#include "programs/programs.h"
+
+namespace shell_child {
 
 using namespace trainpack;  // NOLINT(google-build-using-namespace): a test program
 
@@ -53,9 +55,12 @@ class Report : public Callback {
   int64_t touch_;
 };
 
-}  // namespace
+}  // namespace shell_child
 
-int main(int argc, char** argv) {
+// The program's main, run by trainpack_test_programs (tests/programs/main.cpp) when it is started
+// as trainpack_shell_child.
+int shell_child_main(int argc, char** argv) {
+  using namespace shell_child;  // NOLINT(google-build-using-namespace): its own helpers
   if (argc != 6 && argc != 7) {
     std::fprintf(stderr,
                  "usage: %s <log dir> <file> <shell> <touch epoch> <max epoch> [every k steps]\n",

@@ -22,7 +22,9 @@
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/logger.h"
 
-namespace {
+#include "programs/programs.h"
+
+namespace timeout_child {
 
 using namespace trainpack;  // NOLINT(google-build-using-namespace): a test program
 
@@ -46,9 +48,12 @@ class HangingTrainer : public Trainer {
   int64_t hang_at_;
 };
 
-}  // namespace
+}  // namespace timeout_child
 
-int main(int argc, char** argv) {
+// The program's main, run by trainpack_test_programs (tests/programs/main.cpp) when it is started
+// as trainpack_timeout_child.
+int timeout_child_main(int argc, char** argv) {
+  using namespace timeout_child;  // NOLINT(google-build-using-namespace): its own helpers
   if (argc != 5) {
     std::fprintf(stderr, "usage: %s <log dir> <timeout_in_ms> <grace_period_ms> <hang at>\n",
                  argv[0]);

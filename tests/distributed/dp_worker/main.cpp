@@ -50,7 +50,9 @@
 #include "trainpack/trainpack.h"
 #include "trainpack/utils/file_io.h"
 
-namespace {
+#include "programs/programs.h"
+
+namespace dp_worker {
 
 using namespace trainpack;  // NOLINT(google-build-using-namespace): a test program
 
@@ -284,9 +286,12 @@ int run(const Args& args) {
   return exit_code_for_signal(trainer.received_signal());
 }
 
-}  // namespace
+}  // namespace dp_worker
 
-int main(int argc, char** argv) {
+// The program's main, run by trainpack_test_programs (tests/programs/main.cpp) when it is started
+// as trainpack_dp_worker.
+int dp_worker_main(int argc, char** argv) {
+  using namespace dp_worker;  // NOLINT(google-build-using-namespace): its own helpers
   // The logger writes to stdout: keep stdout for the reports alone.
   g_report_fd = ::dup(STDOUT_FILENO);
   if (g_report_fd < 0 || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {

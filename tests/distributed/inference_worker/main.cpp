@@ -30,7 +30,9 @@
 
 #include "trainpack/trainpack.h"
 
-namespace {
+#include "programs/programs.h"
+
+namespace inference_worker {
 
 using namespace trainpack;  // NOLINT(google-build-using-namespace): a test program
 
@@ -94,9 +96,12 @@ class MeanAbs : public Inferencer {
   double sum_ = 0;
 };
 
-}  // namespace
+}  // namespace inference_worker
 
-int main(int argc, char** argv) {
+// The program's main, run by trainpack_test_programs (tests/programs/main.cpp) when it is started
+// as trainpack_inference_worker.
+int inference_worker_main(int argc, char** argv) {
+  using namespace inference_worker;  // NOLINT(google-build-using-namespace): its own helpers
   if (argc < 3) {
     std::fprintf(stderr, "usage: %s <log dir> <learning rate> [epochs] [mode]\n", argv[0]);
     return 2;

@@ -39,7 +39,9 @@
 #include "trainpack/utils/file_io.h"
 #include "trainpack/utils/logger.h"
 
-namespace {
+#include "programs/programs.h"
+
+namespace resume_child {
 
 using namespace trainpack;  // NOLINT(google-build-using-namespace): a test program
 
@@ -168,9 +170,12 @@ int run(const std::string& dir, bool stop_test) {
   return 0;
 }
 
-}  // namespace
+}  // namespace resume_child
 
-int main(int argc, char** argv) {
+// The program's main, run by trainpack_test_programs (tests/programs/main.cpp) when it is started
+// as trainpack_resume_child.
+int resume_child_main(int argc, char** argv) {
+  using namespace resume_child;  // NOLINT(google-build-using-namespace): its own helpers
   const bool stop_test = argc == 3 && std::strcmp(argv[2], "--stop-test") == 0;
   if (argc != 2 && !stop_test) {
     std::fprintf(stderr, "usage: %s <log dir> [--stop-test]\n", argv[0]);

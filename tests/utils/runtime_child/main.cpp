@@ -24,7 +24,9 @@
 #include "trainpack/utils/print_exception.h"
 #include "trainpack/utils/runtime.h"
 
-namespace {
+#include "programs/programs.h"
+
+namespace runtime_child {
 
 // A field of /proc/self/status in KiB ("VmSize"), or -1.
 long long status_kib(const std::string& field) {
@@ -63,9 +65,12 @@ int memory_job(bool check) {
   return 0;
 }
 
-}  // namespace
+}  // namespace runtime_child
 
-int main(int argc, char** argv) {
+// The program's main, run by trainpack_test_programs (tests/programs/main.cpp) when it is started
+// as trainpack_runtime_child.
+int runtime_child_main(int argc, char** argv) {
+  using namespace runtime_child;  // NOLINT(google-build-using-namespace): its own helpers
   if (argc >= 2 && std::strcmp(argv[1], "--memory-job") == 0) {
     return memory_job(!(argc >= 3 && std::strcmp(argv[2], "--no-check") == 0));
   }
