@@ -57,8 +57,8 @@ constexpr int kFormatVersion = 2;
 
 // The zip format's end-of-central-directory record: 22 bytes, the last two of which are the
 // length of the archive comment that follows it (zip's APPNOTE, section 4.3.16).
-constexpr size_t kEndRecordBytes = 22;
-constexpr char kEndRecordSignature[] = {'P', 'K', 5, 6};
+constexpr size_t kZipEndRecordBytes = 22;
+constexpr char kZipEndRecordMagic[] = {'P', 'K', 5, 6};
 // The longest trailer this reader looks for (the real one is about 50 bytes).
 constexpr size_t kMaxTrailerBytes = 128;
 
@@ -148,12 +148,12 @@ bool parse_digits(const std::string& text, int base, uint64_t* out) {
 // Finds the zip end record at the end of `data` (the last `size` bytes of the file) whose
 // comment runs exactly to the end, and returns the comment's offset; npos when there is none.
 size_t find_comment(const char* data, size_t size) {
-  const size_t window = std::min(size, kEndRecordBytes + kMaxTrailerBytes);
-  for (size_t back = kEndRecordBytes; back <= window; ++back) {
+  const size_t window = std::min(size, kZipEndRecordBytes + kMaxTrailerBytes);
+  for (size_t back = kZipEndRecordBytes; back <= window; ++back) {
     const char* record = data + size - back;
-    if (std::memcmp(record, kEndRecordSignature, sizeof kEndRecordSignature) == 0 &&
-        read_le16(record + kEndRecordBytes - 2) == back - kEndRecordBytes) {
-      return size - back + kEndRecordBytes;
+    if (std::memcmp(record, kZipEndRecordMagic, sizeof kZipEndRecordMagic) == 0 &&
+        read_le16(record + kZipEndRecordBytes - 2) == back - kZipEndRecordBytes) {
+      return size - back + kZipEndRecordBytes;
     }
   }
   return std::string::npos;
@@ -289,9 +289,9 @@ class DataFileSink {
     if (!error_) {
       try {
         const size_t n = buffer_.size();
-        if (n < kEndRecordBytes ||
-            std::memcmp(buffer_.data() + n - kEndRecordBytes, kEndRecordSignature,
-                        sizeof kEndRecordSignature) != 0 ||
+        if (n < kZipEndRecordBytes ||
+            std::memcmp(buffer_.data() + n - kZipEndRecordBytes, kZipEndRecordMagic,
+                        sizeof kZipEndRecordMagic) != 0 ||
             read_le16(buffer_.data() + n - 2) != 0) {
           throw std::logic_error(
               "write_checkpoint: the zip archive does not end with an end record without comment");
@@ -713,7 +713,7 @@ bool checkpoint_exists(const std::string& prefix) {
 
 std::optional<std::string> checkpoint_fingerprint(const std::string& prefix) {
   const std::string path = prefix + kDataSuffix;
-  const auto tail = read_tail(path, kEndRecordBytes + kMaxTrailerBytes);
+  const auto tail = read_tail(path, kZipEndRecordBytes + kMaxTrailerBytes);
   if (!tail) return std::nullopt;
   const size_t at = find_comment(tail->data(), tail->size());
   if (at == std::string::npos) return std::nullopt;
