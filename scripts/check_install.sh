@@ -23,8 +23,11 @@ step() { printf '\n%s==> %s%s\n' "$BOLD" "$*" "$PLAIN"; }
 }
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/trainpack-install-check.XXXXXX")"
+# The consumer's build runs in the background (below); stopped if this script ends first. No
+# command of the trap may fail: under `set -e` its status would become the script's.
 CONSUMER_BUILD=''
-trap '[[ -n $CONSUMER_BUILD ]] && kill "$CONSUMER_BUILD" 2>/dev/null; wait; rm -rf "$WORK"' EXIT
+trap 'if [[ -n $CONSUMER_BUILD ]]; then kill "$CONSUMER_BUILD" 2>/dev/null || true; fi
+      wait || true; rm -rf "$WORK"' EXIT
 PREFIX="$WORK/prefix"
 
 # Installed headers come from the source tree and the library from the build: bring the build
@@ -68,7 +71,10 @@ cmake --build "$WORK/readme/build" -j "$JOBS"
 step "Running README.md's example"
 "$WORK/readme/build/my_app"
 
-if ! wait "$CONSUMER_BUILD"; then
+consumer_status=0
+wait "$CONSUMER_BUILD" || consumer_status=$?
+CONSUMER_BUILD=''
+if ((consumer_status != 0)); then
   cat "$WORK/consumer.log"
   echo "check_install.sh: building tests/consumer against the installed package failed (above)" >&2
   exit 1
