@@ -2,6 +2,7 @@
 scenario copies, waiting for a line of its output, signals, time limits."""
 
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -104,6 +105,31 @@ class Job:
         # The LD_PRELOAD library of tests/tools/fault_injection.c (--fault-lib), or None.
         self.fault_lib = fault_lib
         self._base = None
+        self._sanitizer = None
+
+    def sanitizer(self):
+        """'address' or 'thread' when the job is built with that sanitizer (its runtime is among
+        the libraries the program needs), else ''."""
+        if self._sanitizer is None:
+            with open(self.binary, "rb") as f:
+                data = f.read()
+            self._sanitizer = ("address" if b"libasan.so" in data else
+                               "thread" if b"libtsan.so" in data else "")
+        return self._sanitizer
+
+    def memory_limit(self, gib=6):
+        """The keyword arguments of start() that bound the job's memory to `gib` GiB: a limit on
+        its address space (RLIMIT_AS). A sanitized job reserves terabytes of address space for its
+        shadow memory and cannot start under such a limit, so it gets its sanitizer's own limit
+        on resident memory instead (hard_rss_limit_mb: the sanitizer ends the job above it)."""
+        kind = self.sanitizer()
+        if kind:
+            name = "ASAN_OPTIONS" if kind == "address" else "TSAN_OPTIONS"
+            options = os.environ.get(name, "")
+            return {"extra_env": {name: (options + ":" if options else "") +
+                                  f"hard_rss_limit_mb={gib << 10}"}}
+        limit = gib << 30
+        return {"preexec_fn": lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))}
 
     def fault_env(self, fault, path, skip=0):
         """The environment that makes the job's writes to files whose path contains `path` fail

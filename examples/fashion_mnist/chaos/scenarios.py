@@ -447,16 +447,12 @@ def fifo_stats(case):
     _special(case, "stats.json", os.mkfifo)
 
 
-def _limit_memory():
-    # A job reading /dev/zero to the end must not take the machine's memory: 6 GiB of address
-    # space (the job needs well under 2 GiB).
-    resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
-
-
 def dev_zero_checkpoint(case):
     """model-12.data a link to /dev/zero: skipped, the run resumes model-8, ends OK."""
+    # A job reading /dev/zero to the end must not take the machine's memory: 6 GiB (the job
+    # needs well under 2 GiB).
     _expect_fallback(case, *_special(case, "model-12.data", lambda p: os.symlink("/dev/zero", p),
-                                     preexec_fn=_limit_memory))
+                                     **case.job.memory_limit(6)))
 
 
 # ---- a write that fails or kills the job (the fault library) ----
@@ -843,7 +839,7 @@ def stats_nul_padded(case):
     with open(p, "r+b") as f:
         f.truncate(size + (64 << 20))
     before = invariants.snapshot(d)
-    run, status = case.run(d, _max_epoch(4), "resumed", preexec_fn=_limit_memory)
+    run, status = case.run(d, _max_epoch(4), "resumed", **case.job.memory_limit(6))
     case.expect_status("resumed", status, 0)
     epochs = _stats_epochs(d)
     if epochs != [1, 2, 3, 4]:
