@@ -3,7 +3,8 @@
 # only what is missing and rebuilds only what changed.
 #
 #   bash scripts/setup.sh            install packages, configure and build (build/, Release)
-#   bash scripts/setup.sh --run      ... build only the main job (library and example) and run it
+#   bash scripts/setup.sh --run      ... build only the main job (library and example) and run it;
+#                                    alone, it installs only the packages that the build needs
 #   bash scripts/setup.sh --test     ... then run the whole test suite (ctest)
 #   bash scripts/setup.sh --asan     build and test with AddressSanitizer+UBSan in build-asan/
 #   bash scripts/setup.sh --tsan     build and test with ThreadSanitizer in build-tsan/
@@ -26,32 +27,38 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-# Debian 12 packages the project needs. libopenblas0-pthread replaces the slow reference BLAS that
-# Debian's LibTorch loads otherwise. libgloo-dev holds the headers of Gloo, the library under
+# Debian 12 packages the project needs, in two sets. BUILD_PACKAGES build the library and the
+# examples and run the main job: libopenblas0-pthread replaces the slow reference BLAS that
+# Debian's LibTorch loads otherwise; libgloo-dev holds the headers of Gloo, the library under
 # c10d's CPU collectives, which data-parallel training (DataParallelTrainer, docs/distributed.md)
-# compiles against: libtorch-dev ships c10d itself but not these headers. dataset-fashion-mnist
-# holds the data of the Fashion-MNIST example. libprotobuf-dev/protobuf-compiler build the event
-# files' messages; python3-pil lets the tests decode the PNG inside an image event. python3-torch
-# provides torchrun, PyTorch's launcher, which starts the processes of a data-parallel run
-# (scripts/train_distributed.sh; the distributed tests pass with a message without it), and lets
-# the tests check that Python's torch.load reads a checkpoint (skipped without it). The last line
-# is what TensorBoard's own Python loader needs, with which a test reads split event files back
-# (TRAINPACK_TENSORBOARD_READER in tests/CMakeLists.txt; skipped when that script is absent).
-# libcurl4-openssl-dev sends the experiment-tracking monitors' requests (CometMLMonitor,
-# MLflowMonitor; docs/experiment-tracking.md) over http and https.
-PACKAGES=(
+# compiles against (libtorch-dev ships c10d itself but not these headers); dataset-fashion-mnist
+# holds the data of the Fashion-MNIST example; libprotobuf-dev/protobuf-compiler build the event
+# files' messages; libcurl4-openssl-dev sends the experiment-tracking monitors' requests
+# (CometMLMonitor, MLflowMonitor; docs/experiment-tracking.md) over http and https.
+BUILD_PACKAGES=(
   cmake g++ make
   libtorch-dev libopenblas0-pthread libgloo-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libfmt-dev libpng-dev zlib1g-dev libcli11-dev
   libprotobuf-dev protobuf-compiler libcurl4-openssl-dev
-  dataset-fashion-mnist python3-numpy python3-pil python3-torch
+  dataset-fashion-mnist ccache
+)
+# TEST_PACKAGES build and run the test suite and the benchmarks. python3-pil lets the tests decode
+# the PNG inside an image event. python3-torch provides torchrun, PyTorch's launcher, which starts
+# the processes of a data-parallel run (scripts/train_distributed.sh; the distributed tests pass
+# with a message without it), and lets the tests check that Python's torch.load reads a
+# checkpoint (skipped without it). The python3-protobuf ... python3-bleach line is what
+# TensorBoard's own Python loader needs, with which a test reads split event files back
+# (TRAINPACK_TENSORBOARD_READER in tests/CMakeLists.txt; skipped when that script is absent).
+# python3-venv makes pip's venv (scripts/pip_libtorch.sh; a test makes one too).
+TEST_PACKAGES=(
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3-numpy python3-pil python3-torch
   python3-protobuf python3-grpcio python3-werkzeug python3-markdown python3-six python3-packaging
   python3-absl python3-setuptools python3-bleach
-  ccache python3-venv
+  python3-venv
 )
 # With a Python's torch (--pip-torch, --torch-python), Debian's LibTorch and Python torch are not
-# needed. python3-venv makes pip's venv (scripts/pip_libtorch.sh; a test makes one too).
+# needed, and pip's venv needs python3-venv whatever is built.
 DEBIAN_TORCH_PACKAGES=(libtorch-dev python3-torch)
 
 JOBS="${JOBS:-$(nproc)}"
@@ -103,8 +110,18 @@ done
 if [[ $PIP_TORCH -eq 1 && -n $TORCH_PYTHON ]]; then
   die "--pip-torch and --torch-python each pick the LibTorch: give one of them"
 fi
+# `--run` alone (no tests, no sanitizer builds, no BUILD_TARGETS) needs only the build packages:
+# the test suite's (its Python above all) are installed by the first command that tests.
+RUN_ONLY=0
+if [[ $DO_RUN -eq 1 && $((DO_TEST + DO_ASAN + DO_TSAN + INSTALL_ONLY)) -eq 0 && -z ${BUILD_TARGETS:-} ]]; then
+  RUN_ONLY=1
+  PACKAGES=("${BUILD_PACKAGES[@]}")
+else
+  PACKAGES=("${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}")
+fi
 if [[ $PIP_TORCH -eq 1 || -n $TORCH_PYTHON ]]; then
   BUILD_DIR="${BUILD_DIR:-build-pip}"
+  [[ " ${PACKAGES[*]} " == *" python3-venv "* ]] || PACKAGES+=(python3-venv)
   keep=()
   for pkg in "${PACKAGES[@]}"; do
     [[ " ${DEBIAN_TORCH_PACKAGES[*]} " == *" $pkg "* ]] || keep+=("$pkg")
@@ -117,9 +134,17 @@ fi
 DO_RELEASE=1
 # `--run` alone builds what the main job needs (the library and the example), not the tests and
 # benchmarks (most of a full build): the job starts minutes sooner. `--test` builds everything.
+# A build directory that `--run` configures first leaves the tests and benchmarks out (their
+# packages are not installed); one that already has them keeps them; every other command
+# configures them in.
 MAIN_JOB_TARGETS="fashion_mnist"
-if [[ $DO_RUN -eq 1 && $DO_TEST -eq 0 && -z ${BUILD_TARGETS:-} ]]; then
+SUITE_ARGS=(-DTRAINPACK_BUILD_TESTS=ON -DTRAINPACK_BUILD_BENCHMARKS=ON)
+if [[ $RUN_ONLY -eq 1 ]]; then
   BUILD_TARGETS=$MAIN_JOB_TARGETS
+  SUITE_ARGS=()
+  if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
+    SUITE_ARGS=(-DTRAINPACK_BUILD_TESTS=OFF -DTRAINPACK_BUILD_BENCHMARKS=OFF)
+  fi
 fi
 if [[ $((DO_ASAN + DO_TSAN)) -gt 0 && $((DO_RUN + DO_TEST)) -eq 0 ]]; then DO_RELEASE=0; fi
 
@@ -219,7 +244,7 @@ fi
 if [[ -n $TORCH_PYTHON ]]; then use_python_torch "$TORCH_PYTHON"; fi
 
 if [[ $DO_RELEASE -eq 1 ]]; then
-  configure_and_build "$BUILD_DIR" Release
+  configure_and_build "$BUILD_DIR" Release ${SUITE_ARGS[@]+"${SUITE_ARGS[@]}"}
   if [[ $DO_TEST -eq 1 ]]; then run_tests "$BUILD_DIR"; fi
   if [[ $DO_RUN -eq 1 ]]; then run_main_job; fi
 fi

@@ -32,6 +32,12 @@ class IdxReader {
   explicit IdxReader(std::string path) : path_(std::move(path)) {
     std::error_code ec;
     const auto status = std::filesystem::status(path_, ec);
+    // A path that cannot be looked at (a folder on the way that this user may not enter) is not
+    // a missing file: say why, not which package to install.
+    if (ec && status.type() != std::filesystem::file_type::not_found) {
+      throw std::runtime_error(
+          fmt::format("Cannot open Fashion-MNIST file {}: {}", path_, ec.message()));
+    }
     if (!std::filesystem::exists(status)) {
       throw std::runtime_error(fmt::format(
           "Fashion-MNIST file {} is missing. It comes with the Debian package "

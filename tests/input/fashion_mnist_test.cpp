@@ -22,6 +22,34 @@ namespace fs = std::filesystem;
 
 using testing::message_of;
 
+// The message of opening `split` of the data in `folder` as user 65534 (nobody), read in a child
+// process (the test runs as root) and sent back through a pipe.
+std::string message_as_nobody(const fs::path& folder) {
+  int fds[2];
+  if (::pipe(fds) != 0) return "pipe failed";
+  const pid_t child = ::fork();
+  if (child < 0) return "fork failed";
+  if (child == 0) {
+    ::close(fds[0]);
+    std::string msg = "setuid failed";
+    if (::setgid(65534) == 0 && ::setuid(65534) == 0) {
+      msg = message_of([&] { FashionMnist("train", folder.string()); });
+    }
+    (void)!::write(fds[1], msg.data(), msg.size());
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string msg;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) {
+    msg.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return msg;
+}
+
 using testing::ScopedTempDir;
 
 void put_u32(std::vector<uint8_t>& out, uint32_t v) {
@@ -138,27 +166,23 @@ TEST(FashionMnist, AnUnreadableFileSaysWhy) {
   const auto images = dir.path() / "train-images-idx3-ubyte.gz";
   write_gz(images, images_file(2, 2));
   fs::permissions(images, fs::perms::owner_read | fs::perms::owner_write);
-  // A child as user 65534 (nobody) reads the root-only file; its message comes back in a pipe.
-  int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::close(fds[0]);
-    std::string msg = "setuid failed";
-    if (::setgid(65534) == 0 && ::setuid(65534) == 0) {
-      msg = message_of([&] { FashionMnist("train", dir.path().string()); });
-    }
-    (void)!::write(fds[1], msg.data(), msg.size());
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  std::string msg;
-  char buf[512];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) msg.append(buf, static_cast<size_t>(n));
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(child, &status, 0);
+  // A child as user 65534 (nobody) reads the root-only file.
+  const std::string msg = message_as_nobody(dir.path());
+  EXPECT_EQ(msg, "Cannot open Fashion-MNIST file " + images.string() + ": Permission denied");
+}
+
+// The data in a folder that the user may not enter: the file exists, so the message says why it
+// cannot be read, not that it is missing and which package to install.
+TEST(FashionMnist, AFolderOthersMayNotEnterSaysWhyNotMissing) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to read as another user in a child";
+  ScopedTempDir dir("fashion_mnist_test");
+  fs::permissions(dir.path(), fs::perms::all);
+  const auto data = dir.path() / "private";
+  fs::create_directory(data);
+  const auto images = data / "train-images-idx3-ubyte.gz";
+  write_gz(images, images_file(2, 2));
+  fs::permissions(data, fs::perms::owner_all);
+  const std::string msg = message_as_nobody(data);
   EXPECT_EQ(msg, "Cannot open Fashion-MNIST file " + images.string() + ": Permission denied");
 }
 
