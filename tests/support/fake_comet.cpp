@@ -143,8 +143,14 @@ uint32_t be32(const std::string& s, size_t at) {
 }  // namespace
 
 FakeComet::FakeComet(std::string api_key) : api_key_(std::move(api_key)) {
-  server_ =
+  auto server =
       std::make_unique<FakeHttpServer>([this](const RecordedRequest& r) { return handle(r); });
+  // The server's threads start inside make_unique: what handle() reads is published under the
+  // mutex it takes (a socket between the client and the server is no ordering ThreadSanitizer
+  // sees).
+  std::lock_guard<std::mutex> lock(mutex_);
+  server_url_ = server->url();
+  server_ = std::move(server);
 }
 
 FakeComet::~FakeComet() { server_.reset(); }
@@ -169,7 +175,7 @@ std::string FakeComet::add_experiment(const std::string& workspace, const std::s
   e.key = fmt::format("{:032x}", 0xc0ffee00u + experiments_.size());
   e.workspace = workspace;
   e.project = project;
-  e.link = fmt::format("{}/{}/{}/{}", server_->url(), workspace, project, e.key);
+  e.link = fmt::format("{}/{}/{}/{}", server_url_, workspace, project, e.key);
   experiments_.push_back(e);
   return e.key;
 }
@@ -396,7 +402,7 @@ FakeResponse FakeComet::handle(const RecordedRequest& r) {
     e.workspace = body["workspaceName"].get<std::string>();
     e.project = body["projectName"].get<std::string>();
     if (body.contains("experimentName")) e.name = body["experimentName"].get<std::string>();
-    e.link = fmt::format("{}/{}/{}/{}", server_->url(), e.workspace, e.project, e.key);
+    e.link = fmt::format("{}/{}/{}/{}", server_url_, e.workspace, e.project, e.key);
     experiments_.push_back(e);
     return FakeResponse{200, json{{"experimentKey", e.key},
                                   {"workspaceName", e.workspace},

@@ -134,6 +134,7 @@ class FakeComet {
   std::vector<Rule> rules_;
   bool echo_key_ = false;
   int faulted_ = 0, requests_ = 0;
+  std::string server_url_;  // the server's url(), for the links handle() answers with
   // Last: destroyed first, so that no handler runs on the members above once they are gone.
   std::unique_ptr<FakeHttpServer> server_;
 };
