@@ -38,6 +38,7 @@ int layer_of(const std::string& rel) {
       {"train/distributed", kVocabulary},
       {"train/distributed_env", kVocabulary},  // src: DistributedEnv
       {"train/process_group", kVocabulary},    // src: ProcessGroup
+      {"core/step_counter", kCallbacks},       // MaintainStepCounter, included by callbacks/steps.h
       {"callbacks/monitor_base", kMonitors},
       {"callbacks/monitor", kMonitors},
       {"callbacks/json_writer", kMonitors},
@@ -84,6 +85,7 @@ bool listed_upward(bool header, const std::string& from, const std::string& to) 
   }
   static const std::set<std::pair<std::string, std::string>> sources = {
       {"train/step_context", "train/trainer"},
+      {"core/step_counter", "train/trainer"},
       {"callbacks/saver", "train/state"},
       {"callbacks/inference_runner", "train/single_cost"},
   };

@@ -57,6 +57,7 @@
 #include "trainpack/callbacks/tracking_monitor.h"
 #include "trainpack/callbacks/trigger.h"
 #include "trainpack/callbacks/weight_ema.h"
+#include "trainpack/core/step_counter.h"
 
 // Input: dataflows and input sources
 #include "trainpack/input/dataflow.h"

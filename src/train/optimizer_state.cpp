@@ -40,7 +40,9 @@ Key state_key(const at::Tensor& param) {
   }
 }
 
-std::string shape_of(const at::Tensor& t) {
+// `t`'s sizes, as "[2, 3]". Not `shape_of`: src/callbacks/{tensors,hooks}.cpp define one each,
+// and a unity batch of the library may hold this file and one of them.
+std::string shape_text(const at::Tensor& t) {
   return fmt::format("[{}]", fmt::join(t.sizes(), ", "));
 }
 
@@ -290,7 +292,7 @@ class Entries {
       fail(name, fmt::format("should be {} of shape [{}], but is {} of shape {}",
                              c10::toString(dtype), fmt::join(shape, ", "),
                              t.defined() ? c10::toString(t.scalar_type()) : "undefined",
-                             t.defined() ? shape_of(t) : "[]"));
+                             t.defined() ? shape_text(t) : "[]"));
     }
   }
   [[noreturn]] void fail(const std::string& name, const std::string& what) const {
@@ -345,7 +347,7 @@ class StateReader {
     if (!t->defined() || t->sizes() != param_.sizes()) {
       in_->fail(prefix_ + name,
                 fmt::format("has shape {} there, but its parameter has {}",
-                            t->defined() ? shape_of(*t) : "(undefined)", shape_of(param_)));
+                            t->defined() ? shape_text(*t) : "(undefined)", shape_text(param_)));
     }
     if (t->scalar_type() != param_.scalar_type()) {
       in_->fail(prefix_ + name,
@@ -521,7 +523,7 @@ std::optional<OptimizerRestore> OptimizerRestore::prepare(torch::optim::Optimize
           "restoring from {}: '{}' should be an optimizer archive (Byte of shape [n]), but is {} "
           "of shape {}",
           source, entry, t.defined() ? c10::toString(t.scalar_type()) : "undefined",
-          t.defined() ? shape_of(t) : "[]"));
+          t.defined() ? shape_text(t) : "[]"));
     }
     const std::string bytes = tensor_bytes(t);
     auto plan = std::make_unique<ArchivePlan>(&optimizer, entry, source);

@@ -9,9 +9,8 @@
 #include <stdexcept>
 #include <typeinfo>
 
-#include "trainpack/callbacks/steps.h"
+#include "trainpack/core/step_counter.h"
 #include "trainpack/detail/signals.h"
-#include "trainpack/train/defaults.h"
 #include "trainpack/utils/demangle.h"
 #include "trainpack/utils/error_file.h"
 #include "trainpack/utils/humanize.h"
@@ -609,22 +608,6 @@ void Trainer::train(const std::vector<CallbackPtr>& callbacks,
   setup_callbacks(callbacks, monitors);
   initialize(std::move(session_init));
   main_loop(steps_per_epoch, starting_epoch, max_epoch);
-}
-
-void Trainer::train_with_defaults(TrainOptions options) {
-  if (!options.steps_per_epoch()) {
-    throw std::invalid_argument(
-        "Trainer::train_with_defaults: steps_per_epoch is required; set "
-        "TrainOptions().steps_per_epoch(n)");
-  }
-  std::vector<CallbackPtr> callbacks = options.callbacks();
-  std::vector<CallbackPtr> extra =
-      options.extra_callbacks() ? *options.extra_callbacks() : DEFAULT_CALLBACKS();
-  callbacks.insert(callbacks.end(), extra.begin(), extra.end());
-  std::vector<MonitorPtr> monitors = options.monitors() ? *options.monitors() : DEFAULT_MONITORS();
-  if (options.starting_global_step()) set_starting_global_step(*options.starting_global_step());
-  train(callbacks, monitors, *options.steps_per_epoch(), options.starting_epoch(),
-        options.max_epoch(), options.session_init());
 }
 
 void Trainer::run_step() {

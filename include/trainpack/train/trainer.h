@@ -169,6 +169,11 @@ class Trainer {
   void train(const std::vector<CallbackPtr>& callbacks, const std::vector<MonitorPtr>& monitors,
              int64_t steps_per_epoch, int64_t starting_epoch = 1, int64_t max_epoch = 9999999,
              std::shared_ptr<SessionInit> session_init = nullptr);
+  // Runs train() with options.callbacks() followed by options.extra_callbacks()
+  // (DEFAULT_CALLBACKS() when unset), options.monitors() (DEFAULT_MONITORS() when unset) and,
+  // when set, options.starting_global_step(). Throws std::invalid_argument when steps_per_epoch is
+  // unset. Defined in src/train/defaults.cpp, with the defaults, so that the loop's own source
+  // needs no concrete callback.
   void train_with_defaults(TrainOptions options);
 
   // Registers one callback, before setup_callbacks (a subclass's setup registers its own this

@@ -1,4 +1,4 @@
-#include "trainpack/callbacks/steps.h"
+#include "trainpack/core/step_counter.h"
 
 #include "trainpack/train/trainer.h"
 #include "trainpack/utils/logger.h"
