@@ -40,7 +40,7 @@
 
 #include "support.h"
 #include "trainpack/callbacks/tf_event_writer.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/event_file_writer.h"
 #include "trainpack/utils/logger.h"
 

@@ -43,14 +43,14 @@
 #include <vector>
 
 #include "support.h"
-#include "trainpack/callbacks/base.h"
 #include "trainpack/callbacks/graph_profiler.h"
 #include "trainpack/callbacks/hooks.h"
 #include "trainpack/callbacks/inject_shell.h"
 #include "trainpack/callbacks/prof.h"
 #include "trainpack/callbacks/session_run_timeout.h"
 #include "trainpack/callbacks/trigger.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/callback.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/logger.h"
 
 namespace {

@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "support.h"
-#include "trainpack/callbacks/base.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/callback.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/logger.h"
 
 namespace {

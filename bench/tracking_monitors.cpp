@@ -30,11 +30,11 @@
 
 #include "http_sink.h"
 #include "support.h"
-#include "trainpack/callbacks/base.h"
 #include "trainpack/callbacks/comet_ml_monitor.h"
 #include "trainpack/callbacks/json_writer.h"
 #include "trainpack/callbacks/mlflow_monitor.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/callback.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/logger.h"
 
 namespace {

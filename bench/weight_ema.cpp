@@ -23,7 +23,7 @@
 
 #include "support.h"
 #include "trainpack/callbacks/weight_ema.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/logger.h"
 
 namespace {

@@ -4,7 +4,7 @@
 
 #include <ATen/ATen.h>
 
-#include "trainpack/graph.h"
+#include "trainpack/core/graph.h"
 
 namespace trainpack {
 namespace graph_test {

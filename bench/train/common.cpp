@@ -17,7 +17,7 @@
 
 #include "support.h"
 #include "trainpack/callbacks/inference_runner.h"
-#include "trainpack/callbacks/monitor_base.h"
+#include "trainpack/core/monitor_base.h"
 #include "trainpack/input/input_source.h"
 #include "trainpack/train/defaults.h"
 #include "trainpack/utils/logger.h"

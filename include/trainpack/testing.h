@@ -31,8 +31,8 @@
 #include <string_view>
 #include <vector>
 
-#include "trainpack/callbacks/base.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/callback.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/clock.h"
 #include "trainpack/utils/logger.h"
 

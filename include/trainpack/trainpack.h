@@ -3,37 +3,29 @@
 //   #include <trainpack/trainpack.h>
 //
 // Each header below can also be included on its own. trainpack/testing.h (tools for testing
-// callbacks) is not included: a test includes it itself. trainpack/detail/ is internal.
+// callbacks) is not included: a test includes it itself. trainpack/detail/ is internal. The groups
+// are the layers of docs/architecture.md, top down.
 #pragma once
 
-// The loop: trainers, towers, the training state, ModelDesc and TrainConfig
+// The trainers: SingleCostTrainer and DataParallelTrainer, towers, gradient processors,
+// precision, ModelDesc and TrainConfig, the default callbacks and monitors
 #include "trainpack/train/config.h"
 #include "trainpack/train/cuda_graph.h"
 #include "trainpack/train/data_parallel.h"
 #include "trainpack/train/defaults.h"
-#include "trainpack/train/distributed.h"
 #include "trainpack/train/gradproc.h"
 #include "trainpack/train/loss_scaler.h"
-#include "trainpack/train/optimizer_state.h"
 #include "trainpack/train/precision.h"
-#include "trainpack/train/resume_point.h"
 #include "trainpack/train/single_cost.h"
-#include "trainpack/train/state.h"
-#include "trainpack/train/step_context.h"
 #include "trainpack/train/tower.h"
-#include "trainpack/train/tower_registry.h"
-#include "trainpack/train/trainer.h"
 
 // Callbacks and monitors (tensorpack's callbacks/ package)
-#include "trainpack/callbacks/base.h"
-#include "trainpack/callbacks/callback_state.h"
 #include "trainpack/callbacks/comet_ml_monitor.h"
 #include "trainpack/callbacks/concurrency.h"
 #include "trainpack/callbacks/console.h"
 #include "trainpack/callbacks/early_stopping.h"
 #include "trainpack/callbacks/graph.h"
 #include "trainpack/callbacks/graph_profiler.h"
-#include "trainpack/callbacks/group.h"
 #include "trainpack/callbacks/hooks.h"
 #include "trainpack/callbacks/inference.h"
 #include "trainpack/callbacks/inference_runner.h"
@@ -42,7 +34,6 @@
 #include "trainpack/callbacks/misc.h"
 #include "trainpack/callbacks/mlflow_monitor.h"
 #include "trainpack/callbacks/monitor.h"
-#include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/callbacks/param.h"
 #include "trainpack/callbacks/prof.h"
 #include "trainpack/callbacks/progress_bar.h"
@@ -57,7 +48,6 @@
 #include "trainpack/callbacks/tracking_monitor.h"
 #include "trainpack/callbacks/trigger.h"
 #include "trainpack/callbacks/weight_ema.h"
-#include "trainpack/core/step_counter.h"
 
 // Input: dataflows and input sources
 #include "trainpack/input/dataflow.h"
@@ -67,10 +57,23 @@
 #include "trainpack/input/shard.h"
 #include "trainpack/input/staging_input.h"
 
-// The Graph registry, the loop's exceptions and session initialisers
-#include "trainpack/exceptions.h"
-#include "trainpack/graph.h"
-#include "trainpack/session_init.h"
+// The core: the callback protocol, Monitors, the step vocabulary, the loop (Trainer), the
+// training state, session initialisers and the distributed environment
+#include "trainpack/core/callback.h"
+#include "trainpack/core/callback_group.h"
+#include "trainpack/core/callback_state.h"
+#include "trainpack/core/distributed.h"
+#include "trainpack/core/exceptions.h"
+#include "trainpack/core/graph.h"
+#include "trainpack/core/monitor_base.h"
+#include "trainpack/core/optimizer_state.h"
+#include "trainpack/core/resume_point.h"
+#include "trainpack/core/session_init.h"
+#include "trainpack/core/state.h"
+#include "trainpack/core/step_context.h"
+#include "trainpack/core/step_counter.h"
+#include "trainpack/core/tower_registry.h"
+#include "trainpack/core/trainer.h"
 
 // Utilities: logger, clocks, runtime settings, file formats
 #include "trainpack/utils/arg.h"

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "trainpack/callbacks/callback_state.h"
+#include "trainpack/core/callback_state.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/png.h"
 

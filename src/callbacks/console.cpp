@@ -18,11 +18,11 @@
 #include <ostream>
 #include <sstream>
 
-#include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/callbacks/param.h"
 #include "trainpack/callbacks/saver.h"
+#include "trainpack/core/monitor_base.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/detail/signals.h"
-#include "trainpack/train/trainer.h"
 #include "trainpack/utils/float_repr.h"
 #include "trainpack/utils/logger.h"
 

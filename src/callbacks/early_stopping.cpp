@@ -7,10 +7,10 @@
 #include <stdexcept>
 #include <utility>
 
-#include "trainpack/callbacks/callback_state.h"
-#include "trainpack/callbacks/monitor_base.h"
-#include "trainpack/exceptions.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/callback_state.h"
+#include "trainpack/core/exceptions.h"
+#include "trainpack/core/monitor_base.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {

@@ -5,8 +5,8 @@
 
 #include <stdexcept>
 
-#include "trainpack/graph.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/graph.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {

@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "trainpack/callbacks/monitor_base.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/monitor_base.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/atomic_file.h"
 #include "trainpack/utils/chrome_trace.h"
 #include "trainpack/utils/logger.h"

@@ -9,8 +9,8 @@
 #include <stdexcept>
 #include <typeinfo>
 
+#include "trainpack/core/trainer.h"
 #include "trainpack/detail/override_detection.h"
-#include "trainpack/train/trainer.h"
 #include "trainpack/utils/demangle.h"
 #include "trainpack/utils/host_read.h"
 #include "trainpack/utils/logger.h"

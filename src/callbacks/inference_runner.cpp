@@ -14,9 +14,9 @@
 #include <stdexcept>
 #include <thread>
 
-#include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/callbacks/progress_bar.h"
-#include "trainpack/exceptions.h"
+#include "trainpack/core/exceptions.h"
+#include "trainpack/core/monitor_base.h"
 #include "trainpack/train/single_cost.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/print_exception.h"

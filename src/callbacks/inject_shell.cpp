@@ -13,8 +13,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "trainpack/exceptions.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/exceptions.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/file_io.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/terminal_text.h"

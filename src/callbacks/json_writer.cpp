@@ -24,8 +24,8 @@
 #include <thread>
 #include <utility>
 
-#include "trainpack/callbacks/callback_state.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/callback_state.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/atomic_file.h"
 #include "trainpack/utils/file_io.h"
 #include "trainpack/utils/float_repr.h"

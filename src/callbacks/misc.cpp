@@ -6,9 +6,9 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "trainpack/callbacks/callback_state.h"
-#include "trainpack/callbacks/monitor_base.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/callback_state.h"
+#include "trainpack/core/monitor_base.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/humanize.h"
 #include "trainpack/utils/logger.h"
 

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "trainpack/callbacks/callback_state.h"
+#include "trainpack/core/callback_state.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {

@@ -12,8 +12,8 @@
 
 #include <sys/stat.h>
 
-#include "trainpack/callbacks/callback_state.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/callback_state.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/file_io.h"
 #include "trainpack/utils/float_repr.h"
 #include "trainpack/utils/humanize.h"

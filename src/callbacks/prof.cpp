@@ -13,9 +13,9 @@
 #include <thread>
 #include <utility>
 
-#include "trainpack/callbacks/monitor_base.h"
-#include "trainpack/exceptions.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/exceptions.h"
+#include "trainpack/core/monitor_base.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/nvml.h"
 

@@ -14,7 +14,7 @@
 #include <limits>
 #include <stdexcept>
 
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/float_repr.h"
 #include "trainpack/utils/host_read.h"
 #include "trainpack/utils/logger.h"

@@ -15,9 +15,9 @@
 #include <system_error>
 #include <thread>
 
-#include "trainpack/callbacks/monitor_base.h"
-#include "trainpack/train/state.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/monitor_base.h"
+#include "trainpack/core/state.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/file_names.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/output_dir.h"

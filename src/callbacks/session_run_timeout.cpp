@@ -7,7 +7,7 @@
 #include <exception>
 #include <utility>
 
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/error_file.h"
 #include "trainpack/utils/logger.h"
 

@@ -10,11 +10,11 @@
 #include <stdexcept>
 #include <utility>
 
-#include "trainpack/callbacks/callback_state.h"
-#include "trainpack/callbacks/monitor_base.h"
-#include "trainpack/graph.h"
-#include "trainpack/train/tower_registry.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/callback_state.h"
+#include "trainpack/core/graph.h"
+#include "trainpack/core/monitor_base.h"
+#include "trainpack/core/tower_registry.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/histogram.h"
 #include "trainpack/utils/host_read.h"
 #include "trainpack/utils/logger.h"

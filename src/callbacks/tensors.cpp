@@ -9,9 +9,9 @@
 #include <set>
 #include <stdexcept>
 
-#include "trainpack/callbacks/monitor_base.h"
-#include "trainpack/graph.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/graph.h"
+#include "trainpack/core/monitor_base.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/atomic_file.h"
 #include "trainpack/utils/file_names.h"
 #include "trainpack/utils/host_read.h"

@@ -12,9 +12,9 @@
 #include <utility>
 #include <vector>
 
-#include "trainpack/callbacks/callback_state.h"
-#include "trainpack/train/distributed.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/callback_state.h"
+#include "trainpack/core/distributed.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/output_dir.h"
 

@@ -10,8 +10,8 @@
 #include <fmt/format.h>
 
 #include "trainpack/callbacks/param.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/detail/signals.h"
-#include "trainpack/train/trainer.h"
 #include "trainpack/utils/float_repr.h"
 #include "trainpack/utils/logger.h"
 

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/trainer.h"
 
 namespace trainpack {
 namespace {

@@ -13,10 +13,10 @@
 #include <stdexcept>
 #include <utility>
 
-#include "trainpack/callbacks/callback_state.h"
 #include "trainpack/callbacks/saver.h"
-#include "trainpack/graph.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/callback_state.h"
+#include "trainpack/core/graph.h"
+#include "trainpack/core/trainer.h"
 
 namespace trainpack {
 

@@ -1,6 +1,6 @@
 #include "trainpack/core/step_counter.h"
 
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {

@@ -9,9 +9,9 @@
 #include <stdexcept>
 #include <utility>
 
-#include "trainpack/callbacks/callback_state.h"
-#include "trainpack/train/tower_registry.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/callback_state.h"
+#include "trainpack/core/tower_registry.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {

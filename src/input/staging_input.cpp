@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "trainpack/callbacks/callback_state.h"
+#include "trainpack/core/callback_state.h"
 #include "trainpack/utils/logger.h"
 
 // TRAINPACK_WITH_CUDA: set by CMake when the LibTorch built against has CUDA.

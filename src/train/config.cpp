@@ -11,8 +11,8 @@
 #include <typeinfo>
 #include <utility>
 
+#include "trainpack/core/state.h"
 #include "trainpack/train/single_cost.h"
-#include "trainpack/train/state.h"
 #include "trainpack/utils/checkpoint.h"
 #include "trainpack/utils/logger.h"
 

@@ -13,8 +13,8 @@
 #include <typeinfo>
 #include <utility>
 
-#include "trainpack/train/step_context.h"
-#include "trainpack/train/tower_registry.h"
+#include "trainpack/core/step_context.h"
+#include "trainpack/core/tower_registry.h"
 #include "trainpack/utils/demangle.h"
 #include "trainpack/utils/logger.h"
 

@@ -8,7 +8,7 @@
 #include "trainpack/callbacks/scalar_printer.h"
 #include "trainpack/callbacks/summary.h"
 #include "trainpack/callbacks/tf_event_writer.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/trainer.h"
 
 namespace trainpack {
 

@@ -10,10 +10,10 @@
 #include <stdexcept>
 #include <utility>
 
-#include "trainpack/callbacks/base.h"
 #include "trainpack/callbacks/summary.h"
-#include "trainpack/train/step_context.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/callback.h"
+#include "trainpack/core/step_context.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/demangle.h"
 #include "trainpack/utils/host_read.h"
 #include "trainpack/utils/logger.h"

@@ -228,7 +228,7 @@ void SingleCostTrainer::setup_graph(InputSignature signature, InputSourcePtr inp
   for (const auto& p : module->named_parameters(/*recurse=*/true)) {
     if (p.value().requires_grad()) graph().add_trainable_variable(p.key(), p.value());
   }
-  // What ModelSaver saves and SaverRestore restores (train/state.h): the module under its own
+  // What ModelSaver saves and SaverRestore restores (core/state.h): the module under its own
   // names, the optimizer as "optimizer".
   graph().add_module("", module);
   graph().add_optimizer("", opt);

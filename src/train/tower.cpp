@@ -7,7 +7,7 @@
 
 #include <torch/nn/module.h>
 
-#include "trainpack/train/step_context.h"
+#include "trainpack/core/step_context.h"
 
 namespace trainpack {
 

@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "trainpack/callbacks/graph.h"
-#include "trainpack/callbacks/group.h"
-#include "trainpack/graph.h"
+#include "trainpack/core/callback_group.h"
+#include "trainpack/core/graph.h"
 #include "trainpack/testing.h"
 
 namespace trainpack {

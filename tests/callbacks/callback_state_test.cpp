@@ -21,14 +21,14 @@
 
 #include "support/errors.h"
 #include "support/temp_dir.h"
-#include "trainpack/callbacks/callback_state.h"
 #include "trainpack/callbacks/misc.h"
-#include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/callbacks/param.h"
 #include "trainpack/callbacks/summary.h"
+#include "trainpack/core/callback_state.h"
+#include "trainpack/core/monitor_base.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
 #include "trainpack/train/tower.h"
-#include "trainpack/train/trainer.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {

@@ -21,8 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
-#include "trainpack/train/trainer.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {

@@ -17,8 +17,8 @@
 #include "trainpack/callbacks/param.h"
 #include "trainpack/callbacks/saver.h"
 #include "trainpack/callbacks/trigger.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
-#include "trainpack/train/trainer.h"
 #include "trainpack/utils/float_repr.h"
 
 namespace trainpack {

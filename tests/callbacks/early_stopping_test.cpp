@@ -16,13 +16,13 @@
 #include "support/errors.h"
 #include "support/stat_putter.h"
 #include "support/temp_dir.h"
-#include "trainpack/callbacks/callback_state.h"
 #include "trainpack/callbacks/early_stopping.h"
 #include "trainpack/callbacks/saver.h"
-#include "trainpack/exceptions.h"
-#include "trainpack/session_init.h"
+#include "trainpack/core/callback_state.h"
+#include "trainpack/core/exceptions.h"
+#include "trainpack/core/session_init.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
-#include "trainpack/train/trainer.h"
 #include "trainpack/utils/checkpoint.h"
 
 namespace trainpack {

@@ -23,9 +23,9 @@
 #include "support/files.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/hooks.h"
-#include "trainpack/graph.h"
+#include "trainpack/core/graph.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
-#include "trainpack/train/trainer.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "trainpack/exceptions.h"
+#include "trainpack/core/exceptions.h"
 #include "trainpack/input/dataflow.h"
 #include "trainpack/input/input_source.h"
 #include "trainpack/train/single_cost.h"

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "support/errors.h"
-#include "trainpack/callbacks/monitor_base.h"
+#include "trainpack/core/monitor_base.h"
 #include "trainpack/input/dataflow.h"
 #include "trainpack/input/input_source.h"
 #include "trainpack/testing.h"

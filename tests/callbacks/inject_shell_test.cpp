@@ -28,8 +28,8 @@
 
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/inject_shell.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
-#include "trainpack/train/trainer.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/value_range.h"
 

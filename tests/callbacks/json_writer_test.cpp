@@ -31,7 +31,7 @@
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/monitor.h"
 #include "trainpack/callbacks/saver.h"
-#include "trainpack/session_init.h"
+#include "trainpack/core/session_init.h"
 #include "trainpack/testing.h"
 
 namespace trainpack {

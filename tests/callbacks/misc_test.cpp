@@ -11,10 +11,10 @@
 
 #include "support/files.h"
 #include "support/temp_dir.h"
-#include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/callbacks/trigger.h"
+#include "trainpack/core/monitor_base.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
-#include "trainpack/train/trainer.h"
 
 namespace trainpack {
 namespace misc_test {

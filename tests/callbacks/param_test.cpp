@@ -21,7 +21,7 @@
 
 #include "support/errors.h"
 #include "support/temp_dir.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/float_repr.h"
 #include "trainpack/utils/logger.h"
 

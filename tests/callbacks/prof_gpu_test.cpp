@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "support/fake_nvml.h"
-#include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/callbacks/prof.h"
+#include "trainpack/core/monitor_base.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
-#include "trainpack/train/trainer.h"
 
 namespace trainpack {
 namespace prof_gpu_test {

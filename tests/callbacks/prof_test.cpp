@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/callbacks/trigger.h"
+#include "trainpack/core/monitor_base.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
-#include "trainpack/train/trainer.h"
 
 namespace trainpack {
 namespace prof_test {

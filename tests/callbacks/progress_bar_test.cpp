@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
-#include "trainpack/train/trainer.h"
 
 namespace trainpack {
 namespace progress_bar_test {

@@ -12,8 +12,8 @@
 #include "support/files.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/monitor.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
-#include "trainpack/train/trainer.h"
 
 namespace trainpack {
 namespace send_monitor_data_test {

@@ -20,9 +20,9 @@
 
 #include "support/errors.h"
 #include "trainpack/callbacks/steps.h"
-#include "trainpack/exceptions.h"
+#include "trainpack/core/exceptions.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
-#include "trainpack/train/trainer.h"
 
 namespace trainpack {
 namespace session_run_timeout_test {

@@ -27,10 +27,10 @@
 #include "trainpack/callbacks/json_writer.h"
 #include "trainpack/callbacks/param.h"
 #include "trainpack/callbacks/tf_event_writer.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
 #include "trainpack/train/defaults.h"
 #include "trainpack/train/tower.h"
-#include "trainpack/train/trainer.h"
 #include "trainpack/utils/histogram.h"
 #include "trainpack/utils/logger.h"
 

@@ -27,8 +27,8 @@
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/graph.h"
 #include "trainpack/callbacks/trigger.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
-#include "trainpack/train/trainer.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {

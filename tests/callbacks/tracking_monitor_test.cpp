@@ -18,8 +18,8 @@
 #include "support/fake_http_server.h"
 #include "trainpack/callbacks/param.h"
 #include "trainpack/callbacks/trigger.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
-#include "trainpack/train/trainer.h"
 
 namespace trainpack {
 namespace tracking_monitor_test {

@@ -17,8 +17,8 @@
 
 #include "support/errors.h"
 #include "support/source_trainer.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
-#include "trainpack/train/trainer.h"
 
 namespace trainpack {
 namespace input_source_test {

@@ -21,12 +21,12 @@
 
 #include "support/errors.h"
 #include "support/source_trainer.h"
+#include "trainpack/core/state.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/input/dataflow.h"
 #include "trainpack/input/fashion_mnist.h"
 #include "trainpack/input/input_source.h"
 #include "trainpack/testing.h"
-#include "trainpack/train/state.h"
-#include "trainpack/train/trainer.h"
 
 namespace trainpack {
 namespace resume_position_test {

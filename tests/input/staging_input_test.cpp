@@ -21,13 +21,13 @@
 #include "support/errors.h"
 #include "support/linear_regression.h"
 #include "support/source_trainer.h"
+#include "trainpack/core/state.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/input/dataflow.h"
 #include "trainpack/input/input_source.h"
 #include "trainpack/testing.h"
 #include "trainpack/train/config.h"
 #include "trainpack/train/single_cost.h"
-#include "trainpack/train/state.h"
-#include "trainpack/train/trainer.h"
 
 namespace trainpack {
 namespace staging_input_test {

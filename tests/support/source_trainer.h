@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "trainpack/core/trainer.h"
 #include "trainpack/input/input_source.h"
-#include "trainpack/train/trainer.h"
 
 namespace trainpack {
 namespace testing {

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "trainpack/callbacks/monitor_base.h"
+#include "trainpack/core/monitor_base.h"
 #include "trainpack/testing.h"
 
 namespace trainpack {

@@ -17,12 +17,12 @@
 #include "trainpack/callbacks/saver.h"
 #include "trainpack/callbacks/summary.h"
 #include "trainpack/callbacks/trigger.h"
+#include "trainpack/core/state.h"
 #include "trainpack/input/dataflow.h"
 #include "trainpack/input/input_source.h"
 #include "trainpack/train/config.h"
 #include "trainpack/train/gradproc.h"
 #include "trainpack/train/single_cost.h"
-#include "trainpack/train/state.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {

@@ -14,11 +14,11 @@
 
 #include "support/errors.h"
 #include "support/linear_regression.h"
+#include "trainpack/core/step_context.h"
+#include "trainpack/core/tower_registry.h"
 #include "trainpack/testing.h"
 #include "trainpack/train/config.h"
 #include "trainpack/train/single_cost.h"
-#include "trainpack/train/step_context.h"
-#include "trainpack/train/tower_registry.h"
 
 namespace trainpack {
 namespace cuda_graph_test {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "trainpack/train/distributed.h"
+#include "trainpack/core/distributed.h"
 
 namespace trainpack {
 namespace distributed_env_test {

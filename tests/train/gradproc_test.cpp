@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "trainpack/callbacks/monitor_base.h"
 #include "trainpack/callbacks/summary.h"
+#include "trainpack/core/monitor_base.h"
 #include "trainpack/input/dataflow.h"
 #include "trainpack/input/input_source.h"
 #include "trainpack/testing.h"

@@ -5,8 +5,8 @@
 
 #include <ATen/ATen.h>
 
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
-#include "trainpack/train/trainer.h"
 
 namespace trainpack {
 namespace hooked_run_test {

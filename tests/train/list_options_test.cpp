@@ -10,9 +10,9 @@
 
 #include "trainpack/callbacks/progress_bar.h"
 #include "trainpack/callbacks/scalar_printer.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
 #include "trainpack/train/config.h"
-#include "trainpack/train/trainer.h"
 
 namespace trainpack {
 namespace list_options_test {

@@ -18,12 +18,12 @@
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/saver.h"
 #include "trainpack/callbacks/trigger.h"
-#include "trainpack/session_init.h"
+#include "trainpack/core/session_init.h"
+#include "trainpack/core/state.h"
 #include "trainpack/train/config.h"
 #include "trainpack/train/gradproc.h"
 #include "trainpack/train/loss_scaler.h"
 #include "trainpack/train/single_cost.h"
-#include "trainpack/train/state.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {

@@ -15,13 +15,13 @@
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/saver.h"
 #include "trainpack/callbacks/trigger.h"
+#include "trainpack/core/state.h"
 #include "trainpack/detail/torch_compat.h"
 #include "trainpack/input/dataflow.h"
 #include "trainpack/train/config.h"
 #include "trainpack/train/gradproc.h"
 #include "trainpack/train/precision.h"
 #include "trainpack/train/single_cost.h"
-#include "trainpack/train/state.h"
 #include "trainpack/utils/logger.h"
 
 namespace trainpack {

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "trainpack/session_init.h"
+#include "trainpack/core/session_init.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
 #include "trainpack/train/config.h"
-#include "trainpack/train/trainer.h"
 
 namespace trainpack {
 namespace starting_point_test {

@@ -1,4 +1,4 @@
-// The training state map (train/state.h) and the restoring SessionInits (session_init.h):
+// The training state map (core/state.h) and the restoring SessionInits (core/session_init.h):
 // what is collected, what is put back, what is reported, and where the loop continues.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -12,11 +12,11 @@
 
 #include "support/errors.h"
 #include "support/temp_dir.h"
-#include "trainpack/session_init.h"
+#include "trainpack/core/optimizer_state.h"
+#include "trainpack/core/session_init.h"
+#include "trainpack/core/state.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
-#include "trainpack/train/optimizer_state.h"
-#include "trainpack/train/state.h"
-#include "trainpack/train/trainer.h"
 #include "trainpack/utils/checkpoint.h"
 
 namespace trainpack {
@@ -430,7 +430,7 @@ TEST(ChainInitTest, RunsInOrderAndRejectsNull) {
   EXPECT_TRUE(ChainInit({std::make_shared<JustCurrentSession>()}).is_noop());
 }
 
-// ---- Optimizer state (train/optimizer_state.h) ----
+// ---- Optimizer state (core/optimizer_state.h) ----
 
 namespace fs = std::filesystem;
 using torch::optim::OptimizerParamGroup;

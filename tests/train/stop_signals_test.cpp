@@ -26,8 +26,8 @@
 
 #include "support/sanitizers.h"
 #include "support/temp_dir.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
-#include "trainpack/train/trainer.h"
 #include "trainpack/utils/checkpoint.h"
 
 #ifndef TRAINPACK_RESUME_CHILD

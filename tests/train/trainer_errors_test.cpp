@@ -7,9 +7,9 @@
 
 #include "support/sanitizers.h"
 #include "trainpack/callbacks/steps.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
 #include "trainpack/train/defaults.h"
-#include "trainpack/train/trainer.h"
 
 namespace trainpack {
 namespace trainer_errors_test {

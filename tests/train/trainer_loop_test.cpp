@@ -1,8 +1,8 @@
 // The main loop's timing (docs/tensorpack-differences.md #1 and #14) as exact traces.
 #include <gtest/gtest.h>
 
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
-#include "trainpack/train/trainer.h"
 
 namespace trainpack {
 namespace trainer_loop_test {

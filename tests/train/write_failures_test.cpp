@@ -1,4 +1,4 @@
-// Promised writes (train/trainer.h, "Promised writes"): a callback that cannot write a file it
+// Promised writes (core/trainer.h, "Promised writes"): a callback that cannot write a file it
 // promised reports it to the trainer, training goes on, and main_loop ends with WriteFailedError
 // after every after_train ran: ModelSaver's checkpoints (a file-size limit, which binds root too;
 // a read-only directory), MinSaver's copy after a failed save, the save at a signal.
@@ -21,9 +21,9 @@
 #include "support/stat_putter.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/saver.h"
-#include "trainpack/exceptions.h"
+#include "trainpack/core/exceptions.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
-#include "trainpack/train/trainer.h"
 #include "trainpack/utils/checkpoint.h"
 
 namespace trainpack {

@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "trainpack/exceptions.h"
+#include "trainpack/core/exceptions.h"
 #include "trainpack/testing.h"
 #include "trainpack/utils/logger.h"
 

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "support/temp_dir.h"
-#include "trainpack/session_init.h"
+#include "trainpack/core/session_init.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
-#include "trainpack/train/trainer.h"
 #include "trainpack/utils/checkpoint.h"
 #include "trainpack/utils/terminal_text.h"
 

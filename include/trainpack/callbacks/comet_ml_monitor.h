@@ -61,7 +61,7 @@
 // set-status per isAliveBeatDurationMillis (Comet's REST API takes one metric per request).
 //
 // Resumed runs: the experiment key is this monitor's state() (entry `experiment_key`, the key's
-// bytes as a 1-d int64 tensor, callback_state.h's state_string), so a run resumed from a
+// bytes as a 1-d int64 tensor, core/callback_state.h's state_string), so a run resumed from a
 // checkpoint (AutoResumeTrainConfig, SaverRestore) continues the same experiment. A checkpoint
 // saved before the experiment was created holds no key; its run creates a new experiment. An
 // experiment_key option wins over the checkpoint's (a warning names both).

@@ -14,8 +14,8 @@
 
 #include <torch/arg.h>
 
-#include "trainpack/callbacks/base.h"
 #include "trainpack/callbacks/tensors.h"  // ProcessTensors, DumpTensors, CheckNumerics, ...
+#include "trainpack/core/callback.h"
 
 namespace trainpack {
 

@@ -76,7 +76,7 @@
 #include <utility>
 #include <vector>
 
-#include "trainpack/callbacks/base.h"
+#include "trainpack/core/callback.h"
 
 namespace trainpack {
 

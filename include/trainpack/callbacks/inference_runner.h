@@ -77,8 +77,8 @@
 #include <c10/core/Device.h>
 #include <torch/arg.h>
 
-#include "trainpack/callbacks/base.h"
 #include "trainpack/callbacks/inference.h"
+#include "trainpack/core/callback.h"
 #include "trainpack/input/dataflow.h"
 
 namespace trainpack {

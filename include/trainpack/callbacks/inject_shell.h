@@ -7,8 +7,8 @@
 
 #include <torch/arg.h>
 
-#include "trainpack/callbacks/base.h"
 #include "trainpack/callbacks/console.h"
+#include "trainpack/core/callback.h"
 
 namespace trainpack {
 

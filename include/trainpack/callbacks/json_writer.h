@@ -133,11 +133,11 @@
 
 #include <torch/arg.h>
 
-#include "trainpack/callbacks/monitor_base.h"
+#include "trainpack/core/monitor_base.h"
 #include "trainpack/utils/stats_json.h"  // StatValue, StatsEntry, the format and the reader
 
 namespace trainpack {
-struct ResumePoint;  // trainpack/train/trainer.h
+struct ResumePoint;  // trainpack/core/resume_point.h
 }  // namespace trainpack
 
 namespace trainpack {

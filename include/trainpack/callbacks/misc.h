@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "trainpack/callbacks/base.h"
 #include "trainpack/callbacks/inject_shell.h"
+#include "trainpack/core/callback.h"
 #include "trainpack/utils/clock.h"
 #include "trainpack/utils/command_template.h"
 

@@ -42,12 +42,12 @@
 // Images are not sent: MLflow's REST API 2.0 has no image endpoint (its clients upload image files
 // as artifacts to the artifact store, which this monitor does not reach).
 //
-// Resumed runs: state() holds the run's id and its experiment's id (as text, callback_state.h's
-// state_string), so that ModelSaver's checkpoint carries them and a run resumed from it
-// (AutoResumeTrainConfig, SaverRestore) logs into the same MLflow run, its steps continuing. A
-// checkpoint saved before the run was created on the server (the server was unreachable until
-// then) holds no id: the resumed run then creates a new MLflow run; so does a run whose MLflow run
-// was deleted on the server (with a warning).
+// Resumed runs: state() holds the run's id and its experiment's id (as text,
+// core/callback_state.h's state_string), so that ModelSaver's checkpoint carries them and a run
+// resumed from it (AutoResumeTrainConfig, SaverRestore) logs into the same MLflow run, its steps
+// continuing. A checkpoint saved before the run was created on the server (the server was
+// unreachable until then) holds no id: the resumed run then creates a new MLflow run; so does a run
+// whose MLflow run was deleted on the server (with a warning).
 //
 // Configuration (each option, else its environment variable, as MLflow's own client reads them):
 //   tracking_uri     MLFLOW_TRACKING_URI; http:// or https:// only

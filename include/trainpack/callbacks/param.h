@@ -34,8 +34,8 @@
 
 #include <torch/arg.h>
 
-#include "trainpack/callbacks/base.h"
-#include "trainpack/graph.h"
+#include "trainpack/core/callback.h"
+#include "trainpack/core/graph.h"
 #include "trainpack/utils/value_range.h"
 
 namespace trainpack {

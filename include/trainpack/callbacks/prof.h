@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "trainpack/callbacks/base.h"
+#include "trainpack/core/callback.h"
 #include "trainpack/utils/arg.h"
 #include "trainpack/utils/clock.h"
 

@@ -58,7 +58,7 @@
 
 #include <torch/arg.h>
 
-#include "trainpack/callbacks/base.h"
+#include "trainpack/core/callback.h"
 #include "trainpack/utils/clock.h"
 
 namespace trainpack {

@@ -19,7 +19,7 @@
 
 #include <torch/arg.h>
 
-#include "trainpack/callbacks/base.h"
+#include "trainpack/core/callback.h"
 #include "trainpack/utils/checkpoint.h"
 #include "trainpack/utils/clock.h"
 
@@ -35,7 +35,7 @@ struct ModelSaverOptions {
   TORCH_ARG(std::optional<std::string>, checkpoint_dir);
   // Which state to save, in tensorpack's terms. Only the whole training state is supported:
   // {"GLOBAL_VARIABLES"} (the default; TensorFlow's key string "variables" is accepted too), i.e.
-  // everything collect_training_state returns (train/state.h). Any other collection is
+  // everything collect_training_state returns (core/state.h). Any other collection is
   // std::invalid_argument: there is no subset of the state that a resume could work from.
   TORCH_ARG(std::vector<std::string>, var_collections) = {"GLOBAL_VARIABLES"};
   // fsync every file and the directory (off only for benchmarks and tests).

@@ -32,7 +32,7 @@
 
 #include "trainpack/utils/arg.h"
 
-#include "trainpack/callbacks/monitor_base.h"
+#include "trainpack/core/monitor_base.h"
 
 namespace trainpack {
 

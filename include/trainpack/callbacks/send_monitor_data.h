@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "trainpack/callbacks/monitor_base.h"
+#include "trainpack/core/monitor_base.h"
 #include "trainpack/utils/command_template.h"
 
 namespace trainpack {

@@ -16,7 +16,7 @@
 
 #include <torch/arg.h>
 
-#include "trainpack/callbacks/base.h"
+#include "trainpack/core/callback.h"
 
 namespace trainpack {
 

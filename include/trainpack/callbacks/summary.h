@@ -42,7 +42,7 @@
 
 #include <torch/arg.h>
 
-#include "trainpack/callbacks/base.h"
+#include "trainpack/core/callback.h"
 #include "trainpack/utils/summary.h"
 
 namespace trainpack {

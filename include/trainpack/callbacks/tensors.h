@@ -9,7 +9,7 @@
 //   callbacks.push_back(std::make_shared<CheckNumerics>());
 //
 // "Tensors of the step" are the names the step function publishes (`ctx.publish(name, t)`, see
-// train/step_context.h): they are fetched in a hooked run and handed over in after_run of that
+// core/step_context.h): they are fetched in a hooked run and handed over in after_run of that
 // same run. A name the step does not publish stops training at the first step that asks for it,
 // with an error that names the callback and lists the names the step publishes.
 #pragma once
@@ -25,7 +25,7 @@
 
 #include <torch/arg.h>
 
-#include "trainpack/callbacks/base.h"
+#include "trainpack/core/callback.h"
 
 namespace trainpack {
 

@@ -74,7 +74,7 @@
 
 #include <torch/arg.h>
 
-#include "trainpack/callbacks/monitor_base.h"
+#include "trainpack/core/monitor_base.h"
 #include "trainpack/utils/event_file_writer.h"
 
 namespace trainpack {

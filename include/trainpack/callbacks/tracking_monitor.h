@@ -53,7 +53,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/arg.h>
 
-#include "trainpack/callbacks/monitor_base.h"
+#include "trainpack/core/monitor_base.h"
 #include "trainpack/utils/http_client.h"
 
 namespace trainpack {

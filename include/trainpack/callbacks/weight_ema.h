@@ -12,7 +12,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/arg.h>
 
-#include "trainpack/callbacks/base.h"
+#include "trainpack/core/callback.h"
 
 namespace trainpack {
 

@@ -8,7 +8,7 @@
 // Differences from tensorpack: none.
 #pragma once
 
-#include "trainpack/callbacks/base.h"
+#include "trainpack/core/callback.h"
 
 namespace trainpack {
 

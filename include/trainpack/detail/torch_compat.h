@@ -113,7 +113,7 @@ inline const at::Generator& default_cuda_generator(c10::DeviceIndex device) {
 // ---- c10d: a collective backend as the process group that the Reducer and comm.hpp take ----
 //
 // A template, so that this header does not pull c10d (and Gloo's headers) into every unit: the
-// c10d types are named by the one caller that includes them (src/train/process_group.cpp).
+// c10d types are named by the one caller that includes them (src/core/process_group.cpp).
 // `gloo` says which backend it is: Gloo serves CPU and CUDA tensors, NCCL CUDA tensors only.
 template <class ProcessGroupT, class BackendT>
 c10::intrusive_ptr<ProcessGroupT> wrap_backend(c10::intrusive_ptr<BackendT> backend, int rank,

@@ -49,7 +49,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/arg.h>
 
-#include "trainpack/exceptions.h"
+#include "trainpack/core/exceptions.h"
 
 namespace trainpack {
 

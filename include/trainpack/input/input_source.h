@@ -57,7 +57,7 @@
 #include <c10/core/Device.h>
 #include <torch/arg.h>
 
-#include "trainpack/callbacks/base.h"
+#include "trainpack/core/callback.h"
 #include "trainpack/input/dataflow.h"
 #include "trainpack/input/input_desc.h"
 

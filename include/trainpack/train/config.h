@@ -49,16 +49,16 @@
 #include <torch/optim/optimizer.h>
 #include "trainpack/utils/arg.h"
 
-#include "trainpack/callbacks/base.h"
-#include "trainpack/callbacks/monitor_base.h"
+#include "trainpack/core/callback.h"
+#include "trainpack/core/monitor_base.h"
+#include "trainpack/core/session_init.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/input/dataflow.h"
 #include "trainpack/input/input_source.h"
-#include "trainpack/session_init.h"
 #include "trainpack/train/cuda_graph.h"
 #include "trainpack/train/gradproc.h"
 #include "trainpack/train/precision.h"
 #include "trainpack/train/tower.h"
-#include "trainpack/train/trainer.h"
 
 namespace trainpack {
 

@@ -41,7 +41,7 @@
 
 #include <torch/arg.h>
 
-#include "trainpack/train/distributed.h"
+#include "trainpack/core/distributed.h"
 #include "trainpack/train/single_cost.h"
 
 namespace trainpack {

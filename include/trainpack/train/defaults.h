@@ -12,8 +12,8 @@
 
 #include <vector>
 
-#include "trainpack/callbacks/base.h"
-#include "trainpack/callbacks/monitor_base.h"
+#include "trainpack/core/callback.h"
+#include "trainpack/core/monitor_base.h"
 
 namespace trainpack {
 

@@ -60,13 +60,13 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include "trainpack/core/trainer.h"
 #include "trainpack/input/input_source.h"
 #include "trainpack/train/cuda_graph.h"
 #include "trainpack/train/gradproc.h"
 #include "trainpack/train/loss_scaler.h"
 #include "trainpack/train/precision.h"
 #include "trainpack/train/tower.h"
-#include "trainpack/train/trainer.h"
 
 namespace trainpack {
 

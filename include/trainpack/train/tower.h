@@ -47,8 +47,8 @@
 #include <string_view>
 #include <vector>
 
-#include "trainpack/input/input_desc.h"      // InputDesc, InputSignature, check_inputs
-#include "trainpack/train/tower_registry.h"  // TowerRegistry
+#include "trainpack/core/tower_registry.h"  // TowerRegistry
+#include "trainpack/input/input_desc.h"     // InputDesc, InputSignature, check_inputs
 
 namespace torch {
 namespace nn {

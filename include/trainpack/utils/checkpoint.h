@@ -59,7 +59,7 @@ using TensorMap = std::map<std::string, at::Tensor>;
 // `t` as a TensorMap to be saved holds it: not requiring grad, on the CPU, sharing memory with `t`
 // where `t` is already there. detach() and to() are called only where they change something:
 // each is a dispatcher call, and together they were a sixth of collecting the main job's training
-// state (train/state.h, train/optimizer_state.h).
+// state (core/state.h, core/optimizer_state.h).
 inline at::Tensor checkpoint_form(const at::Tensor& t) {
   at::Tensor out = t.requires_grad() ? t.detach() : t;
   return out.is_cpu() ? out : out.to(at::kCPU);

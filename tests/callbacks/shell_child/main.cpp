@@ -23,7 +23,7 @@
 #include "trainpack/callbacks/misc.h"
 #include "trainpack/callbacks/saver.h"
 #include "trainpack/callbacks/trigger.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/float_repr.h"
 #include "trainpack/utils/logger.h"
 

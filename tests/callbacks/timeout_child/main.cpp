@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "trainpack/callbacks/session_run_timeout.h"
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/logger.h"
 
 #include "programs/programs.h"

@@ -1,12 +1,12 @@
 // DistributedEnv: the group this process belongs to, read from torchrun's, SLURM's or
-// hand-set variables (train/distributed.h).
+// hand-set variables (core/distributed.h).
 #include <fmt/format.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <stdexcept>
 
-#include "trainpack/train/distributed.h"
+#include "trainpack/core/distributed.h"
 
 namespace trainpack {
 

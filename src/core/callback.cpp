@@ -1,13 +1,13 @@
-#include "trainpack/callbacks/base.h"
+#include "trainpack/core/callback.h"
 
 #include <fmt/format.h>
 
 #include <stdexcept>
 #include <typeinfo>
 
+#include "trainpack/core/graph.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/detail/override_detection.h"
-#include "trainpack/graph.h"
-#include "trainpack/train/trainer.h"
 #include "trainpack/utils/demangle.h"
 
 namespace trainpack {

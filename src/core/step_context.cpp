@@ -1,10 +1,10 @@
-#include "trainpack/train/step_context.h"
+#include "trainpack/core/step_context.h"
 
 #include <fmt/format.h>
 
 #include <stdexcept>
 
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/trainer.h"
 
 namespace trainpack {
 

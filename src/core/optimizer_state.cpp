@@ -1,8 +1,8 @@
-// Optimizer state as checkpoint entries (trainpack/train/optimizer_state.h): one codec per known
+// Optimizer state as checkpoint entries (trainpack/core/optimizer_state.h): one codec per known
 // LibTorch optimizer class names its options and per-parameter state fields once; the same
 // description drives collecting (a Collector visitor) and restoring (reader visitors that check
 // and copy). Other optimizers go through their torch::serialize archive.
-#include "trainpack/train/optimizer_state.h"
+#include "trainpack/core/optimizer_state.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -10,7 +10,7 @@
 //                                                               (Graph::add_module)
 //   optimizer[/<name>]/...            the state of the optimizer registered as <name> (none
 //                                     for ""): for torch::optim::SGD, Adam, AdamW, RMSprop and
-//                                     Adagrad, entries of their own (train/optimizer_state.h):
+//                                     Adagrad, entries of their own (core/optimizer_state.h):
 //                                     .../type, .../group_sizes, .../<group>/<option> (lr, ...),
 //                                     .../<group>/<param index>/<field> (momentum_buffer, step,
 //                                     exp_avg, ...);
@@ -36,7 +36,7 @@
 
 #include <torch/arg.h>
 
-#include "trainpack/train/resume_point.h"
+#include "trainpack/core/resume_point.h"
 #include "trainpack/utils/checkpoint.h"
 
 namespace trainpack {

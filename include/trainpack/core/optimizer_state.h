@@ -1,5 +1,5 @@
 // An optimizer's state as checkpoint entries, and its checked restore: the optimizer part of
-// collect_training_state / restore_training_state (train/state.h).
+// collect_training_state / restore_training_state (core/state.h).
 //
 // LibTorch's own optimizers (torch::optim::SGD, Adam, AdamW, RMSprop, Adagrad; those classes
 // exactly, not subclasses) are stored as one entry per tensor and number under `entry`

@@ -72,17 +72,16 @@
 
 #include "trainpack/utils/arg.h"
 
-#include "trainpack/train/distributed.h"
-
-#include "trainpack/callbacks/base.h"
-#include "trainpack/callbacks/group.h"
-#include "trainpack/callbacks/monitor_base.h"
-#include "trainpack/exceptions.h"
-#include "trainpack/graph.h"
-#include "trainpack/session_init.h"
-#include "trainpack/train/resume_point.h"
-#include "trainpack/train/step_context.h"
-#include "trainpack/train/tower_registry.h"
+#include "trainpack/core/callback.h"
+#include "trainpack/core/callback_group.h"
+#include "trainpack/core/distributed.h"
+#include "trainpack/core/exceptions.h"
+#include "trainpack/core/graph.h"
+#include "trainpack/core/monitor_base.h"
+#include "trainpack/core/resume_point.h"
+#include "trainpack/core/session_init.h"
+#include "trainpack/core/step_context.h"
+#include "trainpack/core/tower_registry.h"
 
 namespace trainpack {
 

@@ -35,7 +35,7 @@
 #include <string>
 #include <vector>
 
-#include "trainpack/train/step_context.h"
+#include "trainpack/core/step_context.h"
 
 namespace trainpack {
 

@@ -1,4 +1,4 @@
-#include "trainpack/callbacks/group.h"
+#include "trainpack/core/callback_group.h"
 
 #include <fmt/format.h>
 
@@ -6,7 +6,7 @@
 #include <exception>
 #include <stdexcept>
 
-#include "trainpack/callbacks/monitor_base.h"
+#include "trainpack/core/monitor_base.h"
 #include "trainpack/utils/humanize.h"
 #include "trainpack/utils/logger.h"
 

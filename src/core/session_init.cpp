@@ -1,11 +1,11 @@
-#include "trainpack/session_init.h"
+#include "trainpack/core/session_init.h"
 
 #include <fmt/format.h>
 
 #include <stdexcept>
 #include <utility>
 
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/checkpoint.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/terminal_text.h"

@@ -45,7 +45,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "trainpack/callbacks/base.h"
+#include "trainpack/core/callback.h"
 #include "trainpack/utils/summary.h"
 
 namespace trainpack {

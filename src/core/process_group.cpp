@@ -1,5 +1,5 @@
 // ProcessGroup: c10d's store and process group behind trainpack's small interface
-// (train/distributed.h). c10d stays out of the public headers (its Gloo backend needs Gloo's
+// (core/distributed.h). c10d stays out of the public headers (its Gloo backend needs Gloo's
 // headers, which LibTorch does not ship: without them, TRAINPACK_WITH_GLOO is not defined and the
 // "gloo" backend says how to get it when asked for).
 #include <fmt/format.h>
@@ -24,8 +24,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include "trainpack/core/distributed.h"
 #include "trainpack/detail/torch_compat.h"
-#include "trainpack/train/distributed.h"
 #include "trainpack/utils/error_file.h"
 #include "trainpack/utils/logger.h"
 

@@ -1,4 +1,4 @@
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/trainer.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>

@@ -8,7 +8,7 @@
 //       .session_init(std::make_shared<SaverRestore>("train_log/run1/checkpoint")));
 //
 // SaverRestore and DictRestore put a name -> tensor map into the trainer with
-// restore_training_state (train/state.h: the entries, and which are "training-only"): the
+// restore_training_state (core/state.h: the entries, and which are "training-only"): the
 // parameters and buffers of the modules the trainer registered, the optimizer state, the Graph
 // variables, the RNG states, the callbacks' states and the counters (the resume point).
 //
@@ -23,7 +23,7 @@
 
 #include <torch/arg.h>
 
-#include "trainpack/train/state.h"
+#include "trainpack/core/state.h"
 
 namespace trainpack {
 
@@ -58,7 +58,7 @@ struct SaverRestoreOptions {
   // Load what matches even when it is less than half of the model's parameter tensors (e.g. a
   // pretrained backbone): the names missing, unused or of another shape are warnings, as in
   // tensorpack. Off (the default): such a checkpoint is refused as another model's
-  // (RestoreOptions::partial, train/state.h).
+  // (RestoreOptions::partial, core/state.h).
   TORCH_ARG(bool, partial) = false;
   // Refuse a checkpoint that lacks any of the model's parameter tensors (RestoreOptions::
   // require_all). AutoResumeTrainConfig sets it unless allow_missing_parameters.
@@ -100,7 +100,7 @@ class SaverRestore : public SessionInit {
 
 // Restores from a name -> tensor map (tensorpack's DictRestore), e.g. weights made by another
 // program: `DictRestore({{"fc.weight", w}, {"fc.bias", b}})`. Entries use the names of
-// train/state.h. Logs `Restoring {n} variables from dict ...` and the mismatches both ways.
+// core/state.h. Logs `Restoring {n} variables from dict ...` and the mismatches both ways.
 // Counters are restored only when the map has trainer/* entries.
 // Errors: a shape mismatch is std::invalid_argument naming the entry (nothing is changed); so
 // is a dict that matches fewer than half of the model's parameter tensors, unless

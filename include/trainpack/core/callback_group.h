@@ -26,8 +26,8 @@
 #include <utility>
 #include <vector>
 
-#include "trainpack/callbacks/base.h"
-#include "trainpack/exceptions.h"
+#include "trainpack/core/callback.h"
+#include "trainpack/core/exceptions.h"
 
 namespace trainpack {
 

@@ -1,4 +1,4 @@
-#include "trainpack/train/tower_registry.h"
+#include "trainpack/core/tower_registry.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>

@@ -1,4 +1,4 @@
-#include "trainpack/callbacks/monitor_base.h"
+#include "trainpack/core/monitor_base.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -9,7 +9,7 @@
 #include <regex>
 #include <stdexcept>
 
-#include "trainpack/train/trainer.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/utils/host_read.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/png.h"

@@ -1,4 +1,4 @@
-// Writing a callback's state() and load_state() (callbacks/base.h): the way to build a
+// Writing a callback's state() and load_state() (core/callback.h): the way to build a
 // CallbackState and to read one back with the checks every load_state makes. A state that does
 // not fit is std::invalid_argument naming the callback and the entry.
 //
@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "trainpack/callbacks/base.h"
+#include "trainpack/core/callback.h"
 
 namespace trainpack {
 

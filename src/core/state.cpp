@@ -1,9 +1,9 @@
-// The training state as checkpoint entries (trainpack/train/state.h). Each part of the state
+// The training state as checkpoint entries (trainpack/core/state.h). Each part of the state
 // (module tensors, optimizers, Graph variables, RNG, callbacks, counters) has its collect and its
 // restore side by side below, as the optimizer codec (optimizer_state.cpp) has; the input's
 // position is a callback's state (the input source's callback) and goes with the callbacks.
 // collect_training_state and restore_training_state at the end only call the parts in order.
-#include "trainpack/train/state.h"
+#include "trainpack/core/state.h"
 
 #include <ATen/Context.h>
 #include <ATen/core/Generator.h>
@@ -18,10 +18,10 @@
 #include <set>
 #include <stdexcept>
 
+#include "trainpack/core/graph.h"
+#include "trainpack/core/optimizer_state.h"
+#include "trainpack/core/trainer.h"
 #include "trainpack/detail/torch_compat.h"
-#include "trainpack/graph.h"
-#include "trainpack/train/optimizer_state.h"
-#include "trainpack/train/trainer.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/terminal_text.h"
 
@@ -276,7 +276,7 @@ class ModulesRestore {
   std::vector<std::pair<at::Tensor, const at::Tensor*>> copies_;
 };
 
-// ---- Optimizers: optimizer[/<name>]/... (train/optimizer_state.h) ----
+// ---- Optimizers: optimizer[/<name>]/... (core/optimizer_state.h) ----
 
 std::string optimizer_entry(const std::string& name) {
   return name.empty() ? kOptimizerPrefix : std::string(kOptimizerPrefix) + "/" + name;

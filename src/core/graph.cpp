@@ -1,4 +1,4 @@
-#include "trainpack/graph.h"
+#include "trainpack/core/graph.h"
 
 #include <fmt/format.h>
 
