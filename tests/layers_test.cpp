@@ -1,14 +1,16 @@
 // The layers of docs/architecture.md ("Layers"), read from the folders, bottom up: utils < core <
 // input < callbacks < train. Every `#include "trainpack/..."` of include/ and src/ goes to the
 // includer's folder or one below it, but for the one upward reference that page lists. detail/,
-// trainpack.h and testing.h are in no layer; any other file must be in one of the five folders (a
-// new top-level header fails the test).
+// trainpack.h and testing.h are in no layer; nor are the forwarding headers left at the paths that
+// moved to core/ (marked `// trainpack-moved-header`), which no file of the project may include.
+// Any other file must be in one of the five folders (a new top-level header fails the test).
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <regex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,8 +27,35 @@ constexpr int kUnknown = -2;
 
 const char* layer_name(int layer) { return layer >= 0 ? kFolders[layer] : "?"; }
 
-// `rel`: a path under include/trainpack/ or src/, without its extension ("core/trainer").
-int layer_of(const std::string& rel) {
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string without_extension(const std::string& rel) { return rel.substr(0, rel.rfind('.')); }
+
+fs::path headers_dir() { return fs::path(TRAINPACK_INCLUDE_DIR) / "trainpack"; }
+fs::path sources_dir() { return fs::path(TRAINPACK_INCLUDE_DIR).parent_path() / "src"; }
+
+// The forwarding headers, as paths under include/trainpack/ without extension ("train/trainer").
+const std::set<std::string>& forwarding_headers() {
+  static const std::set<std::string> headers = [] {
+    std::set<std::string> out;
+    for (const auto& entry : fs::recursive_directory_iterator(headers_dir())) {
+      if (!entry.is_regular_file() || entry.path().extension() != ".h") continue;
+      if (read_text(entry.path()).find("// trainpack-moved-header") != std::string::npos) {
+        out.insert(without_extension(fs::relative(entry.path(), headers_dir()).generic_string()));
+      }
+    }
+    return out;
+  }();
+  return headers;
+}
+
+// `rel`: a path under include/trainpack/ (`header`) or src/, without its extension
+// ("core/trainer").
+int layer_of(const std::string& rel, bool header) {
+  if (header && forwarding_headers().count(rel) > 0) return kNotLayered;
   for (int i = 0; i < kLayers; ++i) {
     if (rel.rfind(std::string(kFolders[i]) + "/", 0) == 0) return i;
   }
@@ -39,8 +68,6 @@ int layer_of(const std::string& rel) {
 bool listed_upward(bool header, const std::string& from, const std::string& to) {
   return !header && from == "callbacks/inference_runner" && to == "train/single_cost";
 }
-
-std::string without_extension(const std::string& rel) { return rel.substr(0, rel.rfind('.')); }
 
 struct Include {
   std::string from;  // without extension
@@ -62,8 +89,7 @@ std::vector<Include> all_includes(const fs::path& root, const std::string& exten
   std::vector<Include> out;
   const std::regex include_re(R"re(#include "trainpack/([^"]+)\.h")re");
   for (const std::string& rel : files_under(root, extension)) {
-    std::ifstream in(root / rel);
-    const std::string text(std::istreambuf_iterator<char>(in), {});
+    const std::string text = read_text(root / rel);
     const std::string from = without_extension(rel);
     for (std::sregex_iterator it(text.begin(), text.end(), include_re), end; it != end; ++it) {
       out.push_back({from, (*it)[1].str(), header});
@@ -71,9 +97,6 @@ std::vector<Include> all_includes(const fs::path& root, const std::string& exten
   }
   return out;
 }
-
-fs::path headers_dir() { return fs::path(TRAINPACK_INCLUDE_DIR) / "trainpack"; }
-fs::path sources_dir() { return fs::path(TRAINPACK_INCLUDE_DIR).parent_path() / "src"; }
 
 std::vector<Include> repository_includes() {
   std::vector<Include> all = all_includes(headers_dir(), ".h", /*header=*/true);
@@ -86,8 +109,8 @@ TEST(Layers, EveryIncludePointsDownButTheListedOne) {
   const std::vector<Include> includes = repository_includes();
   ASSERT_GT(includes.size(), 200u);
   for (const auto& inc : includes) {
-    const int from = layer_of(inc.from);
-    const int to = layer_of(inc.to);
+    const int from = layer_of(inc.from, inc.header);
+    const int to = layer_of(inc.to, /*header=*/true);
     EXPECT_NE(to, kUnknown) << inc.to << " is in no layer of tests/layers_test.cpp";
     if (from < 0 || to < 0 || to <= from) continue;
     EXPECT_TRUE(listed_upward(inc.header, inc.from, inc.to))
@@ -104,7 +127,7 @@ TEST(Layers, EveryFileIsInALayer) {
   for (const auto& [root, extension] : roots) {
     for (const std::string& rel : files_under(root, extension)) {
       ++files;
-      EXPECT_NE(layer_of(without_extension(rel)), kUnknown)
+      EXPECT_NE(layer_of(without_extension(rel), extension == ".h"), kUnknown)
           << root.filename().generic_string() << "/" << rel
           << " is in no layer: put it in one of utils/, core/, input/, callbacks/, train/";
     }
@@ -115,12 +138,36 @@ TEST(Layers, EveryFileIsInALayer) {
 // The rule itself: the exception is upward (so that a rule that allowed everything fails), and
 // nothing else is allowed.
 TEST(Layers, TheOneExceptionIsUpward) {
-  EXPECT_GT(layer_of("train/single_cost"), layer_of("callbacks/inference_runner"));
+  EXPECT_GT(layer_of("train/single_cost", true), layer_of("callbacks/inference_runner", false));
   EXPECT_FALSE(listed_upward(/*header=*/true, "callbacks/inference_runner", "train/single_cost"));
   EXPECT_FALSE(listed_upward(/*header=*/false, "core/trainer", "train/single_cost"));
   EXPECT_FALSE(listed_upward(/*header=*/false, "input/input_source", "callbacks/saver"));
-  EXPECT_EQ(layer_of("graph"), kUnknown);
-  EXPECT_EQ(layer_of("detail/signals"), kNotLayered);
+  EXPECT_EQ(layer_of("a_new_top_level_header", /*header=*/true), kUnknown);
+  EXPECT_EQ(layer_of("detail/signals", /*header=*/true), kNotLayered);
+}
+
+// The forwarding headers are for users' code only: the project includes the new paths (so that
+// its own build prints no note). tests/compat/ includes the old paths on purpose.
+TEST(Layers, NothingOfTheProjectIncludesAMovedPath) {
+  if (forwarding_headers().empty()) GTEST_SKIP() << "no forwarding header is left";
+  const fs::path root = fs::path(TRAINPACK_INCLUDE_DIR).parent_path();
+  const std::regex include_re(R"re(#include\s*[<"]trainpack/([^">]+)\.h[">])re");
+  int files = 0;
+  for (const char* dir : {"include", "src", "tests", "examples", "bench"}) {
+    for (const auto& entry : fs::recursive_directory_iterator(root / dir)) {
+      const std::string ext = entry.path().extension().string();
+      if (!entry.is_regular_file() || (ext != ".h" && ext != ".cpp" && ext != ".cc")) continue;
+      const std::string rel = fs::relative(entry.path(), root).generic_string();
+      if (rel.rfind("tests/compat/", 0) == 0) continue;
+      ++files;
+      const std::string text = read_text(entry.path());
+      for (std::sregex_iterator it(text.begin(), text.end(), include_re), end; it != end; ++it) {
+        EXPECT_EQ(forwarding_headers().count((*it)[1].str()), 0u)
+            << rel << " includes trainpack/" << (*it)[1].str() << ".h, a path that moved to core/";
+      }
+    }
+  }
+  EXPECT_GT(files, 300);
 }
 
 }  // namespace layers_test
