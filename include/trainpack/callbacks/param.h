@@ -1,25 +1,12 @@
 // Hyperparameters and the callbacks that set them (tensorpack's callbacks/param.py).
-//
-// Public names: HyperParam, GraphVarParam, ObjAttrParam, HyperParamRef, HyperParamSetter,
-// HumanHyperParamSetter, ScheduledHyperParamSetter, HyperParamSetterWithFunc,
-// StatMonitorParamSetter.
-//
-// A HyperParam is a named scalar seen through get/set: a Graph variable (`"learning_rate"`, which
-// SingleCostTrainer binds to the optimizer's lr) or any getter/setter pair. A HyperParamSetter is
-// a callback that computes a new value and sets it. Where a setter takes a param, a string names a
-// Graph variable:
-//
-//   std::make_shared<ScheduledHyperParamSetter>(
-//       "learning_rate", std::vector<std::pair<int64_t, double>>{{30, 1e-2}, {60, 1e-3}});
-//
-// Every setter sets its value in before_train and at every epoch end (via trigger()), unless the
-// class says otherwise; wrapped in PeriodicTrigger it sets whenever trigger() is called.
-//
-// Every param has a range (ValueRange, trainpack/utils/value_range.h): always finite, and for the
-// learning rate > 0. A value outside it, from any setter, is refused with a warning naming the
-// setter (for hyper.txt the file and line) and the range, and the param keeps its value:
-//   [HyperParamSetter] HyperParamSetterWithFunc gives learning_rate = -0.1, outside its range
-//   (finite and > 0); keeping learning_rate = 0.1
+// A HyperParam is a named scalar seen through get/set: a Graph variable ("learning_rate", which
+// SingleCostTrainer binds to the optimizer's lr) or a getter/setter pair. A HyperParamSetter is a
+// callback that computes a value and sets it; where it takes a param, a string names a Graph
+// variable. Every setter sets its value in before_train and at every epoch end (via trigger()),
+// unless its class says otherwise; wrapped in PeriodicTrigger, whenever trigger() is called.
+// Every param has a range (ValueRange, utils/value_range.h: always finite; the learning rate's
+// also > 0). A value outside it, from any setter, is refused with a warning naming the setter and
+// the range, and the param keeps its value. See docs/schedules.md.
 #pragma once
 
 #include <cstdint>
@@ -40,13 +27,10 @@
 
 namespace trainpack {
 
-// A hyperparameter: a named scalar with get/set. `setup_graph` runs in the owning setter's
-// setup_graph (to resolve names); the value is read and written from before_train on.
-//
-// range() is what the setters keep to (any finite value unless the param declares more).
-//
-// Differences from tensorpack: get_value is const; values are doubles; a range (tensorpack sets
-// any value, NaN included).
+// tensorpack's HyperParam: a named scalar with get/set. setup_graph runs in the owning setter's
+// setup_graph (to resolve names); the value is read and written from before_train on. range() is
+// what the setters keep to. Differences from tensorpack: get_value is const; values are doubles;
+// a range (tensorpack sets any value, NaN included).
 class HyperParam {
  public:
   virtual ~HyperParam();
@@ -62,22 +46,12 @@ class HyperParam {
 
 using HyperParamPtr = std::shared_ptr<HyperParam>;
 
-// A Graph variable as a hyperparam, e.g. "learning_rate". The variable is looked up by its exact
-// name when the setter's setup_graph runs; reading and writing go through the variable's get/set.
-//
-//   auto lr = std::make_shared<GraphVarParam>("learning_rate");
-//   auto wd = std::make_shared<GraphVarParam>("weight_decay", ValueRange().min(0));
-//
-// Its range is `range` within the variable's own (Graph::Variable::range; the learning rate's is
-// finite and > 0). setup_graph throws std::invalid_argument naming the param when the two leave no
-// value.
-//
-// setup_graph throws std::invalid_argument naming GraphVarParam and the name, and listing the
-// variables that exist, when there is no such variable. Setting a non-integral value on an integer
-// variable (such as "global_step") throws std::invalid_argument.
-//
-// Differences from tensorpack: no ':0' tensor suffix (names are Graph names); an integer variable
-// accepts a double that holds an integer (tensorpack rejects every Python float).
+// tensorpack's GraphVarParam: a Graph variable as a hyperparam, looked up by its exact name (no
+// ':0' suffix) when the setter's setup_graph runs. Its range is `range` within the variable's own
+// (Graph::Variable::range).
+// Errors (std::invalid_argument naming the param): at setup_graph, no such variable (the existing
+// ones are listed) or two ranges that leave no value; setting a non-integral value on an integer
+// variable ("global_step"). An integer variable accepts a double that holds an integer.
 class GraphVarParam : public HyperParam {
  public:
   // Throws std::invalid_argument if `name` is empty.
@@ -98,13 +72,8 @@ class GraphVarParam : public HyperParam {
   const Graph::Variable* variable_ = nullptr;  // owned by the Graph, valid while it lives
 };
 
-// A hyperparam held anywhere, seen through a getter and a setter.
-//
-//   ObjAttrParam dropout([&] { return model.dropout; }, [&](double v) { model.dropout = v; },
-//                        "dropout", ValueRange().min(0).max_exclusive(1));
-//
-// Differences from tensorpack: a getter/setter pair replaces (object, attribute name); the
-// readable name is required (tensorpack defaults it to the attribute name).
+// tensorpack's ObjAttrParam: a hyperparam held anywhere, seen through a getter and a setter (in
+// place of an object and an attribute name). The readable name is required.
 class ObjAttrParam : public HyperParam {
  public:
   // Throws std::invalid_argument if `get` or `set` is empty or `readable_name` is empty.
@@ -139,50 +108,28 @@ class HyperParamRef {
   HyperParamPtr param_;
 };
 
-// Base of the setters: a callback that, when it runs, asks `_get_value_to_set()` for a value and
-// sets the param to it (nothing happens when it returns nullopt).
-//
-// WHEN: setup_graph resolves the param; before_train sets a value (unless a subclass clears
-// enable_before_train_); trigger() sets a value, and by default trigger_epoch calls trigger(), so
-// a setter acts at every epoch end. chief_only is false: every worker sets its own copy.
-//
-// Every change is logged, at most once per epoch:
-//   [HyperParamSetter] At global_step=0, learning_rate is set to 0.100000
-//   [HyperParamSetter] At global_step=300, learning_rate changes from 0.100000 to 0.010000
-// and when a setter puts back a value another setter changed at the same boundary (hyper.txt over
-// a schedule), that is logged too, naming the setter, so that the last line about a param says
-// what is in effect:
-//   [HyperParamSetter] At global_step=300, learning_rate changes from 0.010000 to 0.050000
-//   (HumanHyperParamSetter)
-//
-// State (checkpoints): `last_value` (float64, the last value this setter computed; absent before
-// the first), `last_epoch_set` (int64, the epoch of the last logged change, -1 before),
-// `applied_epoch` (int64, epoch_num when the setter last ran, -1 before) and `value` (float64, the
-// param's value when saved). load_state restores the first three, so a resumed run logs a change
-// only where an uninterrupted run would, and sets the param to `value` unless it is a
-// GraphVarParam (a Graph variable is restored by the checkpoint itself; any other param, an
-// ObjAttrParam, is in no checkpoint but this); a saved `value` outside the param's range is
-// refused with a warning and the param keeps its value. The before_train of a resumed run does not
-// run the setter again when it already ran at the end of the epoch the checkpoint follows
-// (`applied_epoch` == epoch_num): a value computed from the current one (HyperParamSetterWithFunc,
-// a subclass's) is not applied twice. HumanHyperParamSetter is the exception: it reads its file
-// again, so an edit made while the run was down applies at once.
-//
-//   class Halve : public HyperParamSetter {
-//     using HyperParamSetter::HyperParamSetter;
-//     std::optional<double> _get_value_to_set() override { return get_current_value() / 2; }
-//   };
-//
-// Differences from tensorpack: none.
+// tensorpack's HyperParamSetter, the base of the setters: when it runs, it asks
+// `_get_value_to_set()` for a value and sets the param to it (nullopt: nothing happens).
+// When: setup_graph resolves the param; before_train sets a value (unless a subclass clears
+// enable_before_train_); trigger() sets one, at every epoch end by default. chief_only: false
+// (every worker sets its own copy).
+// Logs each change at most once per epoch (`[HyperParamSetter] At global_step=300, learning_rate
+// changes from 0.100000 to 0.010000`), and a value it puts back after another setter changed it
+// at the same boundary, naming itself (`... (HumanHyperParamSetter)`): the last line about a
+// param is the value in effect.
+// State (checkpoints): `last_value`, `last_epoch_set`, `applied_epoch`, and `value` (the param's
+// value). A resumed run logs a change only where an uninterrupted one would; gets `value` back
+// unless the param is a GraphVarParam (the checkpoint holds the variable; a value out of range is
+// refused); and does not run the setter again in before_train when it ran at the end of the
+// epoch the checkpoint follows (HumanHyperParamSetter does, to read its file again).
+// To write one, override _get_value_to_set (docs/schedules.md, "Writing a setter").
 class HyperParamSetter : public Callback {
  public:
   // Throws std::invalid_argument naming the class and `param` when the param is null.
   explicit HyperParamSetter(HyperParamRef param);
 
   // The value to set now (from `_get_value_to_set`), logging it when it differs from the last
-  // value this setter returned. The value is returned (and set by the setter) even if unchanged.
-  // A value outside the param's range is refused: a warning naming this setter (name()) and the
-  // range, and nullopt.
+  // value this setter returned; nullopt, with a warning, for a value outside the param's range.
   std::optional<double> get_value_to_set();
   // The param's current value.
   double get_current_value() const;
@@ -216,8 +163,7 @@ class HyperParamSetter : public Callback {
 
   // Whether before_train sets a value.
   bool enable_before_train_ = true;
-  // Whether a resumed run's before_train sets a value even when the setter already ran at that
-  // epoch before the checkpoint (see "State" above).
+  // Whether a resumed run's before_train sets a value even when the setter already ran then.
   bool rerun_at_resume_ = false;
 
   void _setup_graph() override;
@@ -237,44 +183,16 @@ class HyperParamSetter : public Callback {
   std::optional<std::pair<int64_t, double>> last_refused_;  // (global_step, value) last refused
 };
 
-// Sets the param from `<logger dir>/<file_name>`, a file of `name: value` lines that a person can
-// edit during training (`learning_rate: 1e-4`). The file is read every time the setter runs:
-// before_train and every epoch end (or whenever a wrapper triggers it).
-//
-//   std::make_shared<HumanHyperParamSetter>("learning_rate");  // reads <logger dir>/hyper.txt
-//
-//   # comments and blank lines are skipped
-//   learning_rate: 1e-4
-//
-// Lines for other names are allowed (other setters read them); the last line for a name wins. A
-// missing file changes nothing, silently. In each of these cases the param keeps its value and a
-// warning names the file:
-// - a malformed line (not exactly one ':', an empty name, a value that is not a number); the
-//   warning names the first such line by its number and counts the others, e.g.
-//     HumanHyperParamSetter: /logs/hyper.txt line 2 is not 'name: value'; keeping
-//     learning_rate = 0.1
-//   (the line is not quoted: the file may hold what the log's readers should not see);
-//   (after any bad line, even one for another name: a half-written file is never applied);
-// - a value outside the param's range (`learning_rate: nan`, `inf`, `0`, `-1`), naming the line
-//   and the range (`... line 1: learning_rate = -1.0 is outside its range (finite and > 0); ...`);
-// - no line for the param;
-// - a file larger than kMaxFileSize (64 KiB; the warning gives both sizes) or not a regular file
-//   (a FIFO, a directory, a symbolic link), which is not read. The file is opened without
-//   following a link and without blocking, and checked with fstat before a byte is read: a link
-//   planted in a shared directory cannot make the job read a file it was not meant to.
-// A warning is not repeated while the file stays the same: an unchanged bad file logs once, not
-// at every epoch.
-//
-// State (checkpoints): HyperParamSetter's; `last_value` is the value last read from the file, so
-// a resumed run that reads the same value logs no change (it reads the file in before_train, as
-// a fresh run does: a value edited while the run was down applies at once, and is logged as a
-// change from the value applied before).
-//
-// Differences from tensorpack: a warning naming the bad line instead of one `Cannot find <name>
-// in <file>`; blank and `#` lines are skipped (tensorpack ignores the whole file for a blank
-// line); whitespace around the name is ignored; values outside the param's range are refused; a
-// size limit; an absolute `file_name` needs no logger directory; without a logger directory the
-// constructor throws std::invalid_argument (tensorpack fails on a None path).
+// tensorpack's HumanHyperParamSetter: sets the param from `<logger dir>/<file_name>` (an absolute
+// file_name needs no logger directory), `name: value` lines a person edits during training. The
+// file is read every time the setter runs: before_train (a resumed run's too) and every epoch end.
+// `#` and blank lines are skipped, other names allowed, the last line for the name wins; a
+// missing file changes nothing, silently. The param keeps its value, with a warning naming the
+// file and line (never quoting it), for: any malformed line (a half-written file is never
+// applied), a value outside the range, no line for the param, a file larger than kMaxFileSize or
+// not a regular file (opened without following a link or blocking). A warning is not repeated
+// while the file stays the same. Errors: std::invalid_argument at construction when a relative
+// file_name has no logger directory. See docs/schedules.md, "hyper.txt".
 class HumanHyperParamSetter : public HyperParamSetter {
  public:
   // The largest file that is read, in bytes.
@@ -297,65 +215,26 @@ class HumanHyperParamSetter : public HyperParamSetter {
 };
 
 struct ScheduledHyperParamSetterOptions {
-  // "" (set only at the scheduled points) or "linear" (interpolate between them, never after the
-  // last one).
+  // "" (set only at the scheduled points) or "linear" (interpolate between them).
   TORCH_ARG(std::string, interp) = "";
   // The schedule's points are global steps instead of epochs.
   TORCH_ARG(bool, step_based) = false;
-  // When training starts past a scheduled point and the param does not hold the value the
-  // schedule gives there, set it (otherwise only warn).
+  // At before_train, set the schedule's value for the current point if the param differs.
   TORCH_ARG(bool, set_at_beginning) = true;
 };
 
-// Sets the param by a schedule of (point, value) pairs. A point is an epoch: `(N, v)` sets v when
-// epoch N has finished, so it holds from epoch N+1, and `(0, v)` sets v in before_train when
-// training starts at epoch 1. With step_based, a point is a global step: `(S, v)` sets v in the
-// trigger_step where global_step (after the increment) is S.
-//
-// WHEN: before_train (the value at the current point: epoch starting_epoch-1, or the current
-// global step), then epoch-based: trigger_epoch, for the finished epoch (never in trigger_step);
-// step-based: trigger_step (never at the epoch end). Points between scheduled ones get a value
-// only with interp "linear"; points after the last one get none (the last value is not set again).
-//
-//   std::make_shared<ScheduledHyperParamSetter>(
-//       "learning_rate", ScheduledHyperParamSetter::Schedule{{0, 0.1}, {30, 0.01}, {60, 1e-3}});
-//
-// At before_train it also checks the value that the schedule gives for the current point (the
-// last scheduled value at or before it, or the interpolated one); if the param holds another
-// value it warns
-//   According to scheduler ScheduledHyperParamSetter(schedule=[...]), parameter 'learning_rate'
-//   should become 0.01 at the current point (epoch35). However its current value is 0.1.
-// and then sets it (set_at_beginning, logging `Setting 'learning_rate' to 0.01.`) or warns to
-// check the initialization.
-//
-// Also at before_train, once per run: an epoch-based schedule (not step_based) whose points lie
-// after the trainer's max_epoch, which are never set, is warned about, naming them, max_epoch and
-// the last value the schedule does set:
-//   [ScheduledHyperParamSetter(schedule=[(0, 0.1), (150, 0.01)])] the schedule's point 150 is
-//   after max_epoch=100, so its value is never set (a point N is an epoch, set when epoch N
-//   ends); the last value it sets is learning_rate = 0.1, at the start. Shorten the schedule or
-//   raise max_epoch; if the points are global steps, pass
-//   ScheduledHyperParamSetterOptions().step_based(true).
-// With interp "linear" the last value is the one interpolated at max_epoch (`..., at the end of
-// epoch 100 (interpolated towards point 150)`); with no point up to max_epoch, `it sets no value
-// during training`. A point equal to max_epoch is set at the last epoch's end and is not warned
-// about (a run resumed with a larger max_epoch trains with it).
-//
-// State (checkpoints): HyperParamSetter's (the schedule itself is configuration), saved under
-// `ScheduledHyperParamSetter(<param>)` (state_key), not under name(), which lists the schedule: a
-// run resumed at epoch N neither logs nor sets the value of point N-1 again, and logs the next
-// change as a change ("changes from 0.01 to 0.001"). Resumed with another schedule (a run
-// extended with a larger max_epoch whose schedule depends on it), the run continues by epoch:
-// the value the checkpoint holds stands (a warning names both values) instead of the start-up
-// check setting the new schedule's value for that point, and the new schedule's later points
-// apply when they come.
-//
-// Differences from tensorpack: the schedule must be strictly increasing and its points >= 0
-// (tensorpack sorts it and keeps the first of equal points; here an unsorted schedule is an error,
-// since it is almost always a typo); a scheduled 0.0 counts in the start-up check (tensorpack
-// ignores it; docs/tensorpack-differences.md #3); the start-up warning of a step-based schedule
-// names the step (`step 150`; tensorpack prints the bare word `step`); points after max_epoch are
-// warned about (tensorpack never sets them, silently).
+// tensorpack's ScheduledHyperParamSetter: sets the param by a schedule of (point, value) pairs. A
+// point is an epoch: `(N, v)` sets v when epoch N has finished (`(0, v)`: in before_train at epoch
+// 1); with step_based, a global step: `(S, v)` sets v in the trigger_step where global_step is S.
+// When: before_train (the current point), then trigger_epoch (epoch-based) or trigger_step
+// (step-based), never both. Between points only with interp "linear"; after the last, nothing.
+// At before_train: if the param does not hold the schedule's value for the current point (the
+// last point at or before it, or interpolated), a warning, then set_at_beginning sets it (else a
+// second warning); epoch points after max_epoch, never set, are warned about once.
+// State (checkpoints): HyperParamSetter's, under state_key() `ScheduledHyperParamSetter(<param>)`
+// (name() lists the schedule): a run resumed with another schedule keeps the checkpoint's value,
+// with a warning, and takes the new schedule's later points.
+// See docs/schedules.md (worked runs, the messages, the differences from tensorpack).
 class ScheduledHyperParamSetter : public HyperParamSetter {
  public:
   using Schedule = std::vector<std::pair<int64_t, double>>;
@@ -392,25 +271,15 @@ class ScheduledHyperParamSetter : public HyperParamSetter {
   ScheduledHyperParamSetterOptions options_;
 };
 
-// Sets the param to `func(epoch_num, current_value)`.
-//
-// WHEN: before_train, with epoch_num = starting_epoch - 1 (0 for a fresh run), and every epoch
-// end with the finished epoch's number. So a function that decays on even epochs already decays
-// once before training (docs/tensorpack-differences.md #4: kept as in tensorpack).
-//
-//   std::make_shared<HyperParamSetterWithFunc>(
-//       "learning_rate", [](int64_t e, double x) { return e % 2 == 0 ? x * 0.9 : x; });
-//
-// State (checkpoints): HyperParamSetter's: with `value`, the current value that func is given
-// continues from where it was (also for an ObjAttrParam), and a run resumed after the end of
-// epoch N does not apply func(N, x) again in before_train.
-//
-// Differences from tensorpack: none.
+// tensorpack's HyperParamSetterWithFunc: sets the param to `func(epoch_num, current_value)`.
+// When: before_train with epoch_num = starting_epoch - 1 (0 for a fresh run: a function that
+// decays on even epochs decays once before training, as in tensorpack), and every epoch end with
+// the finished epoch's number. A resumed run continues from the saved value and does not apply
+// func(N, x) again in before_train after epoch N.
 class HyperParamSetterWithFunc : public HyperParamSetter {
  public:
   using Func = std::function<double(int64_t epoch_num, double current_value)>;
-  // Throws std::invalid_argument naming the class and the argument for a null param or an empty
-  // func.
+  // Throws std::invalid_argument naming the class and the argument: a null param, an empty func.
   HyperParamSetterWithFunc(HyperParamRef param, Func func);
 
  protected:
@@ -425,27 +294,14 @@ struct StatMonitorParamSetterOptions {
   TORCH_ARG(bool, reverse) = false;
 };
 
-// Changes the param by `value_func(current_value)` when the stat `stat_name` (from the monitors)
-// has not improved over its last `last_k` observations: not reverse, when
-// `min(history) >= history[0] - threshold`; reverse, when `max(history) <= history[0] + threshold`.
-// After a change the history starts again, so the next change needs last_k new observations.
-//
-// WHEN: every trigger() (every epoch end by default), never in before_train. Each time it takes the
-// latest value of the stat; it must come after the callback that produces the stat. It warns when
-// the stat has no value yet (`[StatMonitorParamSetter] No history data available for key 'x'.`)
-// or when no value was added since the last trigger; a change logs
-// `[StatMonitorParamSetter] Triggered, history of val-error: 0.8,0.9,0.85`.
-//
-//   // Divide the learning rate by 5 when val-error has not decreased over 5 epochs:
-//   std::make_shared<StatMonitorParamSetter>("learning_rate", "val-error",
-//                                            [](double x) { return x * 0.2; }, 0, 5);
-//
-// State (checkpoints): HyperParamSetter's, plus the observations since the last change:
-// `history_steps` (int64 [n], the global step of each) and `history_values` (float64 [n]), n <=
-// last_k (a longer saved history keeps its last last_k). A resumed run changes the param at the
-// same observation as an uninterrupted one.
-//
-// Differences from tensorpack: arguments are checked.
+// tensorpack's StatMonitorParamSetter: sets the param to `value_func(current_value)` when the
+// stat `stat_name` has not improved over its last `last_k` observations: `min(history) >=
+// history[0] - threshold` (reverse: `max(history) <= history[0] + threshold`); then the history
+// starts again. When: every trigger() (every epoch end by default), not before_train; it takes
+// the stat's latest value, so it comes after the stat's producer. WARN when the stat has no value
+// yet or none since the last trigger; a change logs `[StatMonitorParamSetter] Triggered, history
+// of <stat>: ...`. State: HyperParamSetter's, plus the observations since the last change
+// (`history_steps`, `history_values`; at most last_k), so a resume changes it at the same point.
 class StatMonitorParamSetter : public HyperParamSetter {
  public:
   // Throws std::invalid_argument naming the class and the argument for a null param, an empty
