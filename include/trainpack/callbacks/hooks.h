@@ -1,21 +1,7 @@
-// Hooks (tensorpack's callbacks/hooks.py): StepHook, the small interface of code that runs around
-// the training steps (TensorFlow's SessionRunHook), the adapters HookToCallback and
-// CallbackToHook, and a debugger hook, TensorWatchHook, with its callback form LocalDebugHook
-// (in place of tensorpack's TFLocalCLIDebugHook).
-//
-//   // A hook used as a callback:
-//   callbacks.push_back(std::make_shared<HookToCallback>(std::make_shared<MyHook>()));
-//   // Stop at the first step whose tensors hold a NaN or an Inf, with the tensors in an npz:
-//   callbacks.push_back(std::make_shared<LocalDebugHook>());
-//
-// Hook by hook, HookToCallback calls:
-//   setup_graph     hook.begin()                      (outside any name scope)
-//   before_train    hook.after_create_session(trainer)
-//   before_run      hook.before_run(ctx)              (its RunArgs are the callback's)
-//   after_run       hook.after_run(ctx, values)       (the tensors it asked for, same run)
-//   after_train     hook.end(trainer)                 (always, also after an error)
-// and nothing else. CallbackToHook forwards only before_run and after_run, to the callback's
-// public methods, as tensorpack's does.
+// Hooks (tensorpack's callbacks/hooks.py): StepHook, code that runs around the training steps
+// (TensorFlow's SessionRunHook); the adapters HookToCallback and CallbackToHook; the debugger hook
+// TensorWatchHook and its callback form LocalDebugHook (tensorpack's TFLocalCLIDebugHook).
+// See docs/looking-inside.md, "Hooks and the debugger hook".
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -38,24 +24,13 @@ namespace trainpack {
 class StepHook;
 using StepHookPtr = std::shared_ptr<StepHook>;
 
-// Code that runs around the training steps: tensorpack's (TensorFlow's) SessionRunHook. Every
-// method has an empty default; override the ones you need and register the hook with
-// HookToCallback.
-//
-//   class CostLogger : public trainpack::StepHook {
-//    public:
-//     RunArgs before_run(const StepContext&) override { return RunArgs::ref(fetch_); }
-//     void after_run(const StepContext&, const RunValues& v) override { log(v["cost"]); }
-//    private:
-//     RunArgs fetch_{"cost"};
-//   };
-//
-// When (through HookToCallback): begin() at setup_graph, before the graph is finalized;
-// after_create_session(trainer) at before_train (state restored, graph finalized);
-// before_run/after_run around every hooked run; end(trainer) at after_train.
+// tensorpack's (TensorFlow's) SessionRunHook. Every method has an empty default; override the
+// ones you need and register the hook with HookToCallback, which calls begin() at setup_graph
+// (outside any name scope, before the graph is finalized), after_create_session(trainer) at
+// before_train, before_run/after_run around every hooked run (after_run gets the tensors that
+// before_run's RunArgs asked for), and end(trainer) at after_train (also after an error).
 // Differences from tensorpack: after_create_session and end receive the trainer instead of a
-// session and a coordinator; begin() receives nothing (as in TensorFlow): a hook that needs the
-// trainer there keeps a reference of its own.
+// session and a coordinator; begin() receives nothing (as in TensorFlow).
 class StepHook {
  public:
   // The methods, for overrides().
@@ -81,21 +56,12 @@ class StepHook {
   virtual bool overrides(Method method) const;
 };
 
-// A StepHook used as a callback (see the table at the top of this file).
-//
-//   callbacks.push_back(std::make_shared<HookToCallback>(std::make_shared<MyHook>()));
-//
-// Dispatch: the trainer calls the adapter only in the hooks whose StepHook method the hook
-// overrides (StepHook::overrides, asked once at setup): a hook with only after_run costs nothing
-// in before_run, and one with neither is never visited per step. A subclass of HookToCallback
-// that overrides more of the callback's hooks is dispatched those too.
-// name(): `HookToCallback-<hook name>`. setup_graph enters no name scope: what begin() adds to the
-// graph keeps its own name.
-// chief_only: false.
-// Errors: std::invalid_argument `HookToCallback: hook is null` at construction. An exception from
-// a hook's method stops training as a CallbackError naming this adapter and the callback hook.
-// Differences from tensorpack: none in timing; tensorpack calls every hook of the adapter, used
-// or not.
+// tensorpack's HookToCallback: a StepHook used as a callback (see StepHook for when each method
+// is called). The trainer visits it only in the hooks whose StepHook method the hook overrides
+// (asked once at setup); a subclass that overrides more callback hooks is dispatched those too.
+// name(): `HookToCallback-<hook name>`. chief_only: false. Errors: std::invalid_argument
+// `HookToCallback: hook is null` at construction; an exception from a hook's method stops
+// training as a CallbackError naming this adapter.
 class HookToCallback : public Callback {
  public:
   explicit HookToCallback(StepHookPtr hook) : HookToCallback(std::move(hook), "HookToCallback") {}
@@ -119,18 +85,10 @@ class HookToCallback : public Callback {
   StepHookPtr hook_;
 };
 
-// A callback seen as a StepHook: before_run and after_run call the callback's public
-// before_run/after_run; begin, after_create_session and end do nothing (tensorpack's rule: only
-// the step methods are forwarded).
-//
-//   StepHookPtr hook = std::make_shared<CallbackToHook>(callback);
-//
-// The callback's other hooks are never called through it, setup_graph included: a callback that
-// uses trainer() in before_run/after_run must also be registered (set up) with the trainer.
-// name(): `CallbackToHook-<callback name>`. overrides(): before_run/after_run when the callback
-// overrides them.
-// Errors: std::invalid_argument `CallbackToHook: callback is null` at construction.
-// Differences from tensorpack: none.
+// tensorpack's CallbackToHook: a callback seen as a StepHook. Only before_run and after_run are
+// forwarded, to the callback's public methods; its other hooks (setup_graph included) are never
+// called through it, so a callback that uses trainer() must also be registered with the trainer.
+// name(): `CallbackToHook-<callback name>`. Errors: std::invalid_argument for a null callback.
 class CallbackToHook : public StepHook {
  public:
   explicit CallbackToHook(CallbackPtr callback);
@@ -184,49 +142,24 @@ struct TensorWatchHookOptions {
 };
 using LocalDebugHookOptions = TensorWatchHookOptions;
 
-// Watches the tensors the step publishes, runs filters on them after every hooked run, and on a
-// hit logs the tensor with its statistics, writes the run's watched tensors to an npz, then opens
-// the training console or stops training (DebugAction). Use it through LocalDebugHook.
-//
-//   auto hook = std::make_shared<TensorWatchHook>(TensorWatchHookOptions().names({"cost"}));
-//   hook->add_tensor_filter("too_large", [](const std::string&, const at::Tensor& t) {
-//     return t.abs().max().item<double>() > 1e6;
-//   });
-//
-// When: before_run asks for the watched names. With `names` empty, the first hooked run at each
-// position in a step (one per step for the built-in trainers) asks for nothing and learns the
-// names published in it (logged once at INFO); every later run at that position watches them,
-// so the first step is not watched: give `names` to watch it. after_run runs every filter (the
-// built-in one first, then the user's in the order added) on every watched tensor of the run; the
-// first filter that fires for a tensor is a hit. On hits:
-//   Logs (WRN, one line per hit): `TensorWatchHook: tensor 'cost' failed has_inf_or_nan at
-//   global_step=3 (epoch 2, local step 0): shape [], dtype float32, 1 values: 1 NaN, 0 Inf;
-//   finite: none` (or `finite: min -1, max 2, mean 0.5`). global_step counts this step, as every
-//   callback sees it in after_run (the first step is 1).
-//   Writes: `<dir>/debug-step-<global_step>.npz` (numpy.load opens it): every watched tensor of
-//   the run under its name, on the CPU, with its dtype and shape (bfloat16 as float32; a dtype npz
-//   cannot hold, such as complex, is left out and named in the log). Atomic (write_npz).
-//   Then by `action`: kLogAndContinue nothing more; kStop, or kConsoleIfTerminal without a
-//   terminal: ERR `TensorWatchHook: <reason>. Stopping training.` (the reason names the tensor,
-//   the filter, the step and the npz file) and a stop request (StepContext::request_stop):
-//   training ends at this step's boundary, after every callback's after_run and trigger_step of
-//   the step, then every after_train (on every rank under data-parallel training);
-//   kConsoleIfTerminal on a terminal: the console waits for act(trainer), which is called between
-//   steps (LocalDebugHook calls it at trigger_step) and opens the training console with the
-//   reason; its `stop` requests the stop as above.
-// Cost: the fetches keep the step's tensors alive until after_run; each filter reads from the
-// device (has_inf_or_nan: one sync per watched floating tensor). A debugging tool, not for
-// production runs.
-// Errors: std::invalid_argument at construction for an empty name or a repeated one in `names`,
-// max_dumps < 1, no `dir` and no logger directory; add_tensor_filter for an empty name, a name
-// already added (`has_inf_or_nan` included, while installed) or an empty function. A watched name
-// the step does not publish stops training at the first step (the trainer's error listing the
-// names it publishes). A file that cannot be written is logged (ERR) and reported as a failed
-// write (Trainer::report_write_failure); the action still follows.
-// Differences from tensorpack (docs/tensorpack-differences.md, "Hooks and the debugger hook"):
-// TensorFlow's tfdbg is replaced by this hook (no curses UI: the training console); it watches
-// published tensors, not every tensor of the graph; a hit stops training with a stop request at
-// the step's boundary, not with an exception.
+// Watches the tensors the step publishes and runs filters on them after every hooked run (the
+// built-in has_inf_or_nan first, then the user's in the order added). Use it through
+// LocalDebugHook.
+// When: before_run asks for the watched names. Without `names`, the first hooked run at each
+// position in a step learns the names published in it (logged once) and is not watched itself.
+// On a hit (the first filter that fires for a tensor): one WRN line per hit naming the tensor,
+// the filter, global_step (counting this step), shape, dtype and NaN/Inf/finite statistics; the
+// run's watched tensors written to `<dir>/debug-step-<global_step>.npz` (atomic; at most
+// max_dumps files); then by `action`: kLogAndContinue, nothing more; kStop, or kConsoleIfTerminal
+// without a terminal, ERR `TensorWatchHook: <reason>. Stopping training.` and a stop request at
+// this step's boundary (the step's after_run and trigger_step, then every after_train, run);
+// kConsoleIfTerminal on a terminal: act(trainer), called between steps, opens the console.
+// Cost: each filter reads from the device (has_inf_or_nan: one sync per watched floating tensor).
+// Errors: std::invalid_argument at construction for an empty or repeated name, max_dumps < 1, no
+// `dir` and no logger directory; in add_tensor_filter for an empty or taken name or an empty
+// function. A name the step does not publish stops training at the first step. A file that cannot
+// be written is logged (ERR) and reported as a failed write; the action still follows.
+// See docs/looking-inside.md, "The debugger hook"; docs/tensorpack-differences.md (tfdbg).
 class TensorWatchHook : public StepHook {
  public:
   explicit TensorWatchHook(TensorWatchHookOptions options = TensorWatchHookOptions());
@@ -274,25 +207,11 @@ class TensorWatchHook : public StepHook {
   std::string reason_;
 };
 
-// tensorpack's TFLocalCLIDebugHook: HookToCallback around a TensorWatchHook, chief-only, that
-// opens the training console at trigger_step of the step with a hit.
-//
-//   auto debug = std::make_shared<LocalDebugHook>(LocalDebugHookOptions().names({"cost"}));
-//   debug->add_tensor_filter("negative", [](const std::string&, const at::Tensor& t) {
-//     return t.lt(0).any().item<bool>();
-//   });
-//   callbacks.push_back(debug);
-//
-// When: as TensorWatchHook (before_run/after_run of every hooked run), plus trigger_step, which
-// calls TensorWatchHook::act: on a terminal (kConsoleIfTerminal), the training console opens with
-// the reason, between the steps, so that a checkpoint saved there resumes after this step. Without
-// a terminal, or with kStop, training ends at the boundary of the step with the hit, with ERR
-// `TensorWatchHook: Tensor 'cost' failed has_inf_or_nan at global_step=3 (epoch 1, local step 2);
-// the step's tensors are in <dir>/debug-step-3.npz. Stopping training.`; every after_train runs.
-// Writes: `<dir>/debug-step-<global_step>.npz` on a hit.
-// chief_only: true.
-// Errors: as TensorWatchHook.
-// Differences from tensorpack: see TensorWatchHook; tensorpack's hook takes tfdbg's arguments.
+// tensorpack's TFLocalCLIDebugHook: HookToCallback around a TensorWatchHook that calls
+// TensorWatchHook::act at trigger_step, so that on a terminal the training console opens between
+// the steps (a checkpoint saved there resumes after this step). Without a terminal, or with
+// kStop, training ends at the boundary of the step with the hit. Writes
+// `<dir>/debug-step-<global_step>.npz` on a hit. chief_only: true. Errors: as TensorWatchHook.
 class LocalDebugHook : public HookToCallback {
  public:
   explicit LocalDebugHook(LocalDebugHookOptions options = LocalDebugHookOptions());
