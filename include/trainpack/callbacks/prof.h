@@ -18,25 +18,15 @@
 
 namespace trainpack {
 
-// Puts the training speed into the monitors at every trigger (every epoch end).
-//
-//   callbacks.push_back(std::make_shared<ThroughputTracker>(/*samples_per_step=*/64));
-//
-// When: a timer runs from before_epoch to after_epoch only (epoch-end callbacks and before_epoch
-// are not counted); before_train resets it and remembers global_step. At each trigger: the steps
-// since the last one divided by the timed seconds; the timer and the step mark are reset.
-// Puts: `Throughput (steps/sec)`, or with samples_per_step `Throughput (samples/sec)` = steps/sec
-// times samples_per_step.
-// chief_only: false.
+// tensorpack's ThroughputTracker: puts the training speed at every trigger (every epoch end by
+// default): `Throughput (steps/sec)`, or with samples_per_step `Throughput (samples/sec)`. Only
+// the time from before_epoch to after_epoch counts (not the epoch-end callbacks); each trigger
+// divides the steps since the last one by that time and starts again. A trigger with no time
+// measured since the last one puts nothing (tensorpack divides by zero). chief_only: false.
 // Errors: std::invalid_argument if samples_per_step is given and not positive.
-//
-// Differences from tensorpack: a trigger with no time measured since the last one (e.g. in
-// before_train, under PeriodicTrigger(before_train=true)) puts nothing (tensorpack divides by
-// zero).
 class ThroughputTracker : public Callback {
  public:
-  // `clock`: seconds from any fixed point (trainpack/testing.h's FakeClock in tests); unset: a
-  // steady clock.
+  // `clock`: seconds from any fixed point (FakeClock in tests); unset: a steady clock.
   explicit ThroughputTracker(std::optional<double> samples_per_step = std::nullopt,
                              Clock clock = {});
 
@@ -60,18 +50,10 @@ class ThroughputTracker : public Callback {
   int64_t last_step_ = 0;
 };
 
-// Puts the host's available memory into the monitors at every trigger (every epoch end).
-//
-//   callbacks.push_back(std::make_shared<HostMemoryTracker>());
-//
-// When: setup_graph and before_train log it; trigger puts it.
-// Logs: `[HostMemoryTracker] Free RAM in setup_graph() is 12.34 GB.` and the same with
-// `before_train()`.
-// Puts: `HostFreeMemory (GB)` = MemAvailable of /proc/meminfo / 1024^3.
-// chief_only: false.
-//
-// Differences from tensorpack: reads /proc/meminfo instead of psutil; where it cannot be read, a
-// warning is logged once and nothing is put.
+// tensorpack's HostMemoryTracker: puts `HostFreeMemory (GB)` (MemAvailable of /proc/meminfo /
+// 1024^3) at every trigger (every epoch end by default), and logs `[HostMemoryTracker] Free RAM in
+// setup_graph() is 12.34 GB.` (and `before_train()`). Where /proc/meminfo cannot be read: one
+// warning, nothing put (tensorpack uses psutil). chief_only: false.
 class HostMemoryTracker : public Callback {
  public:
   HostMemoryTracker() { set_chief_only(false); }
@@ -118,37 +100,22 @@ struct GPUUtilizationTrackerOptions {
   TORCH_ARG(std::chrono::milliseconds, period) = std::chrono::seconds(1);
   // How long trigger_epoch waits for the epoch's result (tensorpack: 60 s).
   TORCH_ARG(std::chrono::milliseconds, result_timeout) = std::chrono::seconds(60);
-  // The NVML library to load; "": $TRAINPACK_NVML_LIBRARY, else libnvidia-ml.so.1
-  // (utils/nvml.h).
+  // The NVML library to load; "": $TRAINPACK_NVML_LIBRARY, else libnvidia-ml.so.1.
   TORCH_ARG(std::string, nvml_library) = "";
 };
 
-// Puts the mean GPU utilization (percent) of each watched GPU over each epoch.
-//
-//   callbacks.push_back(std::make_shared<GPUUtilizationTracker>());
-//   callbacks.push_back(std::make_shared<GPUUtilizationTracker>(std::vector<int64_t>{0, 1}));
-//
-// When: setup_graph picks the devices and loads NVML (utils/nvml.h; loaded at run time, so a
-// machine without the NVIDIA driver runs the same program); before_train starts a sampling thread,
-// after_train stops and joins it. before_epoch tells the thread to start; it then samples every
-// GPU's utilization every `period` (1 s) and sums. after_epoch tells it to stop: at its next
-// sample it drops that sample (taken after the epoch's steps ended) unless it is the only one, and
-// hands over the mean. trigger_epoch waits for it, at most `result_timeout` (60 s); the wait is
-// up to one period, as in tensorpack.
-// Puts: `GPUUtil/<device>` per device at trigger_epoch, <device> the physical index as listed.
-// chief_only: false.
-// Inert (one warning that says why, no thread, puts nothing): NVML cannot be loaded (no driver),
-// lacks a function or fails to initialise; no GPU (CUDA_VISIBLE_DEVICES empty, or NVML reports
-// none); a device NVML does not know; CUDA_VISIBLE_DEVICES holds something other than indices.
-// Errors: std::invalid_argument for an empty device list, a negative device, a negative period
-// or a result_timeout that is not positive. A sampling failure during training is logged and stops
-// training with StopTraining("GPUUtilizationTracker.worker has failed."); no result within
-// result_timeout is a std::runtime_error.
-//
-// Differences from tensorpack: a thread instead of a process; without NVML or a GPU it warns and
-// does nothing instead of failing (so one callback list serves CPU and GPU machines); under
-// data-parallel training the local rank is used only when neither the argument nor
-// CUDA_VISIBLE_DEVICES says otherwise.
+// tensorpack's GPUUtilizationTracker: puts `GPUUtil/<device>`, the mean utilization (percent) of
+// each watched GPU over each epoch, at trigger_epoch.
+// When: setup_graph picks the devices and loads NVML at run time (utils/nvml.h); before_train
+// starts a sampling thread (after_train joins it), which samples every `period` during each epoch
+// (the sample after after_epoch is dropped unless it is the only one); trigger_epoch waits for the
+// mean, at most `result_timeout` (in practice up to one period). chief_only: false.
+// Inert, with one warning saying why: NVML cannot be loaded or initialised, no GPU, a device NVML
+// does not know, a CUDA_VISIBLE_DEVICES that is not a list of indices.
+// Errors: std::invalid_argument for an empty device list, a negative device or period, or a
+// result_timeout that is not positive. A sampling failure stops training with
+// StopTraining("GPUUtilizationTracker.worker has failed."); no result in time: std::runtime_error.
+// See docs/looking-inside.md, "GPUUtilizationTracker".
 class GPUUtilizationTracker : public Callback {
  public:
   GPUUtilizationTracker() : GPUUtilizationTracker(GPUUtilizationTrackerOptions()) {}
@@ -204,21 +171,13 @@ class GPUMemoryStats {
 // or no GPU is visible.
 std::shared_ptr<GPUMemoryStats> cuda_caching_allocator_stats();
 
-// Puts the peak GPU memory in use (the CUDA caching allocator's) on the last step of each epoch.
-//
-//   callbacks.push_back(std::make_shared<GPUMemoryTracker>());            // device 0
-//
-// When: in the hooked runs of the step with local_step == steps_per_epoch - 1, after_run reads
-// each device's peak and resets it, so each value is the peak since the previous one (the first:
-// since the process started).
-// Puts: `PeakMemory(MB)/gpu:<i>` = peak bytes / 1e6 (decimal MB, as tensorpack), at that step.
-// chief_only: false.
-// Inert (the warning `GPUMemoryTracker only supports GPU!` at setup_graph; it then costs nothing
-// per step): this LibTorch has no CUDA, or no GPU is visible.
-// Errors: std::invalid_argument for an empty device list or a negative device.
-//
-// Differences from tensorpack: the peak is reset at each reading (tensorpack's MaxBytesInUse is
-// the peak since the start); devices are indices only (tensorpack also takes "/gpu:0").
+// tensorpack's GPUMemoryTracker (PeakMemoryTracker): puts `PeakMemory(MB)/gpu:<i>`, the peak bytes
+// the CUDA caching allocator had allocated / 1e6, on the last step of each epoch: its after_run
+// reads each device's peak and resets it, so each value is the peak since the previous one.
+// chief_only: false. Inert (the warning `GPUMemoryTracker only supports GPU!` at setup_graph, and
+// no per-step cost) without CUDA or a visible GPU. Errors: std::invalid_argument for an empty
+// device list or a negative device. Differences from tensorpack: the peak is reset at each
+// reading; devices are indices only (not "/gpu:0").
 class GPUMemoryTracker : public Callback {
  public:
   // `stats`: where the statistics come from; null: cuda_caching_allocator_stats().
