@@ -1,71 +1,6 @@
 // Validation during training (tensorpack's callbacks/inference_runner.py): InferenceRunner and
 // DataParallelInferenceRunner run the trainer's tower in inference mode over a dataflow and put
-// the inferencers' statistics to the monitors.
-//
-//   callbacks.push_back(std::make_shared<InferenceRunner>(
-//       val_batches, std::vector<InferencerPtr>{
-//           std::make_shared<ScalarStats>("cost"),
-//           std::make_shared<ClassificationError>("wrong-top1", "val-error-top1")}));
-//   // every 2 epochs instead of every epoch:
-//   callbacks.push_back(std::make_shared<PeriodicTrigger>(runner, PeriodicTriggerOptions()
-//                                                                    .every_k_epochs(2)));
-//
-// When: setup_graph resolves the tower (the trainer must be a TowerTrainer, e.g. SimpleTrainer)
-// and asks every inferencer for its fetches; before_train logs how many batches a round runs and
-// runs the tower once on the first batch of a pass of the input (eval mode, no gradients), so
-// that a name that an inferencer asks for and the tower does not output is an error before
-// training starts (a tower's returned cost is its output "cost", as in training). That check
-// needs an input whose passes start over from the same data (DataFlow::seekable(): lists,
-// FashionMnist, batching and mapping over them); over a generator the names are checked at the
-// first round. Every trigger (by default the end of every epoch) runs one round:
-//   - the module goes to eval mode (and back to the mode it was in afterwards, also on error),
-//     everything runs under NoGradGuard; the training step counters do not move;
-//   - every inferencer's before_inference; a new pass of the dataflow; exactly `size()` batches
-//     (the dataflow's size; all of its pass when the size is unknown, with a warning at
-//     before_train), each checked against the input signature, run through the tower
-//     (`ctx.is_training()` is false), and each inferencer's on_fetches with its outputs;
-//   - every inferencer's after_inference; each statistic is put with Monitors::put_scalar; then
-//     Monitors::validation_done (the runner declares itself a validator at setup_graph, so that
-//     MinSaver and EarlyStopping take a stat name as misspelt only once every runner has run).
-// A progress bar (tqdm's line, on stderr) shows the round unless disabled.
-//
-// Errors: an exception while reading or running a batch of a round (the dataflow, the signature
-// check, the tower, an inferencer's on_fetches) is nested in a std::runtime_error naming the batch,
-// "InferenceRunner: validation batch 3 of 40 failed: <its message>" (" (rank 1's part of the set)"
-// under data-parallel training); StopTraining goes through as it is. Besides: a trainer that is
-// not a TowerTrainer, an output no tower produced (at before_train, listing those that exist), a
-// batch that does not match the signature, a dataflow whose pass ends
-// before `size()` batches (logged as tensorpack's ERROR line, then std::runtime_error), null
-// arguments. An empty input is std::runtime_error naming the runner and the dataflow (its
-// describe(): "BatchData(batch_size=64) over DataFromList (10 datapoints)") and the usual cause, a
-// batch larger than the set without BatchData's remainder: a size() of 0 at before_train, a pass
-// that yields no batch at a round (tensorpack would put statistics of zero samples; the
-// inferencers refuse those too, see callbacks/inference.h):
-//   InferenceRunner: the input BatchData(batch_size=64) over DataFromList (10 datapoints) is empty
-//   (its size() is 0): there is nothing to validate on. A batch larger than the validation set
-//   yields no batch unless BatchData keeps the short last one: use a smaller batch, or
-//   BatchData(ds, batch_size, /*remainder=*/true); otherwise, is the validation set empty, or
-//   limited to 0 samples? Give it a dataflow that yields at least one batch
-//
-// chief_only: true (tensorpack's meaning: its results are the chief's).
-//
-// Data-parallel training (a trainer whose process group has more than one rank;
-// docs/distributed.md): the runner runs on every rank, and each rank runs its part of every
-// round: the items (batches, when the dataflow batches) at positions r, r + W, r + 2W, ... of the
-// pass, for rank r of W. Nothing is dropped and the parts may differ by one (13 batches over 2
-// ranks: 7 and 6); their union is the whole pass, with the single process's batches. At the end
-// of the round the inferencers' partial sums (callbacks/inference.h) are all-reduced in float64,
-// in one call, and every rank computes the whole set's statistics, as one process would (errors
-// and counts summed, then divided; never a mean of the ranks' means). The chief puts them to the
-// monitors (the others compute and discard them); the progress bar is the chief's and counts the
-// chief's batches. Every inferencer must support partial sums: std::invalid_argument at
-// setup_graph names one that does not. shard_over_ranks(false) instead runs the runner on the
-// chief alone over the whole set (as tensorpack does), while the others train on.
-//
-// Differences from tensorpack: the input is a DataFlow (tensorpack also takes an InputSource);
-// the tower is the training module itself in eval mode (on another device, a replica whose
-// weights are copied at the start of every round) instead of a separate graph tower sharing
-// variables; an input of unknown size runs one whole pass.
+// the inferencers' statistics to the monitors. See docs/inference.md.
 #pragma once
 
 #include <cstdint>
@@ -95,11 +30,32 @@ struct InferenceRunnerOptions {
   // Draw a progress bar for each round (on the chief only, under data-parallel training).
   TORCH_ARG(bool, progress_bar) = true;
   // Under data-parallel training: true, every rank validates its part of the set and the
-  // statistics are combined (see above); false, the chief alone validates the whole set (for
-  // inferencers without partial sums). No effect in a single process.
+  // statistics are combined (see InferenceRunner); false, the chief alone validates the whole set
+  // (for inferencers without partial sums). No effect in a single process.
   TORCH_ARG(bool, shard_over_ranks) = true;
 };
 
+// tensorpack's InferenceRunner. setup_graph resolves the tower (the trainer must be a
+// TowerTrainer), asks every inferencer for its fetches, and declares the runner a validator
+// (Monitors::add_validator). before_train logs `[InferenceRunner] Will eval N iterations` and, for
+// a seekable input, runs the tower once on the first batch (eval mode, no gradients), so that a
+// fetch the tower does not output is an error before training (over a generator: at the first
+// round).
+// Every trigger (every epoch end by default) runs one round: the module in eval mode (restored
+// afterwards, also on error) under NoGradGuard, the step counters unchanged; every
+// before_inference; a new pass of exactly size() batches (a whole pass when unknown), each checked
+// against the input signature, run through the tower and given to on_fetches; every
+// after_inference, each statistic put with Monitors::put_scalar; then Monitors::validation_done.
+// A progress bar on stderr unless disabled. chief_only: true (the results are the chief's).
+// Under data-parallel training every rank runs its part of each round (items r, r + W, ... of the
+// pass), the inferencers' partial sums are all-reduced, and the chief puts what one process
+// would; every inferencer must then support partial sums (std::invalid_argument at setup_graph).
+// Errors: an exception in a batch of a round is nested in std::runtime_error("InferenceRunner:
+// validation batch 3 of 40 failed: <its message>"); StopTraining goes through. Also: a trainer
+// that is not a TowerTrainer, an output no tower produces (listing those that exist), a batch that
+// does not match the signature, a pass that ends before size() batches, null arguments, and an
+// empty input (a size() of 0 at before_train, a pass with no batch at a round), naming the
+// dataflow (its describe()) and the usual cause.
 class InferenceRunner : public Callback {
  public:
   InferenceRunner(DataFlowPtr input, std::vector<InferencerPtr> inferencers,
@@ -122,13 +78,11 @@ class InferenceRunner : public Callback {
   void deliver(const std::vector<at::Tensor>& outputs);
   // Throws the error of an input with nothing to validate on.
   [[noreturn]] void fail_empty_input(const std::string& who, const std::string& why) const;
-  // At before_train, for an input of `size` items per pass (nullopt: unknown): sets round_input_
-  // (this rank's part when sharding) and size_, and logs what a round runs ("Will eval N
-  // iterations<where>").
+  // At before_train, for `size` items per pass (nullopt: unknown): sets round_input_ (this rank's
+  // part when sharding) and size_, and logs "Will eval N iterations<where>".
   void prepare_rounds(std::optional<int64_t> size, const std::string& who,
                       const std::string& where = "");
-  // Sharding: all-reduces this rank's `done` batches and the inferencers' partial sums, gives
-  // every inferencer its totals back; returns the batches of the whole round.
+  // Sharding: all-reduces `done` and the partial sums; returns the batches of the whole round.
   int64_t combine_over_ranks(int64_t done, const std::string& who);
 
   DataFlowPtr input_;
@@ -143,23 +97,12 @@ class InferenceRunner : public Callback {
   int64_t batches_last_round_ = 0;
 };
 
-// One tower per device, evaluating groups of batches in parallel: while at least N batches are
-// left, N are read and run at once (tower k on batch k, towers 1..N-1 on their own threads), and
-// their outputs are given to the inferencers in batch order; the remainder runs on the first
-// tower. The inferencers therefore see exactly what InferenceRunner would give them.
-//
-//   // two CPU replicas on two threads:
-//   std::make_shared<DataParallelInferenceRunner>(val, infs,
-//       std::vector<c10::Device>{c10::kCPU, c10::kCPU});
-//
-// Devices: CUDA devices (each must exist), or CPU replicas; the module must derive from
-// torch::nn::Cloneable to be replicated (std::invalid_argument otherwise). Replicas get the
-// training weights at the start of every round. Errors as InferenceRunner's, plus an empty device
-// list. The input's size must be known (std::invalid_argument at before_train otherwise, as
-// tensorpack requires).
-//
-// Differences from tensorpack: the towers are module replicas, CPU ones included; tensorpack's
-// literal `{}` log bug is not reproduced.
+// tensorpack's DataParallelInferenceRunner: one tower per device (CUDA devices that exist, or CPU
+// replicas): the first on the training device is the module itself, the others replicas of a
+// torch::nn::Cloneable module, given the training weights at every round. While at least N
+// batches are left, N run at once, tower k on batch k, and the inferencers get the outputs in
+// batch order: what InferenceRunner would give them. Errors as InferenceRunner's, plus an empty
+// device list, a module that cannot be replicated, and an input of unknown size (before_train).
 class DataParallelInferenceRunner : public InferenceRunner {
  public:
   DataParallelInferenceRunner(DataFlowPtr input, std::vector<InferencerPtr> inferencers,
