@@ -1,88 +1,6 @@
-// CometMLMonitor: sends the run to Comet (comet.com, or a self-hosted Comet server) over Comet's
-// REST API v2, as tensorpack's CometMLMonitor does with the comet_ml SDK: scalars as metrics,
-// images, the hyper-parameters, tags, and the end of the run. Requests go from a background
-// thread (TrackingMonitor, callbacks/tracking_monitor.h: bounded queue, retries, back-off,
-// warnings, the bounded flush at the end); the training thread never waits for Comet.
-//
-//   // COMET_API_KEY, COMET_WORKSPACE and COMET_PROJECT_NAME set in the environment:
-//   monitors.push_back(std::make_shared<trainpack::CometMLMonitor>());
-//   // or everything given:
-//   monitors.push_back(std::make_shared<trainpack::CometMLMonitor>(
-//       trainpack::CometMLMonitorOptions().api_key(key).workspace("team").project_name("mnist")
-//           .experiment_name("baseline").tags({"lr0.1"})));
-//
-// Configuration (options first, then Comet's own environment variables, as Comet's SDKs read
-// them): api_key / COMET_API_KEY, workspace / COMET_WORKSPACE, project_name / COMET_PROJECT_NAME,
-// url / COMET_URL_OVERRIDE. COMET_URL_OVERRIDE holds what Comet's SDKs take for a self-hosted
-// server, `https://comet.example.com/clientlib/`: the REST base is that address without
-// `/clientlib/`, followed by `/api/rest/v2` (`https://comet.example.com/api/rest/v2`). The `url`
-// option is the REST base itself. Unset: `https://www.comet.com/api/rest/v2`.
-//
-// When, and what it sends (every request carries `Authorization: <API key>`, the bare key, as
-// Comet's REST API wants; JSON bodies unless said otherwise):
-//   before_train  starts the background thread, which first
-//                 - creates the experiment: POST /write/experiment/create {workspaceName,
-//                   projectName[, experimentName]} -> {experimentKey, link}, logs INFO
-//                   `CometMLMonitor: experiment at <link>`, then POST /write/experiment/tags
-//                   {experimentKey, addedTags} when tags were given and POST
-//                   /write/experiment/log-other {key: "Created from", value: "trainpack"};
-//                 - or, for a resumed run (the experiment key saved in the checkpoint) or the
-//                   experiment_key option, continues that experiment: nothing is created, tags
-//                   are not sent again, INFO `CometMLMonitor: continuing experiment <key>`;
-//                 - then GET /write/experiment/set-status?experimentKey=<key> (Comet's
-//                   keep-alive: the experiment shows as running). It is sent again after a
-//                   delivery once Comet's answer `isAliveBeatDurationMillis` has passed: during
-//                   long runs at epoch ends and every TrackingOptions::send_interval in which
-//                   records were put. An answer to create without an experimentKey is one
-//                   warning; create is tried again with back-off.
-//                 The hyper-parameters (TrackingMonitor: every HyperParamSetter's param as
-//                 training starts) go to POST /write/experiment/parameter {parameterName,
-//                 parameterValue (text), step, timestamp}.
-//   process_scalar  POST /write/experiment/metric {experimentKey, metricName, metricValue, step
-//                 (global_step when put), epoch, timestamp (ms)}; metricValue is a JSON number,
-//                 or the string "NaN", "Infinity" or "-Infinity" (which JSON cannot hold).
-//                 `epoch` is what Comet's SDK sends after log_epoch_end: the number of epochs
-//                 finished when the value was put (a value put in the steps of epoch N carries
-//                 N-1; one put at its end, e.g. a validation error, carries N).
-//   process_image  one image per item of the batch, named `<name>_step<global_step>`, with
-//                 `_<i>` added when the batch has more than one image (i from 0), PNG-encoded
-//                 on the background thread and uploaded as Comet's SDK uploads images: POST
-//                 /write/experiment/upload-asset?experimentKey=&fileName=<name>&type=image
-//                 &extension=png&step=&epoch=, a multipart/form-data body with one part `file`.
-//   after_epoch   log_epoch_end: POST /write/experiment/parameter {parameterName: "curr_epoch",
-//                 parameterValue: epoch_num} (what the SDK's log_epoch_end sends); the epoch
-//                 also travels with every later metric (above). The epoch's records are sent.
-//   after_train   what is queued is sent (within TrackingOptions::flush_timeout), then the end:
-//                 POST /write/experiment/log-other {key: "status", value: FINISHED | FAILED |
-//                 KILLED} (TrackingStatus) and POST /write/experiment/set-start-end-time
-//                 {experimentKey, endTimeMillis}. Comet's REST API has no "end" call; the SDK's
-//                 end() only stops its heartbeat, which the end time replaces here.
-// Requests per epoch: one per metric, one per image, one curr_epoch parameter and at most one
-// set-status per isAliveBeatDurationMillis (Comet's REST API takes one metric per request).
-//
-// Resumed runs: the experiment key is this monitor's state() (entry `experiment_key`, the key's
-// bytes as a 1-d int64 tensor, core/callback_state.h's state_string), so a run resumed from a
-// checkpoint (AutoResumeTrainConfig, SaverRestore) continues the same experiment. A checkpoint
-// saved before the experiment was created holds no key; its run creates a new experiment. An
-// experiment_key option wins over the checkpoint's (a warning names both).
-//
-// chief_only: true (one experiment per run, sent by the chief).
-// Errors: std::invalid_argument naming CometMLMonitor, the option and its environment variable
-// when the API key is missing (`api_key` / COMET_API_KEY), when the workspace or the project is
-// missing and no experiment_key is given (`workspace` / COMET_WORKSPACE, `project_name` /
-// COMET_PROJECT_NAME), when url / COMET_URL_OVERRIDE is not an http:// or https:// address, and
-// for TrackingOptions out of range (TrackingMonitor). The API key never appears in a message.
-// Comet refusing the key (401/403) is one warning naming COMET_API_KEY; training goes on and
-// nothing more is sent. Other failures: TrackingMonitor's warnings (once, then a count).
-//
-// Differences from tensorpack:
-// - REST instead of the comet_ml SDK: no source code, graph, git metadata, installed packages,
-//   system details, console output or GPU/CPU metrics are uploaded (tensorpack's defaults:
-//   log_code, the graph in before_train, the `tensorpack` dependency).
-// - Images are PNG (tensorpack: JPEG, as comet_ml's log_image(image_format="jpeg")).
-// - The end of the run is the log-other `status` and the end time (the SDK's end()).
-// - The experiment key is saved in checkpoints: a resumed run continues its experiment
-//   (tensorpack creates a new one unless `experiment=` is passed).
+// CometMLMonitor (tensorpack's CometMLMonitor): sends the run to Comet (comet.com, or a
+// self-hosted server) over Comet's REST API v2 instead of the comet_ml SDK. See
+// docs/experiment-tracking.md, "Comet" (the requests, resumed runs, the differences).
 #pragma once
 
 #include <cstdint>
@@ -108,8 +26,8 @@ struct CometMLMonitorOptions {
   TORCH_ARG(std::string, experiment_name);
   // Added to the new experiment (not to a continued one).
   TORCH_ARG(std::vector<std::string>, tags);
-  // The REST API's base, `https://host/api/rest/v2`. Empty: from COMET_URL_OVERRIDE (see the top
-  // of this file), else https://www.comet.com/api/rest/v2.
+  // The REST API's base, `https://host/api/rest/v2`. Empty: from COMET_URL_OVERRIDE (see
+  // rest_url_from_override), else https://www.comet.com/api/rest/v2.
   TORCH_ARG(std::string, url);
   // Continue this existing experiment instead of creating one (tensorpack's `experiment=`).
   TORCH_ARG(std::string, experiment_key);
@@ -117,6 +35,27 @@ struct CometMLMonitorOptions {
   TORCH_ARG(TrackingOptions, tracking) = TrackingOptions();
 };
 
+// Sends scalars as metrics, images, the hyper-parameters, tags and the end of the run from
+// TrackingMonitor's background thread (queue, retries, back-off, bounded flush): the training
+// thread never waits for Comet. Options first, then Comet's environment variables: api_key /
+// COMET_API_KEY, workspace / COMET_WORKSPACE, project_name / COMET_PROJECT_NAME, url /
+// COMET_URL_OVERRIDE. Every request carries `Authorization: <API key>`.
+// When: before_train starts the thread, which creates the experiment (POST
+// /write/experiment/create, then the tags and log-other "Created from"), or continues the one the
+// checkpoint or experiment_key names (nothing created, no tags), and keeps it alive (set-status,
+// again each isAliveBeatDurationMillis); the hyper-parameters go as parameters.
+// process_scalar: one POST /write/experiment/metric per value (step: global_step; epoch: the
+// epochs finished when put). process_image: one PNG upload-asset per image,
+// `<name>_step<global_step>[_<i>]`. after_epoch: the parameter `curr_epoch` (the SDK's
+// log_epoch_end). after_train: the queue is flushed, then log-other `status` FINISHED | FAILED |
+// KILLED and set-start-end-time.
+// State: `experiment_key` (state_string), so a resumed run continues its experiment; the
+// experiment_key option wins over it (with a warning). chief_only: true.
+// Errors: std::invalid_argument naming the option and its environment variable for a missing API
+// key, a missing workspace or project without experiment_key, a url that is not http(s)://, and
+// TrackingOptions out of range; the key never appears in a message. A refused key (401/403) is
+// one warning naming COMET_API_KEY, after which nothing is sent; other failures are
+// TrackingMonitor's warnings. Training goes on.
 class CometMLMonitor : public TrackingMonitor {
  public:
   explicit CometMLMonitor(CometMLMonitorOptions options = {});
