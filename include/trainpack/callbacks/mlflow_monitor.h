@@ -1,85 +1,6 @@
-// MLflowMonitor: sends the run to an MLflow tracking server over its REST API 2.0 (the server of
-// `mlflow server`, a self-hosted one behind a proxy, or a managed one that speaks the same API):
-// the scalars put to the monitors as metrics, the hyper-parameters as params, and how the run
-// ended. A monitor of its own, next to JSONWriter and TFEventWriter; never in the way of training
-// (trainpack/callbacks/tracking_monitor.h: a bounded queue, a background thread, retries).
-//
-//   // MLFLOW_TRACKING_URI=http://127.0.0.1:5000 in the environment:
-//   monitors.push_back(std::make_shared<trainpack::MLflowMonitor>());
-//   // or everything given:
-//   monitors.push_back(std::make_shared<trainpack::MLflowMonitor>(
-//       trainpack::MLflowMonitorOptions().tracking_uri("http://mlflow.lan:5000")
-//           .experiment_name("fashion-mnist").tags({{"team", "vision"}})));
-//
-// What is sent, and when (all from the background thread; <base> = <uri>/api/2.0/mlflow):
-//   opening   GET <base>/experiments/get-by-name?experiment_name=<name>; when the answer is
-//             RESOURCE_DOES_NOT_EXIST, POST experiments/create {name} (RESOURCE_ALREADY_EXISTS,
-//             another process creating it at the same moment, is followed by a second lookup).
-//             Then POST runs/create {experiment_id, start_time, run_name, tags: mlflow.runName,
-//             mlflow.source.name (this program's path), mlflow.source.type LOCAL, mlflow.user
-//             ($USER) and the options' tags}. A resumed run (its run id restored from the
-//             checkpoint, see below) or a given run_id is reopened instead: POST runs/update
-//             {run_id, status: RUNNING}. The run's id and its page are logged at INFO:
-//             `MLflowMonitor: run <id> in experiment '<name>': <uri>/#/experiments/<e>/runs/<id>`.
-//   delivery  POST runs/log-batch {run_id, metrics: [{key, value, timestamp, step}], params:
-//             [{key, value}], tags}, at every epoch end, every TrackingOptions::batch_size
-//             records and every send_interval; split so that no request holds more than 1000
-//             metrics, 100 params, 100 tags, 1000 entries in all or 1,000,000 bytes (MLflow's
-//             limits). A metric's step is the global_step when it was put, its timestamp the wall
-//             time then (ms); NaN and the infinities are sent as "NaN", "Infinity", "-Infinity"
-//             (protobuf's JSON form, what MLflow's own client sends).
-//   the end   POST runs/update {run_id, status: FINISHED | FAILED | KILLED, end_time} in
-//             after_train (TrackingStatus: KILLED when SIGINT/SIGTERM stopped training, FAILED
-//             when an exception ended it).
-// Params: the hyper-parameters that HyperParamSetters hold as training starts, by their readable
-// name (`learning_rate`). MLflow refuses to change a param once logged, so they are sent only by
-// the run that created the MLflow run: a resumed run (or a given run_id) sends none; a key given
-// twice with another value keeps its first (one INFO line says so).
-// Names: MLflow accepts letters, digits, `_ - . /` and spaces in a metric/param/tag name; every
-// other character (and each multi-byte UTF-8 character) becomes `_`, empty and `.` path parts are
-// removed, a `..` part becomes `__`, and names are cut at 250 bytes (mlflow_name() below):
-// `Throughput (samples/sec)` -> `Throughput _samples/sec_`.
-// Images are not sent: MLflow's REST API 2.0 has no image endpoint (its clients upload image files
-// as artifacts to the artifact store, which this monitor does not reach).
-//
-// Resumed runs: state() holds the run's id and its experiment's id (as text,
-// core/callback_state.h's state_string), so that ModelSaver's checkpoint carries them and a run
-// resumed from it (AutoResumeTrainConfig, SaverRestore) logs into the same MLflow run, its steps
-// continuing. A checkpoint saved before the run was created on the server (the server was
-// unreachable until then) holds no id: the resumed run then creates a new MLflow run; so does a run
-// whose MLflow run was deleted on the server (with a warning).
-//
-// Configuration (each option, else its environment variable, as MLflow's own client reads them):
-//   tracking_uri     MLFLOW_TRACKING_URI; http:// or https:// only
-//   experiment_name  MLFLOW_EXPERIMENT_NAME, else "Default"
-//   run_name         the logger directory's name, else none (the server picks one)
-//   run_id           MLFLOW_RUN_ID, else none (a new run is created)
-//   authentication   MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (both set): HTTP Basic;
-//                    else MLFLOW_TRACKING_TOKEN: `Authorization: Bearer <token>`; else the user and
-//                    password of the URI (`http://user:pass@host`, percent-encoded; the URI is
-//                    kept, sent to and logged without them); else none. The password and the
-//                    token never appear in a log line, an error or a file
-//                    (TrackingMonitor::set_secret; an error quotes a refused URI with everything
-//                    up to its last '@' replaced by `***@`, utils/http_client.h url_for_display).
-//                    An answer of 401/403 is one warning naming these variables
-//                    (credentials_hint), and nothing more is sent.
-// When: before_train queues the params and starts the background thread; every process_scalar
-// queues a metric; after_train ends the run and waits at most TrackingOptions::flush_timeout.
-// Puts: nothing. Writes: nothing (a checkpoint holds its state).
-// chief_only: true (one MLflow run per training, sent by the chief).
-// Errors (std::invalid_argument at construction, naming MLflowMonitor and the option): no
-// tracking URI (neither the option nor MLFLOW_TRACKING_URI); a URI that is not http(s) (a file:
-// URI or a path: MLflow's local file store is not a server; start one with `mlflow server`;
-// host:port without a scheme); a URI with an '@' after its host part (a password holding '/',
-// '?' or '#' unencoded: percent-encode them) or without a host; an
-// experiment name longer than MLflow's 500 bytes; a tag name MLflow refuses or one of MLflow's own
-// (`mlflow.*`); a TrackingOptions value out of range. Nothing the server does is an exception:
-// failures are warnings (TrackingMonitor); a deleted experiment is one too (restore it or use
-// another name), and nothing is sent. RESOURCE_DOES_NOT_EXIST from the lookup and
-// RESOURCE_ALREADY_EXISTS from the create are answers, not failures (neither warned nor counted).
-//
-// Differences from tensorpack: an addition (tensorpack has no MLflow monitor);
-// docs/experiment-tracking.md has the set-up.
+// MLflowMonitor: sends the run to an MLflow tracking server over its REST API 2.0 (an addition:
+// tensorpack has no MLflow monitor). See docs/experiment-tracking.md, "MLflow" (set-up, the
+// requests, names, resumed runs).
 #pragma once
 
 #include <map>
@@ -113,6 +34,25 @@ struct MLflowMonitorOptions {
   TORCH_ARG(TrackingOptions, tracking) = TrackingOptions();
 };
 
+// Sends the scalars put to the monitors as metrics, the hyper-parameters as params, and how the
+// run ended, from TrackingMonitor's background thread (queue, retries, bounded flush). Options
+// first, then MLflow's client's variables: MLFLOW_TRACKING_URI (http(s) only),
+// MLFLOW_EXPERIMENT_NAME (else "Default"), MLFLOW_RUN_ID; run_name: the logger directory's name.
+// Authentication: MLFLOW_TRACKING_USERNAME + MLFLOW_TRACKING_PASSWORD (HTTP Basic), else
+// MLFLOW_TRACKING_TOKEN (Bearer), else the URI's user:pass; secrets never reach a log or error.
+// When: before_train queues the params and starts the thread, which finds or creates the
+// experiment and creates the run (or reopens the restored run or run_id: runs/update RUNNING) and
+// logs its page at INFO; deliveries are runs/log-batch (metric step: global_step when put),
+// split by MLflow's limits, at every epoch end, every batch_size records and every send_interval;
+// after_train sends runs/update FINISHED | FAILED | KILLED with the end time, waiting at most
+// TrackingOptions::flush_timeout. Params are sent only by the run that created the MLflow run.
+// Names are made MLflow's (detail::mlflow_name). Images are not sent. chief_only: true.
+// State: `run_id` and `experiment_id` (state_string), so a resumed run logs into the same run.
+// Errors (std::invalid_argument at construction, naming the option): no tracking URI; a URI that
+// is not http(s), has an '@' after its host or no host; an experiment name over 500 bytes; a tag
+// name MLflow refuses or of its own (`mlflow.*`); TrackingOptions out of range. Nothing the
+// server does is an exception: failures are TrackingMonitor's warnings; a 401/403 is one warning
+// naming the variables, after which nothing is sent.
 class MLflowMonitor : public TrackingMonitor {
  public:
   // MLflow's limits per log-batch request (mlflow/utils/validation.py).
