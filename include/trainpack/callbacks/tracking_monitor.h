@@ -1,44 +1,6 @@
 // TrackingMonitor: the common part of the monitors that send a run to an experiment-tracking
-// service over HTTP (CometMLMonitor, MLflowMonitor): a bounded queue filled on the training
-// thread, a background thread that sends it, retries, back-off, warnings and the final flush.
-// A subclass says how to open a run on its service, how to deliver a batch of records and how to
-// end the run; it never blocks the training thread.
-//
-// What goes into the queue (TrackingRecord), from the training thread:
-//   process_scalar(name, v)  a metric {name, v, global_step, epoch_num, wall time}
-//   before_train             the hyper-parameters: for every HyperParamSetter among the trainer's
-//                            callbacks, param().readable_name() -> its value as training starts
-//                            (subclasses may add their own records in _before_train)
-//   after_train              the end, with the run's status (TrackingStatus)
-// Subclasses add images (process_image) and anything else with enqueue(). A subclass that
-// overrides _before_train, _trigger_epoch or _after_train calls TrackingMonitor's too (they start
-// the thread, wake it, and flush and join it).
-//
-// The background thread (started in before_train, joined in after_train or the destructor):
-//   1. open(): creates the experiment / run on the service (resumed runs continue theirs).
-//   2. Then, whenever it is woken (an epoch ended, the queue holds batch_size records,
-//      send_interval passed, or after_train), it takes everything queued and calls deliver().
-//   3. At the end record: finish(status), then it stops.
-// request() is how open / deliver / finish send: it retries an answer of 429 or 5xx and a request
-// that got no answer, up to max_attempts, waiting initial_backoff, doubled each time up to
-// max_backoff (a Retry-After of the answer wins, capped at max_backoff). An answer of 401 or 403
-// ("the server refuses the key") is not retried: the monitor logs that once and sends nothing more
-// in this run. Any other failure is logged once as a warning that says what happened and that
-// training goes on; later failures are counted and the count is logged in after_train.
-//
-// When the service cannot be reached at all, records stay queued (open() is retried with
-// back-off); when the queue is full (queue_capacity records), new records are dropped and counted.
-// after_train waits at most flush_timeout for the queue to be sent and the run ended (at most
-// flush_timeout_after_signal, 3 s, when a stop signal ended training); then it aborts the request
-// in progress and logs how many records were not sent.
-//
-// Secrets: the subclass gives its API key / token / password to set_secret(); every message this
-// class logs passes through redact() with it, so the key never reaches log.log, an exception or
-// a file.
-//
-// Threads: the training thread only appends to the queue under a mutex (no request, no system
-// call but the one warning of a full queue; a record holds its name in a std::string); everything
-// else runs on the background thread.
+// service over HTTP (CometMLMonitor, MLflowMonitor); an addition to tensorpack. See
+// docs/experiment-tracking.md, "How the monitors send" and "Writing a monitor for another service".
 #pragma once
 
 #include <chrono>
@@ -90,15 +52,26 @@ struct TrackingOptions {
   TORCH_ARG(std::chrono::milliseconds, max_backoff) = std::chrono::seconds(30);
   // How long after_train waits for what is queued to be sent and the run ended. >= 0.
   TORCH_ARG(std::chrono::milliseconds, flush_timeout) = std::chrono::seconds(30);
-  // The same when a stop signal (SIGINT, SIGTERM, ...) ended training: a scheduler that sent
-  // SIGTERM gives the job a grace period (often 10-30 s) before SIGKILL, which the checkpoint and
-  // the log need more than a tracking server that does not answer. The smaller of the two is
-  // used. >= 0.
+  // The same when a stop signal (SIGINT, SIGTERM, ...) ended training, when a scheduler's grace
+  // period is short: the smaller of the two is used. >= 0.
   TORCH_ARG(std::chrono::milliseconds, flush_timeout_after_signal) = std::chrono::seconds(3);
   // Connection and request timeouts of each request.
   TORCH_ARG(HttpClientOptions, http) = HttpClientOptions();
 };
 
+// The base of the tracking monitors. The training thread only appends records to a bounded queue
+// under a mutex (process_scalar: a metric with global_step, epoch_num and wall time; before_train:
+// every HyperParamSetter's param as training starts; subclasses: enqueue()), never waiting on the
+// network. A background thread, started in before_train, calls open() (retried with back-off),
+// then deliver() with everything queued whenever an epoch ends, batch_size records are queued or
+// send_interval passed, and finish(status) at the end.
+// request() retries 429, 5xx and no answer up to max_attempts with a doubling back-off
+// (Retry-After wins, capped at max_backoff); a 401/403 is one warning, after which nothing more is
+// sent; other failures are one warning per kind, then counted. A full queue drops new records
+// (counted). after_train waits at most flush_timeout (flush_timeout_after_signal after a stop
+// signal), then aborts and logs the records not sent. Secrets given to set_secret() are redacted
+// from every message. A subclass that overrides _before_train, _trigger_epoch or _after_train
+// calls these too (they start, wake, flush and join the thread).
 class TrackingMonitor : public MonitorBase {
  public:
   ~TrackingMonitor() override;  // stops and joins the background thread (no flush)
@@ -137,11 +110,9 @@ class TrackingMonitor : public MonitorBase {
   // Ends the run with `status`.
   virtual void finish(TrackingStatus status) = 0;
 
-  // Sends with retries and back-off (see the top of this file), logging failures as described
-  // there (with `what`, e.g. "log-batch", naming the request). Returns the last response. An
-  // answer for which `expected` is true (e.g. MLflow's 404 RESOURCE_DOES_NOT_EXIST for a lookup
-  // of an experiment that may not exist yet) is returned as it is: neither retried, nor warned
-  // about, nor counted as failed.
+  // Sends with retries and back-off (see the class comment), logging failures with `what` (e.g.
+  // "log-batch"). Returns the last response. An answer for which `expected` is true (MLflow's 404
+  // for a lookup) is returned as it is: not retried, warned about or counted as failed.
   HttpResponse request(const HttpRequest& request, const std::string& what,
                        const std::function<bool(const HttpResponse&)>& expected = {});
   // True once a 401/403 was answered: nothing more is sent.
@@ -153,9 +124,8 @@ class TrackingMonitor : public MonitorBase {
   virtual std::string credentials_hint() const;
 
   // Stops and joins the background thread without flushing (what the destructor does). A
-  // subclass whose destructor may run while the thread still works (no after_train: training
-  // never started or the trainer was destroyed mid-run) calls it first in its own destructor, so
-  // that the thread never calls open / deliver / finish on a half-destroyed object.
+  // subclass calls it first in its own destructor, so that the thread never calls open / deliver /
+  // finish on a half-destroyed object (no after_train: training never started, or was cut short).
   void stop();
 
   void _before_train() override;
