@@ -1,66 +1,6 @@
-// TFEventWriter: writes what the monitors receive into a TensorFlow event file, so that
-// TensorBoard shows the run (`tensorboard --logdir <logger dir>`).
-//
-//   monitors.push_back(TFEventWriter::create());  // a NoOpMonitor when no logger dir is set
-//   monitors.push_back(std::make_shared<TFEventWriter>(
-//       TFEventWriterOptions().logdir("/tmp/run").flush_secs(30).split_files(true)));
-//
-// The file: `events.out.tfevents.<10-digit unix seconds>.<hostname>.<pid>.<n>` in logdir, where
-// <n> is a 6-digit, zero-padded count of the event files this process opened (`.000000`,
-// `.000001`, ...): two files opened in one second never collide, and the names sort in the order
-// the files were written, which is the order TensorBoard reads them in (with split_files, an
-// unpadded `.10` would be read before `.2`). A TFRecord stream (uint64 length, uint32 masked
-// CRC-32C of the length, the bytes, uint32 masked CRC-32C of the bytes, all little-endian) of
-// `Event` protobufs; the first record is `Event{wall_time, step 0, file_version "brain.Event:2"}`.
-// The file, its encoding and the writer's thread are an EventFileWriter
-// (trainpack/utils/event_file_writer.h).
-//
-// What is written: every summary given to process_summary (the ones that Monitors::put_scalar,
-// put_image and put_summary build) as an Event at the current global_step and the current time;
-// every event given to process_event as it is. Scalars become `simple_value` (float32), images
-// `Summary.Image` with their PNG, histograms `HistogramProto`, text a DT_STRING tensor with the
-// `text` plugin's metadata. process_scalar / process_image are not used (tensorpack's writer
-// takes only summaries; put_scalar's summary carries the scalar).
-//
-// Threads: the training thread only copies the summary into a queue (under a mutex). A thread
-// owned by the writer, started at setup_graph (or by flush()) and joined at after_train (or in the
-// destructor), encodes the events and writes them to the file when max_queue events are pending
-// or flush_secs have passed since the last write. At every epoch end (trigger) the training
-// thread queues a request to flush and fsync and goes on without waiting; the writer's thread
-// writes and fsyncs everything queued before the request (with split_files it then closes the
-// file, and the next event, of the next epoch, opens a new one; epoch ends that come while it is
-// still in an fsync share the next one). So the events of an epoch are on the disk shortly after
-// its end, not at its end. after_train flushes, fsyncs and closes, and
-// waits for that. A producer far ahead of the disk (65536 events pending) waits for the writer
-// instead of growing memory without bound.
-//
-// Errors: a file that cannot be opened or written is an ERROR line naming the file; training
-// goes on, and the events meanwhile are dropped (the open is retried at the next epoch end). The
-// loss is reported to the trainer (Trainer::report_write_failure) on the training thread: at the
-// first epoch end after the writer's thread found it, or at after_train at the latest, so that
-// the run ends with WriteFailedError naming the event file.
-//
-// State (checkpoints): at an epoch end a checkpoint is saved (ModelSaver) before the monitors'
-// trigger_epoch flushes the event file, so a run killed between the two (SIGKILL, a crash)
-// loses that epoch's scalars from the event file although the resumed run continues after them.
-// The checkpoint therefore records the scalars this writer was given at the checkpoint's
-// global_step so far (`record_epoch`, `record_step`, `record_tags`: the tags joined by NUL
-// bytes, `record_values`; the last value of a tag, at most 4096 scalars), as JSONWriter records
-// its entry. Only a save during the epoch-end callbacks (after_epoch to trigger_epoch) records
-// them; one during the epoch records nothing. In before_train of a run that resumes from such a
-// checkpoint (Trainer::restored_resume_point at the start of an epoch, whose epoch and
-// global_step are the record's), the writer reads the event files of its directory but its own
-// (scalar_tags_at_step: one pass over the record headers) and writes the recorded scalars that
-// none of them holds at that step, at that step and the current time, with INFO `The event files
-// in <dir> had no <tags> at global_step S (the end of epoch E); wrote them from the checkpoint's
-// record.` In the normal case (the run was not killed there) every recorded scalar is found and
-// nothing is written twice. Images, histograms and text are not recorded.
-//
-// Differences from tensorpack: no graph definition is written (there is no TF graph); the `.pid.n`
-// suffix of the file name; the epoch-end flush also fsyncs (on the writer's thread); after a split
-// the new file is opened by the next event (so an epoch without events leaves no file, and a run
-// with split_files leaves one file per epoch rather than an extra, empty one at the end); the
-// scalars of the epoch end a checkpoint records reach the event file after a kill (above).
+// TFEventWriter (tensorpack's TFEventWriter): writes what the monitors receive into a TensorFlow
+// event file, so that TensorBoard shows the run (`tensorboard --logdir <logger dir>`). See
+// docs/monitors.md, "TensorBoard" (the format, the file names, the writer's thread, resumed runs).
 #pragma once
 
 #include <atomic>
@@ -88,27 +28,39 @@ struct TFEventWriterOptions {
   TORCH_ARG(double, flush_secs) = 120;
   // Start a new event file at every epoch end.
   TORCH_ARG(bool, split_files) = false;
-  // Called on the writer's thread with "write" before each write to the file and with "fsync"
-  // before each fsync. For tests: a hook that blocks shows what the training thread does not
-  // wait for.
+  // For tests: called on the writer's thread with "write" before each write and "fsync" before
+  // each fsync (a hook that blocks shows what the training thread does not wait for).
   TORCH_ARG(std::function<void(const char* what)>, io_hook) = nullptr;
 };
 
+// The file: `events.out.tfevents.<10-digit unix seconds>.<hostname>.<pid>.<n>` in logdir (<n>: a
+// 6-digit count of the files this process opened, so that names sort in write order), a TFRecord
+// stream of Event protobufs starting with `brain.Event:2`, written by an EventFileWriter.
+// What: every summary given to process_summary (what put_scalar, put_image and put_summary build)
+// as an Event at the current global_step and time, and every event given to process_event.
+// When: the training thread only queues; the writer's thread (setup_graph to after_train) writes
+// when max_queue events are pending or flush_secs passed. Each epoch end (trigger) asks it to
+// flush and fsync, without waiting (with split_files, also to close the file: the next event opens
+// a new one); after_train flushes, fsyncs, closes and waits. 65536 pending events make the
+// producer wait.
+// Errors: a file that cannot be opened or written is an ERROR line naming it; training goes on
+// without those events (the open is retried at the next epoch end), and the run ends with
+// WriteFailedError (Trainer::report_write_failure, at the next epoch end or in after_train).
+// State (checkpoints): the scalars given at the checkpoint's step when it is saved at an epoch end
+// (`record_epoch`, `record_step`, `record_tags`, `record_values`; at most 4096). A run resuming
+// from that epoch end writes, in before_train, those the directory's other event files lack.
 class TFEventWriter : public MonitorBase {
  public:
-  // Throws std::invalid_argument when logdir is unset and no logger directory is set ("pass one
-  // with TFEventWriterOptions().logdir(dir), or call trainpack::logger::set_logger_dir(dir)
-  // first"), when the directory does not exist, or for max_queue < 1 or flush_secs <= 0.
+  // Throws std::invalid_argument when neither logdir nor a logger directory is set, when the
+  // directory does not exist, or for max_queue < 1 or flush_secs <= 0.
   explicit TFEventWriter(TFEventWriterOptions options = {});
   // Flushes, fsyncs and closes the file if the writer is still open (joins its thread).
   ~TFEventWriter() override;
 
-  // tensorpack's `TFEventWriter()` in DEFAULT_MONITORS: when neither `options.logdir` nor the
-  // logger directory is set, logs the WARNING `logger directory was not set. Ignore
-  // TFEventWriter.` and returns NoOpMonitor("TFEventWriter"); otherwise a TFEventWriter. On a rank
-  // other than the chief in data-parallel training (DistributedEnv: RANK > 0 of WORLD_SIZE > 1),
-  // where the trainer skips the monitors and the logger directory is the chief's (it need not
-  // exist on this rank's machine), it returns the NoOpMonitor without the warning.
+  // tensorpack's `TFEventWriter()` in DEFAULT_MONITORS: without `options.logdir` and a logger
+  // directory, logs the WARNING `logger directory was not set. Ignore TFEventWriter.` and returns
+  // NoOpMonitor("TFEventWriter"); on a rank other than the chief in data-parallel training
+  // (DistributedEnv), the same NoOpMonitor without the warning; otherwise a TFEventWriter.
   static MonitorPtr create(TFEventWriterOptions options = {});
 
   void process_summary(const Summary& summary) override;
@@ -129,7 +81,7 @@ class TFEventWriter : public MonitorBase {
 
   std::string name() const override { return "TFEventWriter"; }
 
-  // See "State" above.
+  // See "State" in the class comment.
   CallbackState state() const override;
   void load_state(const CallbackState& state) override;
 
@@ -143,11 +95,9 @@ class TFEventWriter : public MonitorBase {
  private:
   // Tells the trainer that events were lost (the writer logged why).
   void report_lost_events();
-  // Keeps the scalars of `summary`, given at `step`, for state() (the previous step's are
-  // dropped; no allocation once the tags have been seen).
+  // Keeps the scalars of `summary`, given at `step`, for state() (dropping older steps').
   void note_scalars(int64_t step, const Summary& summary);
-  // In before_train of a resumed run: writes the recorded scalars that the directory's other
-  // event files lack at the recorded step.
+  // In before_train of a resumed run: writes the recorded scalars the other files lack.
   void fill_from_record();
 
   TFEventWriterOptions options_;
