@@ -17,51 +17,31 @@
 namespace trainpack {
 
 struct WeightEMAOptions {
-  // Average the modules' floating-point buffers too (batch norm's running statistics); integer
-  // buffers (num_batches_tracked) are left alone. Off: buffers keep their training values, also
-  // while the averages are swapped in.
+  // Average the modules' floating-point buffers too (batch norm's running statistics; integer
+  // buffers are left alone). Off: buffers keep their training values, also when swapped in.
   TORCH_ARG(bool, buffers) = false;
-  // TensorFlow's num_updates: the decay of update n (n = 0 for the first update after the
-  // averages were started) is min(decay, (1 + n) / (10 + n)), so that the early averages do
-  // not cling to the initial weights.
+  // TensorFlow's num_updates: update n (from 0) uses min(decay, (1 + n) / (10 + n)), so that the
+  // early averages do not cling to the initial weights.
   TORCH_ARG(bool, warmup) = false;
 };
 
 // Keeps an exponential moving average ("shadow") of every trainable parameter of the trainer
-// (Graph::trainable_variables, the module's parameters that require a gradient) and, with
-// buffers(true), of the floating-point buffers of the trainer's modules (Graph::modules).
-//
-//   auto ema = std::make_shared<WeightEMA>(0.999);
-//   callbacks = {ema,
-//                std::make_shared<WithEMAWeights>(ema, std::make_shared<InferenceRunner>(...)),
-//                std::make_shared<WithEMAWeights>(ema, std::make_shared<ModelSaver>()),
-//                std::make_shared<MinSaver>("val-error-top1")};   // its copy holds the averages
-//
-// When: setup_graph allocates one shadow tensor per tracked tensor (same shape, dtype and
-// device). before_train copies the weights into the shadows (the weights as restored, when a
-// checkpoint without this callback's state was loaded; a checkpoint with it restores the
-// shadows instead). trigger_step (after every optimizer step) updates each shadow in place,
-// under NoGradGuard, with no allocation:
-//   shadow = d * shadow + (1 - d) * value      (shadow.mul_(d).add_(value, 1 - d))
-// with d = decay, or min(decay, (1 + n) / (10 + n)) with warmup (n: the updates done before).
+// (Graph::trainable_variables) and, with buffers(true), of its modules' floating-point buffers
+// (TensorFlow's ExponentialMovingAverage as a callback; an addition to tensorpack).
+// When: setup_graph allocates one shadow per tracked tensor (same shape, dtype and device);
+// before_train copies the weights into the shadows, unless a checkpoint restored them;
+// trigger_step (after every optimizer step) updates each in place under NoGradGuard, without
+// allocating: shadow = d * shadow + (1 - d) * value, d = decay (or the warmup's).
 // Use the averages with SwapInEMAWeights (code) or WithEMAWeights (around another callback).
-// State (checkpoints): `num_updates` (int64), `swapped` (int64, 1 when the checkpoint was saved
-// while the averages were swapped in, i.e. by a ModelSaver inside WithEMAWeights), and
-// `shadow/<name>` for each tracked tensor (<name>: the trainable variable's name, or a buffer's
-// checkpoint entry name), in the tensor's own dtype and shape: the exact values, not the float64
-// 0-d/1-d form of other callbacks' states. A checkpoint saved swapped holds the averages as its
-// model entries (so MinSaver's copy, an export or an evaluation from it uses them) and the
-// training weights as the `shadow/` entries; load_state swaps them back, so a resumed run goes
-// on with the training weights and the averages exactly as an uninterrupted run.
-// chief_only: false (every rank keeps the averages, so that a sharded InferenceRunner validates
-// with them on every rank; the ranks' weights are equal, and so are their averages).
+// State (checkpoints): `num_updates`, `swapped` (1 when saved while the averages were swapped in,
+// by a ModelSaver inside WithEMAWeights) and `shadow/<name>` in each tensor's own dtype and shape.
+// A checkpoint saved swapped holds the averages as its model entries and the training weights as
+// `shadow/`; load_state swaps them back, so a resumed run continues exactly.
+// chief_only: false (the ranks' weights, and averages, are equal; a sharded InferenceRunner
+// validates with them on every rank).
 // Errors: std::invalid_argument for a decay outside [0, 1] (construction), a trainer without
-// trainable variables (setup_graph), a state whose entries do not fit (load_state, naming the
-// entry).
-//
-// Differences from tensorpack: an addition; tensorpack has no weight-average callback (a
-// TensorFlow model adds tf.train.ExponentialMovingAverage ops to its graph and restores the
-// averages by name for evaluation). Here the averages are swapped into the module in place.
+// trainable variables (setup_graph), a state whose entries do not fit (load_state).
+// See docs/training-extras.md, "Weight averages".
 class WeightEMA : public Callback {
  public:
   explicit WeightEMA(double decay, WeightEMAOptions options = {});
@@ -98,15 +78,10 @@ class WeightEMA : public Callback {
   int swap_depth_ = 0;
 };
 
-// RAII: while it lives, the tracked tensors of the module hold the averages (and the shadows
-// the training values); its destructor swaps them back, also when an exception leaves the
-// scope. Guards nest: only the outermost swaps. The exchange is exact (copies, no arithmetic)
-// and happens under NoGradGuard; it allocates one temporary per tensor, for the moment of its
-// exchange.
-//
-//   { SwapInEMAWeights swap(*ema);  torch::save(net, "net-ema.pt"); }
-//
-// Errors: std::logic_error when the WeightEMA is not set up yet (before setup_graph).
+// RAII: while it lives, the module's tracked tensors hold the averages (and the shadows the
+// training values); its destructor swaps them back, also when an exception leaves the scope.
+// Guards nest: only the outermost swaps. The exchange is exact (copies) under NoGradGuard, with
+// one temporary per tensor. Errors: std::logic_error when the WeightEMA is not set up yet.
 class SwapInEMAWeights {
  public:
   explicit SwapInEMAWeights(WeightEMA& ema);
@@ -118,20 +93,13 @@ class SwapInEMAWeights {
   WeightEMA& ema_;
 };
 
-// Runs another callback with the averages of `ema` swapped in: around its trigger_epoch,
-// trigger and after_train (a SwapInEMAWeights each), so that an InferenceRunner validates the
-// averaged weights and a ModelSaver saves them (and with them MinSaver/MaxSaver's best copy).
-// Every other hook is forwarded unchanged, without a swap. name(): `WithEMAWeights-<inner name>`.
-// Its flags (chief_only, runs_on_every_rank) are the inner callback's.
-//
-//   std::make_shared<WithEMAWeights>(ema, std::make_shared<InferenceRunner>(val, infs))
-//
-// `ema` must be registered with the same trainer (anywhere in the list).
-// Errors: std::invalid_argument for a null `ema` or callback (construction); for a MinSaver or
-// MaxSaver (they copy ModelSaver's checkpoint and read no weights: wrap the ModelSaver); and at
-// before_train when `ema` is not among the trainer's callbacks.
-//
-// Differences from tensorpack: an addition (see WeightEMA).
+// Runs another callback with the averages of `ema` swapped in around its trigger_epoch, trigger
+// and after_train (a SwapInEMAWeights each), so that an InferenceRunner validates the averaged
+// weights and a ModelSaver saves them. Every other hook is forwarded without a swap. name():
+// `WithEMAWeights-<inner name>`; its flags (chief_only, runs_on_every_rank) are the inner one's.
+// `ema` must be registered with the same trainer. Errors: std::invalid_argument for a null `ema`
+// or callback, or a MinSaver/MaxSaver (wrap the ModelSaver: they read no weights), at
+// construction; and at before_train when `ema` is not among the trainer's callbacks.
 class WithEMAWeights : public ProxyCallback {
  public:
   WithEMAWeights(std::shared_ptr<WeightEMA> ema, CallbackPtr callback);
