@@ -1,34 +1,14 @@
-// The training console: a small command interpreter that looks at and steers a paused run.
-// InjectShell opens it when its file appears; a debugging hook may open it when a watched tensor
-// goes bad. It runs on the training thread, between two steps: training waits until the user
-// continues or stops.
-//
-//   if (stdin_is_terminal()) {
-//     if (run_training_console(trainer(), "NaN in 'cost'.") == ConsoleOutcome::kStop)
-//       throw StopTraining("stopped from the console");
-//   }
-//
-// Commands (one per line; words separated by blanks):
-//   stats                  the latest value of every statistic put to the monitors, by name
-//   history <name> [n]     the last n (default 10) values of a statistic, with their global_step
-//   params                 the trainer's hyperparameters (the Graph's variables) and their ranges
-//   set <name> <value>     sets a hyperparameter; refused (with the range) when the value is
-//                          outside its range, as hyper.txt values are; global_step cannot be set
-//   save                   saves a checkpoint now with the trainer's ModelSaver, if it has one,
-//                          and waits until it is written (ModelSaver::flush)
-//   stop                   ends the console; the caller stops training at this boundary
-//   continue               ends the console; training resumes
-//   help                   lists the commands
-// An unknown command or a bad argument prints a line saying so; the console goes on. End of input
-// (Ctrl-D) is `continue`. A stop signal (Ctrl-C, SIGTERM) while the console waits for a line ends
-// it as `continue`: the trainer then stops at this boundary because of the signal, as it would
-// anywhere else (and ModelSaver saves at the signal).
-//
-// What changes the run is also logged (so it is in log.log): `[Console] At global_step=300,
-// learning_rate changes from 0.1 to 0.05.`, `[Console] stop requested at global_step=300.`.
-//
-// Errors: none thrown for the user's input; an I/O error on the console's streams ends it as
-// `continue`, with a warning.
+// The training console: a small command interpreter that looks at and steers a paused run
+// (InjectShell opens it when its file appears, LocalDebugHook on a hit). It runs on the training
+// thread between two steps: training waits until the user continues or stops.
+// Commands: stats, history <name> [n] (n: 10), params, set <name> <value> (refused outside the
+// variable's range, as hyper.txt values are; not global_step), save (with the trainer's
+// ModelSaver, waiting until it is written), stop, continue, help. A bad command prints a line and
+// the console goes on; end of input, and a stop signal while it waits, are `continue` (the trainer
+// then stops for the signal). What changes the run is logged (`[Console] At global_step=300,
+// learning_rate changes from 0.1 to 0.05.`). Nothing is thrown for the user's input; an I/O error
+// ends the console as `continue`, with a warning.
+// See docs/looking-inside.md, "The training console (InjectShell)".
 #pragma once
 
 #include <iosfwd>
