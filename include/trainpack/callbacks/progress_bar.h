@@ -1,51 +1,6 @@
 // ProgressBar: a tqdm-style bar per epoch on stderr (tensorpack's callbacks/steps.py), and the
 // tqdm formatting helpers it is drawn with.
-//
-//    45%|████▌     | 450/1000 [00:03<00:04, 130.52it/s, cost=0.312]
-//
-//   callbacks.push_back(std::make_shared<ProgressBar>(std::vector<std::string>{"cost"}));
-//
-// The line is tqdm's default one: percentage, bar, steps done / steps per epoch, [elapsed <
-// remaining, rate], then `tag=value` for each of `names` (tensors the step publishes; the tag is
-// the part after the last '/'; values printed with tqdm's format_num, 3 significant digits:
-// `cost=0.312`). The rate is tqdm's smoothed one (an EMA with smoothing 0.5 of the rate between
-// draws); the line drawn at the end of an epoch shows the epoch's average instead.
-//
-// When: before_train reads steps_per_epoch and picks the refresh interval; before_epoch starts a
-// bar; trigger_step advances it and redraws it when the refresh interval has passed since the last
-// draw; after_epoch draws it a last time and ends the line; after_train does so for a bar still
-// open (training stopped within an epoch). With zero steps per epoch no bar is drawn.
-//
-// Where and how often:
-// - On a terminal the bar is redrawn in place (`\r`), at most every 0.5 s, with a first draw at
-//   0% when the epoch starts, and fills the terminal's width (tqdm's dynamic_ncols).
-// - Elsewhere (a log file, a pipe) it prints whole lines, at most one every 180 s (15 s under
-//   SLURM, 60 s for a multi-node SLURM job or under OpenMPI) and one at the end of every epoch,
-//   so that log files stay short.
-// - TRAINPACK_PROGRESS_REFRESH (seconds, e.g. `0.1` or `600`) overrides the interval in both
-//   cases (a value that is not a non-negative number is a warning, and the default applies);
-//   ProgressBarOptions::refresh_interval overrides both.
-// - The bar is drawn with unicode blocks and eighth steps (`████▌`) on a terminal whose locale
-//   is UTF-8 (LC_ALL, LC_CTYPE or LANG), with `#` and digits (`####5`, tqdm's ascii style)
-//   everywhere else, log files included; ProgressBarOptions::ascii forces either.
-//
-// Cost: a value is fetched from the step (and read with .item(), the only device sync) only in
-// the steps after which the bar is drawn: before_run decides whether the next draw is due and
-// asks for the tensors only then. The last step of every epoch is always fetched, so the line at
-// the end of the epoch shows its values. A step that draws nothing allocates nothing.
-//
-// chief_only: false (tensorpack's); under data-parallel training only the chief draws a bar, since
-// the ranks run in step (the others' ProgressBar does nothing).
-// Errors: std::invalid_argument (naming ProgressBar and the tensor) when a named tensor has more
-// than one element.
-//
-// Differences from tensorpack: the line is tqdm's default format (with the spaces tensorpack's
-// custom bar_format drops) and unicode blocks on a UTF-8 terminal; values are fetched only when
-// the bar is drawn (tensorpack fetches them and redraws at every step when names are given); the
-// bar fetches values in every epoch also with one step per epoch
-// (docs/tensorpack-differences.md #1); lines rather than `\r` redraws when not on a terminal, and
-// no 0% line there; the environment variable is TRAINPACK_PROGRESS_REFRESH and a bad value is a
-// warning (tensorpack raises ValueError); no bar when steps_per_epoch is 0.
+// See docs/monitors.md, "ProgressBar".
 #pragma once
 
 #include <cstdint>
@@ -74,7 +29,8 @@ struct ProgressBarOptions {
   TORCH_ARG(std::function<void(std::string_view)>, sink);
   // Whether to draw as on a terminal; unset: whether `stream` is a terminal (false with a sink).
   TORCH_ARG(std::optional<bool>, force_terminal);
-  // Seconds between draws; unset: TRAINPACK_PROGRESS_REFRESH, else the defaults above.
+  // Seconds between draws; unset: TRAINPACK_PROGRESS_REFRESH, else the defaults (see
+  // default_progress_refresh_interval).
   TORCH_ARG(std::optional<double>, refresh_interval);
   // true: `#` and digits; false: unicode blocks; unset: unicode on a UTF-8 terminal only.
   TORCH_ARG(std::optional<bool>, ascii);
@@ -85,6 +41,20 @@ struct ProgressBarOptions {
   TORCH_ARG(Clock, clock);
 };
 
+// tensorpack's ProgressBar: tqdm's default line per epoch, on stderr: percentage, bar, steps done /
+// steps per epoch, [elapsed < remaining, rate] (tqdm's smoothed rate; the epoch's average on the
+// line drawn at its end), then `tag=value` for each of `names` (tensors the step publishes; the
+// tag is the part after the last '/'; tqdm's format_num).
+// When: before_train reads steps_per_epoch and picks the refresh interval; before_epoch starts a
+// bar; trigger_step advances it and redraws it when the interval has passed; after_epoch draws it
+// a last time and ends the line; after_train closes a bar still open. No bar with zero steps per
+// epoch. On a terminal it redraws in place (`\r`, with a 0% draw at the start) to the terminal's
+// width, with unicode blocks under a UTF-8 locale; elsewhere it prints whole `#` lines, at most
+// one per interval plus one at every epoch end.
+// Cost: the named tensors are fetched (and read with .item()) only for the steps after which the
+// bar is drawn, and an epoch's last step; a step that draws nothing allocates nothing.
+// chief_only: false (tensorpack's); under data-parallel training only the chief draws.
+// Errors: std::invalid_argument (naming the tensor) when a named tensor has more than one element.
 class ProgressBar : public Callback {
  public:
   explicit ProgressBar(std::vector<std::string> names = {});
