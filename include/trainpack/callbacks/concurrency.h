@@ -1,13 +1,6 @@
-// Running helper processes and threads alongside training (tensorpack's callbacks/concurrency.py).
-//
-//   Startable          what StartProcOrThread can start and stop
-//   StoppableThread    a std::thread with a stop flag
-//   ChildProcess       a program started with posix_spawn, stopped with SIGTERM then SIGKILL
-//   StartProcOrThread  the callback: starts them in before_train, stops them in after_train
-//
-// Differences from tensorpack: processes are posix_spawn'ed programs, not fork'ed Python
-// processes; stopping a process escalates to SIGKILL after the grace period (tensorpack only
-// terminates and joins for 5 s); threads get a stop flag instead of an arbitrary `stop()`.
+// Running helper processes and threads alongside training (tensorpack's
+// callbacks/concurrency.py): Startable, StoppableThread, ChildProcess, and the callback
+// StartProcOrThread. See docs/callbacks.md, "Threads and processes beside training".
 #pragma once
 
 #include <sys/types.h>
@@ -30,13 +23,10 @@
 
 namespace trainpack {
 
-// Something that StartProcOrThread can start and stop: a thread, a child process, or a user's
-// own kind. Implementations must be safe to call from any thread, and must leave nothing running
-// behind when destroyed (no detached threads, no unreaped children).
-//
-// Contract of stop(grace): request a stop, wait up to `grace` for it to end, escalate if the kind
-// allows it; return true when it has ended (or never started). When it returns false, stop() has
-// already logged the ERROR line that says so (StartProcOrThread does not repeat it).
+// Something that StartProcOrThread can start and stop: a thread, a child process, or a user's own
+// kind. Safe to call from any thread; leaves nothing running when destroyed (no detached thread,
+// no unreaped child). stop(grace): request a stop, wait up to `grace`, escalate if the kind
+// allows; true when it has ended (or never started); when false, stop() has logged the ERROR.
 class Startable {
  public:
   virtual ~Startable();
@@ -50,19 +40,11 @@ class Startable {
 };
 using StartablePtr = std::shared_ptr<Startable>;
 
-// A thread that runs `fn(stop_requested)`; `fn` should return soon after the flag turns true.
-// Started by start() (StartProcOrThread: in before_train), stopped by stop() (after_train) or by
-// the destructor. stop(grace) sets the flag and waits up to `grace`; if `fn` has not returned it
-// logs ERROR `Cannot join thread {name}.` and returns false, and the destructor joins later
-// (blocking): the thread is never detached. An exception escaping `fn` is caught on the thread,
-// logged as an ERROR with the thread's name and kept in error().
-//
-//   auto t = std::make_shared<StoppableThread>("sampler", [](const std::atomic<bool>& stop) {
-//     while (!stop) sample_once();
-//   });
-//
-// Differences from tensorpack: the stop request is a flag handed to `fn` (tensorpack's
-// StoppableThread has a stop event that the thread's own code polls).
+// tensorpack's StoppableThread: a thread that runs `fn(stop_requested)`; `fn` should return soon
+// after the flag turns true. stop(grace) sets the flag and waits up to `grace`; if `fn` has not
+// returned, it logs ERROR `Cannot join thread {name}.` and returns false, and the destructor joins
+// later (blocking): the thread is never detached. An exception escaping `fn` is logged as an
+// ERROR with the thread's name and kept in error().
 class StoppableThread : public Startable {
  public:
   using Fn = std::function<void(const std::atomic<bool>& stop_requested)>;
@@ -104,18 +86,11 @@ class StoppableThread : public Startable {
   std::thread thread_;
 };
 
-// A child process running `argv` (argv[0] is looked up in PATH when it has no '/'), started with
-// posix_spawnp and SIGINT blocked, so that a Ctrl-C in the terminal reaches only the trainer,
-// which then stops the child itself. stop(grace) sends SIGTERM, waits up to `grace`, then logs a
-// WARN line, sends SIGKILL and reaps the child: no zombie and no running child is left behind.
-// The destructor stops it (with a 5 s grace) if it is still alive.
-//
-//   auto tb = std::make_shared<ChildProcess>(std::vector<std::string>{"tensorboard", "--logdir",
-//                                                                     dir}, "tensorboard");
-//
-// Differences from tensorpack: posix_spawn'ed programs instead of fork'ed Python processes (no
-// state is shared with the trainer, which may have threads); SIGINT is blocked in the child
-// rather than ignored (see the comment in start()); escalation to SIGKILL after the grace period.
+// A child process running `argv` (argv[0] looked up in PATH when it has no '/'), started with
+// posix_spawnp (not fork, as tensorpack's Python processes are) and SIGINT blocked, so that a
+// Ctrl-C reaches only the trainer, which then stops the child. stop(grace) sends SIGTERM, waits
+// up to `grace`, then logs a WARN line, sends SIGKILL and reaps the child: no zombie and no
+// running child is left behind. The destructor stops it (5 s grace) if it is still alive.
 class ChildProcess : public Startable {
  public:
   // Throws std::invalid_argument when `argv` or argv[0] is empty. An empty name becomes argv[0].
@@ -162,21 +137,12 @@ struct StartProcOrThreadOptions {
   TORCH_ARG(std::chrono::milliseconds, grace) = std::chrono::milliseconds(5000);
 };
 
-// Starts processes and threads at before_train and stops them at after_train.
-// before_train logs `Starting {name1}, {name2} ...` and starts them in order (if one fails to
-// start, those already started are stopped and the error ends training). after_train (with
-// stop_at_last) logs `Stopping {name} ...` for each item still alive and calls stop(grace); an
-// item that does not end is reported by an ERROR `Cannot join thread {name}.` or
-// `Cannot join process {name}.`. Runs on every worker (chief_only is false).
-//
-//   callbacks.push_back(std::make_shared<StartProcOrThread>(std::vector<StartablePtr>{
-//       std::make_shared<ChildProcess>(std::vector<std::string>{"nvidia-smi", "-l", "10"})}));
-//
-// Differences from tensorpack: processes are posix_spawn'ed programs, not fork'ed (so no fork
-// warning); a process that ignores SIGTERM is SIGKILLed after `grace` (WARN line); threads are
-// StoppableThreads with a stop flag; any Startable (a user's own kind too) is stopped through
-// its stop(), and "Stopping <name> ..." is logged for threads as well; a failure to start stops
-// what was already started.
+// tensorpack's StartProcOrThread: starts processes and threads at before_train and stops them at
+// after_train. before_train logs `Starting {name1}, {name2} ...` and starts them in order (if one
+// fails, those started are stopped and the error ends training). after_train (with stop_at_last)
+// logs `Stopping {name} ...` for each item still alive and calls stop(grace); one that does not
+// end is an ERROR `Cannot join thread {name}.` or `Cannot join process {name}.`. chief_only:
+// false (runs on every worker). Differences from tensorpack: docs/tensorpack-differences.md #40.
 class StartProcOrThread : public Callback {
  public:
   // Throws std::invalid_argument when `startables` is empty or holds a null entry, or when the

@@ -15,23 +15,14 @@
 
 namespace trainpack {
 
-// Logs how long the remaining epochs will take, from the duration of the last epochs.
-//
-//   callbacks.push_back(std::make_shared<EstimatedTimeLeft>());
-//
-// When: before_train remembers the time; trigger_epoch (overridden, so PeriodicTrigger cannot
-// schedule it) takes the time since the previous one (the whole epoch, its epoch-end callbacks
-// included), keeps the last `last_k_epochs` durations, and multiplies their median (or mean) by
-// the number of epochs left.
-// Logs: `Estimated Time Left: 1 hour 2 minutes 3 seconds` after every epoch but the last.
-// chief_only: true.
-// Errors: std::invalid_argument if last_k_epochs < 1.
-// State (checkpoints): `epoch_seconds` (float64 [n], the durations kept, oldest first, n <=
-// last_k_epochs; a longer saved list keeps its last last_k_epochs), so the first estimate after a
-// resume uses the epochs before it. The time of the interruption itself counts in no epoch: the
-// first epoch after a resume is timed from its before_train.
-//
-// Differences from tensorpack: none (`clock` is for tests: seconds from any fixed point).
+// tensorpack's EstimatedTimeLeft: logs `Estimated Time Left: 1 hour 2 minutes 3 seconds` after
+// every epoch but the last: the median (or mean) of the last `last_k_epochs` epoch durations
+// times the epochs left. An epoch is timed from one trigger_epoch to the next (from before_train
+// for the first), its epoch-end callbacks included; trigger_epoch is overridden, so PeriodicTrigger
+// cannot schedule it. State (checkpoints): `epoch_seconds`, the durations kept, so the first
+// estimate after a resume uses the epochs before it. chief_only: true.
+// Errors: std::invalid_argument if last_k_epochs < 1. `clock`: seconds from any fixed point, for
+// tests.
 class EstimatedTimeLeft : public Callback {
  public:
   explicit EstimatedTimeLeft(int last_k_epochs = 5, bool median = true, Clock clock = {});
@@ -54,25 +45,13 @@ class EstimatedTimeLeft : public Callback {
   std::deque<double> times_;
 };
 
-// Runs a shell command with the latest values of some stats at every trigger (every epoch end).
-//
-//   callbacks.push_back(std::make_shared<SendStat>(
-//       "notify-send 'acc={val-accuracy}'", std::vector<std::string>{"val-accuracy"}));
-//
-// When: trigger. Each `{name}` placeholder is replaced by `monitors().get_latest(name)`, written
-// as Python's repr(float) (numbers only; see CommandTemplate); the command runs through /bin/sh
-// and the training thread waits for it.
-// Logs: ERR `Command <cmd> failed with ret=<ret>!` on a non-zero exit status (training goes on);
-// WRN `[SendStat] No value of the stat '<name>' in the monitors yet; the command is not run.` when
-// a name has no value.
-// chief_only: true.
+// tensorpack's SendStat: at every trigger (every epoch end by default), runs a shell command with
+// each `{name}` replaced by `monitors().get_latest(name)` (Python's repr(float); CommandTemplate),
+// through /bin/sh; the training thread waits for it. Logs ERR `Command <cmd> failed with
+// ret=<ret>!` on a non-zero exit status (training goes on), and WRN `[SendStat] No value of the
+// stat '<name>' in the monitors yet; the command is not run.` chief_only: true.
 // Errors: std::invalid_argument at construction for an unknown placeholder (not in `names`) or an
-// unbalanced brace.
-//
-// Differences from tensorpack: a stat without a value is a warning and the command is skipped
-// (tensorpack raises KeyError and training fails); `ret` is the shell's exit status (tensorpack
-// prints os.system's wait status, 256 for exit status 1), or -N when the shell was killed by
-// signal N; a bad template fails at construction.
+// unbalanced brace. See docs/monitors.md, "Running a command with the statistics".
 class SendStat : public Callback {
  public:
   SendStat(std::string command, std::vector<std::string> names);
