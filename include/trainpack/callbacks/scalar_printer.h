@@ -1,23 +1,5 @@
-// ScalarPrinter: logs the scalars put to the monitors, as `name: value` INFO lines sorted by
-// name, values in Python's `%.5g` (`cost: 0.31416`, `lr: 1e-05`).
-//
-// When: in before_train (what earlier callbacks put there), at the end of every epoch
-// (enable_epoch, the default), after every step (enable_step; the last step of an epoch is
-// printed with the epoch when both are on), and in after_train (whatever arrived after the last
-// print). Each print shows the last value put under each name since the previous print, then
-// forgets them all. whitelist/blacklist are regular expressions that select names by search (a
-// match anywhere in the name, Python's re.search); a name is printed when it matches some
-// whitelist pattern (no whitelist: every name) and no blacklist pattern.
-//
-//   monitors.push_back(std::make_shared<ScalarPrinter>(
-//       ScalarPrinterOptions().enable_step(true).blacklist({"^QueueInput/"})));
-//
-// Differences from tensorpack:
-// - docs/tensorpack-differences.md #9, fixed: values put after the last print (e.g. at the last
-//   epoch's end with enable_step=true, enable_epoch=false, or at all with both flags false) are
-//   printed in after_train instead of being dropped.
-// - Patterns use ECMAScript syntax (std::regex), which agrees with Python's `re` on the usual
-//   constructs; a pattern that does not compile is an error at construction.
+// ScalarPrinter (tensorpack's ScalarPrinter): logs the scalars put to the monitors. See
+// docs/monitors.md, "ScalarPrinter: the console" (and its differences from tensorpack).
 #pragma once
 
 #include <cstddef>
@@ -48,6 +30,12 @@ struct ScalarPrinterOptions {
   TORCH_ARG(std::vector<std::string>, blacklist);
 };
 
+// Logs the scalars put to the monitors as `name: value` INFO lines sorted by name, values in
+// Python's `%.5g` (`cost: 0.31416`). Prints in before_train, at every epoch end (enable_epoch),
+// after every step (enable_step; an epoch's last step goes with the epoch's print) and in
+// after_train (what came after the last print); each print shows the last value of each name put
+// since the previous one. A name is printed when a whitelist pattern (no whitelist: any name) and
+// no blacklist pattern is found in it (std::regex search, as Python's re.search).
 class ScalarPrinter : public MonitorBase {
  public:
   // Throws std::invalid_argument naming the list and the pattern when a pattern is not a valid
@@ -78,8 +66,7 @@ class ScalarPrinter : public MonitorBase {
   ScalarPrinterOptions options_;
   std::vector<std::regex> whitelist_;
   std::vector<std::regex> blacklist_;
-  // Every name seen, sorted; entries are kept (and marked not pending) so that putting a known
-  // name allocates nothing.
+  // Every name seen, sorted; kept (not pending) so that putting a known name allocates nothing.
   std::map<std::string, Entry, std::less<>> values_;
   // The entry put to last (values_.end(): none); map iterators stay valid as names are added.
   std::map<std::string, Entry, std::less<>>::iterator last_put_ = values_.end();

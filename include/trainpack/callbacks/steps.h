@@ -1,9 +1,5 @@
-// Step-level callbacks, as tensorpack's callbacks/steps module: MaintainStepCounter, the trainer's
-// own, which increments global_step after every hooked run (core/step_counter.h), and
-// SessionRunTimeout, a time limit on every hooked run (session_run_timeout.h). This header only
-// includes the two.
-//
-// Differences from tensorpack: none.
+// Step-level callbacks, as tensorpack's callbacks/steps module: this header only includes
+// MaintainStepCounter (core/step_counter.h) and SessionRunTimeout (session_run_timeout.h).
 #pragma once
 
 #include "trainpack/callbacks/session_run_timeout.h"
