@@ -1,6 +1,5 @@
-// Saving checkpoints during training (tensorpack's callbacks/saver.py): ModelSaver, and MinSaver
-// / MaxSaver, which keep a copy of the checkpoint with the best value of a stat.
-// See docs/save-load.md for the files they write and how a run resumes from them.
+// Saving checkpoints during training (tensorpack's callbacks/saver.py): ModelSaver, MinSaver and
+// MaxSaver. See docs/save-load.md for the files they write and how a run resumes from them.
 #pragma once
 
 #include <condition_variable>
@@ -51,19 +50,17 @@ struct ModelSaverOptions {
 // When: trigger (every epoch end by default; wrap it in PeriodicTrigger for another period), and
 // after_train when SIGINT/SIGTERM stopped training (save_on_signal); at most once per global_step.
 // With async, the training thread waits for the save in flight (at most one), hands a snapshot
-// (every tensor cloned) to the writer thread and goes on; the writer writes the file (fsync,
-// rename), replaces the index, then deletes what retention drops, and logs `Model saved to
-// <dir>/model-<gs>.` A crash loses at most the save in flight. Before reading a checkpoint right
-// after a save, call flush() or wait_for_model_savers(). setup_graph starts the writer thread;
-// after_train and the destructor wait for the save in flight and join it.
+// (every tensor cloned) to the writer thread (started at setup_graph, joined by after_train and
+// the destructor) and goes on; the writer writes the file (fsync, rename), replaces the index,
+// then deletes what retention drops, and logs `Model saved to <dir>/model-<gs>.` A crash loses at
+// most the save in flight. To read a checkpoint right after a save, call flush() first.
 // Retention (TensorFlow Saver's): past max_to_keep the oldest tracked checkpoint is deleted unless
 // keep_checkpoint_every_n_hours keeps it; never the latest one, nor an earlier run's.
 // Errors: a failed save logs ERR `Exception in ModelSaver! <reason>`, leaves the index on the last
-// good checkpoint, and training goes on; the failure is reported (Trainer::report_write_failure)
-// when the training thread next waits for the writer, so the run ends with WriteFailedError.
-// std::invalid_argument for bad options (construction) and, at setup_graph, when neither a
-// directory nor a logger directory was given; std::runtime_error when setup_graph cannot create
-// the directory. chief_only: true.
+// good checkpoint, and training goes on; the run ends with WriteFailedError (reported when the
+// training thread next waits for the writer). std::invalid_argument for bad options, and at
+// setup_graph without a directory or logger directory; std::runtime_error when setup_graph cannot
+// create the directory. chief_only: true.
 // See docs/save-load.md, "ModelSaver" and "Crash safety".
 class ModelSaver : public Callback {
  public:
