@@ -1,7 +1,8 @@
 // LossScaler: dynamic loss scaling for float16 training (PyTorch's torch.cuda.amp.GradScaler,
 // which LibTorch's C++ API does not have): the cost is multiplied by a large scale before backward
 // (scale()) and the gradients divided by it after (unscale()); when that overflows, the step is
-// skipped and the scale shrinks (update()). docs/mixed-precision.md, "Dynamic loss scaling".
+// skipped and the scale shrinks (update()). See docs/mixed-precision.md, "Dynamic loss scaling
+// (float16)".
 //
 // GradScaler's rules and defaults: the scale starts at init_scale; after a step whose unscaled
 // gradients hold an inf or a NaN, the optimizer step is skipped, the scale is multiplied by

@@ -2,7 +2,8 @@
 // unpickler would allocate from without a check: every argument fits in the bytes that remain,
 // and every memo index is one the memo has or the next one. Bounds only, not meaning: a pickle it
 // passes may still be refused by the unpickler. The checkpoint reader (utils/checkpoint.h) runs
-// it on data.pkl; why: docs/libtorch-versions.md, "Checkpoints from elsewhere".
+// it on data.pkl; why:
+// docs/libtorch-versions.md, "Checkpoints from elsewhere" (under "What differs between versions").
 #pragma once
 
 #include <cstddef>

@@ -2,7 +2,8 @@
 // each call of torch._utils._rebuild_tensor_v2, its storage (record name, element count) and its
 // geometry (offset, sizes, strides), with its key when it is a string-keyed dict entry's value.
 // The checkpoint reader (utils/checkpoint.h) checks every tensor against its storage with these
-// before LibTorch's unpickler runs; why: docs/libtorch-versions.md, "Checkpoints from elsewhere".
+// before LibTorch's unpickler runs; why:
+// docs/libtorch-versions.md, "Checkpoints from elsewhere" (under "What differs between versions").
 #pragma once
 
 #include <cstddef>

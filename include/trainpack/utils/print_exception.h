@@ -7,7 +7,8 @@
 // LibTorch's stack trace is left out of every message (exception_message). With
 // TRAINPACK_BACKTRACE=1, or the logger at DEBUG level, the stack trace of the innermost
 // c10::Error follows, after a line "  where LibTorch raised it:". A nested exception that is not
-// a std::exception is `caused by: an exception of unknown type`. See docs/trainer.md, "Errors".
+// a std::exception is `caused by: an exception of unknown type`. See docs/trainer.md, "Printing
+// errors".
 #pragma once
 
 #include <exception>

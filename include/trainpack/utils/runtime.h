@@ -3,28 +3,13 @@
 // program again. Why each setting pays, and the measurements: docs/trainer.md, "Runtime settings
 // on a CPU".
 //
-// What it does, in this order:
-//   0. check_memory_limits: under an address-space limit (`ulimit -v`) or a data-size limit
-//      (`ulimit -d`) below the estimate of what the job needs (the address space mapped now,
-//      OpenBLAS's per-thread buffers, malloc arenas and stacks of the intra-op threads,
-//      kRuntimeWorkingMemory and job_memory_bytes), throws MemoryLimitError, one line naming the
-//      limit, its value and the estimate. No limit skips the estimate.
-//   1. passive_omp_wait: when OMP_WAIT_POLICY is unset, sets it to PASSIVE and executes the
-//      program again (execv of /proc/self/exe with the same argv), once. A value already in the
-//      environment (ACTIVE to spin) is respected.
-//   2. tune_malloc: fixed glibc thresholds, M_MMAP_THRESHOLD 32 MiB and M_TRIM_THRESHOLD 512 MiB.
-//      Refused by the allocator (e.g. under a sanitizer): a warning, and the defaults stay.
-//   3. intra_op_threads: torch::set_num_threads; 0 is default_intra_op_threads().
-//   4. blas_threads: OpenBLAS's own threads; 0 leaves OpenBLAS's setting. A BLAS that is not
-//      OpenBLAS is reported, with the package that replaces it (libopenblas0-pthread).
-//
-// It logs one line for each ("Threads: ...", "BLAS library loaded: ...", "OpenBLAS: ...",
-// "Malloc: ...", "OMP_WAIT_POLICY: ..."), to the logger as it is when called, at `log_level`
-// (DEBUG by default); warnings are always WARN. With .log(false) nothing is logged, and
-// RuntimeReport::log() logs the same lines later (e.g. after logger::set_logger_dir).
+// In this order: the memory check, OMP_WAIT_POLICY, malloc, intra-op threads, OpenBLAS's threads
+// (each RuntimeOptions field below says what it does). It logs one line for each ("Threads: ...",
+// "BLAS library loaded: ...", "OpenBLAS: ...", "Malloc: ...", "OMP_WAIT_POLICY: ...") to the
+// logger as it is when called, at `log_level`; warnings are always WARN.
 //
 // Errors: std::invalid_argument naming RuntimeOptions and the field for a negative thread count;
-// MemoryLimitError as above.
+// MemoryLimitError (one line naming the limit, its value and the estimate).
 #pragma once
 
 #include <cstdint>
@@ -46,23 +31,25 @@ namespace trainpack {
 int default_intra_op_threads(int hardware, const char* local_world_size);
 
 struct RuntimeOptions {
-  // torch::set_num_threads; 0: default_intra_op_threads() (the hardware threads, divided among
-  // the launcher's processes on this machine).
+  // torch::set_num_threads; 0: default_intra_op_threads().
   TORCH_ARG(int, intra_op_threads) = 0;
-  // openblas_set_num_threads when the BLAS is OpenBLAS; 0: leave OpenBLAS's own setting.
+  // openblas_set_num_threads when the BLAS is OpenBLAS; 0: leave OpenBLAS's own setting. A BLAS
+  // that is not OpenBLAS is reported, with the package that replaces it (libopenblas0-pthread).
   TORCH_ARG(int, blas_threads) = 1;
-  // Fixed mmap/trim thresholds for glibc's malloc (mallopt).
+  // mallopt M_MMAP_THRESHOLD 32 MiB and M_TRIM_THRESHOLD 512 MiB (a warning when refused).
   TORCH_ARG(bool, tune_malloc) = true;
-  // OMP_WAIT_POLICY=PASSIVE, re-executing the program once when the environment does not set it.
+  // When OMP_WAIT_POLICY is unset: set it to PASSIVE and execute the program again (execv of
+  // /proc/self/exe, same argv), once. A value in the environment (ACTIVE) is respected.
   TORCH_ARG(bool, passive_omp_wait) = true;
-  // Log the settings now.
+  // Log the settings now (RuntimeReport::log() logs them again later, after set_logger_dir).
   TORCH_ARG(bool, log) = true;
   // The level of the settings' lines: DEBUG (not shown by default), or logger::Level::kInfo.
   TORCH_ARG(logger::Level, log_level) = logger::Level::kDebug;
-  // Refuse to start (MemoryLimitError) under `ulimit -v` or `ulimit -d` below the estimate.
+  // Throw MemoryLimitError under `ulimit -v` or `ulimit -d` below the estimate: the address space
+  // mapped now, OpenBLAS's buffers, malloc arenas and stacks of the threads,
+  // kRuntimeWorkingMemory and job_memory_bytes. No limit: no estimate.
   TORCH_ARG(bool, check_memory_limits) = true;
-  // Bytes the job will hold besides the runtime's own (its data set, a large model), added to the
-  // estimate; 0: only the runtime's.
+  // Bytes the job will hold besides the runtime's own (its data set, a large model).
   TORCH_ARG(int64_t, job_memory_bytes) = 0;
 };
 
