@@ -7,18 +7,6 @@
 //   - FakeClock drives the time-based callbacks' clocks by hand;
 //   - run_noop runs a NoOpTrainer (hooks and counters, no model) over a list of callbacks.
 //
-//   #include <gtest/gtest.h>
-//   #include <trainpack/testing.h>
-//
-//   TEST(MyCallback, FiresEverySecondEpoch) {
-//     auto trace = std::make_shared<trainpack::testing::Trace>();
-//     auto mine = std::make_shared<MyCallback>();
-//     auto tracer = std::make_shared<trainpack::testing::TraceCallback>(trace);
-//     trainpack::testing::run_noop({mine, tracer}, /*steps_per_epoch=*/2, /*starting_epoch=*/1,
-//                                  /*max_epoch=*/4);
-//     EXPECT_EQ(mine->fired_at(), (std::vector<int64_t>{2, 4}));
-//   }
-//
 // Nothing here depends on a test framework; docs/callbacks.md ("Testing a callback") has a
 // complete example.
 #pragma once

@@ -1,4 +1,4 @@
-// Callback: everything other than the training iterations lives in one.
+// Callback (tensorpack's Callback): everything other than the training iterations lives in one.
 //
 // The trainer calls each hook at a fixed moment (see docs/callbacks.md for the full timeline):
 //
@@ -17,12 +17,7 @@
 // A subclass overrides the protected `_hook` virtuals; the public methods of the same name
 // without the underscore call them (and are what the trainer and wrappers call). A hook that a
 // subclass does not override costs nothing: the trainer works out once, at setup, which
-// callbacks override which hooks and calls only those.
-//
-//   class PrintEpoch : public trainpack::Callback {
-//    protected:
-//     void _trigger_epoch() override { TP_LOG_INFO("epoch {} done", epoch_num()); }
-//   };
+// callbacks override which hooks and calls only those. docs/callbacks.md shows how to write one.
 //
 // Differences from tensorpack: none in timing. `name()` plays the role of `__str__` (the class
 // name); a hook that throws is reported with the callback's name (see Callbacks).

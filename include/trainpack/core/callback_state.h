@@ -1,16 +1,7 @@
 // Writing a callback's state() and load_state() (core/callback.h): the way to build a
 // CallbackState and to read one back with the checks every load_state makes. A state that does
-// not fit is std::invalid_argument naming the callback and the entry.
-//
-//   class CountNaNs : public trainpack::Callback {
-//    public:
-//     CallbackState state() const override { return {{"count", state_scalar(count_)}}; }
-//     void load_state(const CallbackState& s) override {
-//       check_state_keys(name(), s, {"count"});
-//       count_ = state_int(name(), s, "count");
-//     }
-//     ...
-//   };
+// not fit is std::invalid_argument naming the callback and the entry. docs/save-load.md shows a
+// callback that uses them.
 //
 // Conventions (docs/save-load.md): scalars are 0-d CPU tensors, int64 for steps and counts,
 // float64 for values; sequences are 1-d CPU tensors of the same dtypes; a string (an id a

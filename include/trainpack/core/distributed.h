@@ -1,35 +1,23 @@
 // A group of processes training together (data-parallel training, docs/distributed.md), on
 // PyTorch's own distributed engine, c10d: Gloo on the CPU, NCCL on CUDA builds of LibTorch.
+// tensorpack's multi-process trainers run on Horovod or TensorFlow's distributed runtime
+// (docs/tensorpack-differences.md #42).
 //
-//   // torchrun --standalone --nproc_per_node 2 --no_python --redirects 9:1 --tee 9:1 ./train
-//   auto group = trainpack::ProcessGroup::from_environment();      // RANK, WORLD_SIZE, ...
-//   trainpack::DataParallelTrainer trainer(group);                   // train/data_parallel.h
+// Where the group comes from (DistributedEnv::from_environment), in this order: RANK and
+// WORLD_SIZE (torchrun sets them, with LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and
+// TORCHELASTIC_*; or by hand); under SLURM (srun), SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID,
+// with MASTER_ADDR and MASTER_PORT exported by the job script. Neither: a group of one process,
+// which communicates with nobody. A variable that is missing, not a number or out of range is
+// std::invalid_argument naming the variable, its value and what it must be.
 //
-// Where the group comes from (DistributedEnv::from_environment), in this order:
-//   1. RANK and WORLD_SIZE (torchrun sets them, with LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-//      MASTER_PORT and TORCHELASTIC_*; they can also be set by hand);
-//   2. under SLURM (srun), SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID, with MASTER_ADDR and
-//      MASTER_PORT exported by the job script (docs/distributed.md shows the lines).
-// Neither: a group of one process, which communicates with nobody (the same program runs alone).
-// A variable that is missing, not a number or out of range is std::invalid_argument naming the
-// variable, its value and what it must be.
+// The rendezvous: rank 0 serves a c10d TCPStore at MASTER_ADDR:MASTER_PORT, as PyTorch's env://
+// does; under torchrun without --standalone, torchrun's agent serves it and every rank connects
+// under the prefix `/worker/attempt_<TORCHELASTIC_RESTART_COUNT>`.
 //
-// The rendezvous: rank 0 serves a c10d TCPStore at MASTER_ADDR:MASTER_PORT and the others connect
-// to it, as PyTorch's env:// does. Under torchrun without --standalone
-// (TORCHELASTIC_USE_AGENT_STORE=True) torchrun's agent already serves that store: every rank
-// connects as a client, under the prefix `/worker/attempt_<TORCHELASTIC_RESTART_COUNT>` (so that
-// a restarted group never reads the keys of the attempt before it).
-//
-// Failures: every collective waits at most `timeout` (DistributedOptions, default 10 minutes).
-// When a collective fails (a peer died: "Connection closed by peer"; a peer hangs: the timeout),
-// DistributedError says which rank: one that reported its own failure (report_failure, which the
-// trainer calls when training fails), else one whose process is gone (checked for ranks on this
-// host), else that the peer could not be identified. report_failure also writes the message to
-// TORCHELASTIC_ERROR_FILE when torchrun set it, so that torchrun's summary shows the cause.
-//
-// Differences from tensorpack: tensorpack's multi-process trainers run on Horovod (MPI) or
-// TensorFlow's distributed runtime; trainpack uses c10d and torchrun, as PyTorch's
-// DistributedDataParallel does.
+// Failures: every collective waits at most DistributedOptions::timeout. A failed collective is a
+// DistributedError naming the rank: one that reported its own failure (report_failure, which the
+// trainer calls when training fails), else one whose process is gone (for ranks on this host),
+// else none.
 #pragma once
 
 #include <chrono>
@@ -76,9 +64,9 @@ struct DistributedOptions {
   TORCH_ARG(std::string, backend) = "";
   // Whether the group will reduce CUDA tensors (DataParallelTrainer on a CUDA device).
   TORCH_ARG(bool, cuda) = false;
-  // The longest any collective or store operation waits before failing with DistributedError.
-  // It bounds how long the others wait for a rank that hangs; a rank that dies is noticed at
-  // once. PyTorch's default is 30 minutes; 10 leaves room for a slow checkpoint on the chief.
+  // The longest any collective or store operation waits before failing with DistributedError:
+  // how long the others wait for a rank that hangs (one that dies is noticed at once). PyTorch's
+  // default is 30 minutes; 10 leaves room for a slow checkpoint on the chief.
   TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::minutes(10);
   // Unset: DistributedEnv::from_environment().
   TORCH_ARG(std::optional<DistributedEnv>, env);
@@ -136,9 +124,9 @@ class ProcessGroup {
   void barrier();
 
   // Records that this rank is failing with `message`, where the others look when their
-  // collectives fail, and in TORCHELASTIC_ERROR_FILE. Never throws.
-  // `own_failure` false: the failure is another rank's (a DistributedError); then only the error
-  // file is written, so that the group's record keeps naming the rank that failed first.
+  // collectives fail, and in TORCHELASTIC_ERROR_FILE when torchrun set it. Never throws. With
+  // `own_failure` false (another rank's DistributedError) only the error file is written, so that
+  // the group's record keeps naming the rank that failed first.
   void report_failure(const std::string& message, bool own_failure = true) noexcept;
   // The DistributedError for a failed collective whose exception said `error`: names the failed
   // rank when it can be told (see the top of this file).

@@ -1,23 +1,12 @@
 // An optimizer's state as checkpoint entries, and its checked restore: the optimizer part of
-// collect_training_state / restore_training_state (core/state.h).
-//
-// LibTorch's own optimizers (torch::optim::SGD, Adam, AdamW, RMSprop, Adagrad; those classes
-// exactly, not subclasses) are stored as one entry per tensor and number under `entry`
-// ("optimizer", or "optimizer/<name>" for a named one), laid out like PyTorch's state_dict:
-//   <entry>/type               uint8: the class name in ASCII ("SGD", "Adam", ...)
-//   <entry>/group_sizes        int64 [groups]: the number of parameters in each parameter group
-//   <entry>/<g>/<option>       the options of group g: float64 0-d (lr, momentum, eps, ...),
-//                              bool 0-d (nesterov, amsgrad, centered), float64 [2] (betas)
-//   <entry>/<g>/<i>/<field>    the state of parameter i of group g, when it has one: tensors
-//                              shaped as the parameter (momentum_buffer, exp_avg, exp_avg_sq,
-//                              max_exp_avg_sq, square_avg, grad_avg, sum), int64 0-d (step)
-// Any other optimizer (LBFGS, a user's class) is stored as `<entry>` alone, uint8: its own
-// torch::serialize archive (Optimizer::save), which is also what trainpack wrote for every
-// optimizer before; such an entry is still restored into any optimizer through Optimizer::load.
-//
-// Why entries of their own: an archive is a TorchScript zip serialised a second time into the
-// checkpoint (twice the work of the tensors alone, measured in bench/checkpoint.cpp), and
-// Python sees it as opaque bytes; the entries are plain tensors that `torch.load` shows.
+// collect_training_state / restore_training_state (core/state.h). LibTorch's own optimizers
+// (torch::optim::SGD, Adam, AdamW, RMSprop, Adagrad; those classes exactly, not subclasses) are
+// stored as one entry per tensor and number under `entry` ("optimizer", or "optimizer/<name>"),
+// laid out like PyTorch's state_dict: `<entry>/type`, `<entry>/group_sizes`,
+// `<entry>/<g>/<option>`, `<entry>/<g>/<i>/<field>` (docs/save-load.md, "Entries"). Any other
+// optimizer is stored as `<entry>` alone, uint8: its torch::serialize archive (Optimizer::save),
+// which is restored into any optimizer through Optimizer::load. Why: docs/architecture.md, "The
+// training state, to a checkpoint and back".
 #pragma once
 
 #include <memory>

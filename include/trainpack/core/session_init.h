@@ -1,19 +1,10 @@
 // SessionInit: how a trainer's state is initialised before training (tensorpack's
-// `tfutils/sessinit.py`). The trainer calls setup_graph(trainer) and then run_init(trainer)
-// in `Trainer::initialize`, after the callbacks' setup_graph and before before_train.
-//
-// Public names: SessionInit, JustCurrentSession, SaverRestore, DictRestore, ChainInit.
-//
-//   trainer.train_with_defaults(TrainOptions()...
-//       .session_init(std::make_shared<SaverRestore>("train_log/run1/checkpoint")));
-//
-// SaverRestore and DictRestore put a name -> tensor map into the trainer with
-// restore_training_state (core/state.h: the entries, and which are "training-only"): the
-// parameters and buffers of the modules the trainer registered, the optimizer state, the Graph
-// variables, the RNG states, the callbacks' states and the counters (the resume point).
-//
+// `tfutils/sessinit.py`: SessionInit, JustCurrentSession, SaverRestore, DictRestore, ChainInit).
+// The trainer calls setup_graph(trainer) and then run_init(trainer) in `Trainer::initialize`,
+// after the callbacks' setup_graph and before before_train. SaverRestore and DictRestore put a
+// name -> tensor map into the trainer with restore_training_state (core/state.h).
 // Differences from tensorpack: there is no session; `run_init` receives the trainer, whose Graph
-// variables and modules it restores. The variable initialisers that TF runs first are the
+// variables and modules it restores; the variable initialisers that TF runs first are the
 // modules' constructors here.
 #pragma once
 
@@ -55,34 +46,26 @@ struct SaverRestoreOptions {
   // Restore the trainer's counters (continue at the checkpoint's epoch and step). Off: load the
   // weights (and everything else) but start training at the configured starting_epoch.
   TORCH_ARG(bool, restore_counters) = true;
-  // Load what matches even when it is less than half of the model's parameter tensors (e.g. a
-  // pretrained backbone): the names missing, unused or of another shape are warnings, as in
-  // tensorpack. Off (the default): such a checkpoint is refused as another model's
-  // (RestoreOptions::partial, core/state.h).
+  // Load what matches even when it is less than half of the model's parameter tensors (a
+  // pretrained backbone): mismatches are warnings, as in tensorpack. Off (the default): such a
+  // checkpoint is refused as another model's (RestoreOptions::partial).
   TORCH_ARG(bool, partial) = false;
   // Refuse a checkpoint that lacks any of the model's parameter tensors (RestoreOptions::
   // require_all). AutoResumeTrainConfig sets it unless allow_missing_parameters.
   TORCH_ARG(bool, require_all) = false;
 };
 
-// Restores a checkpoint written by ModelSaver (tensorpack's SaverRestore).
-//   std::make_shared<SaverRestore>("train_log/run1/model-600")   // one checkpoint
-//   std::make_shared<SaverRestore>("train_log/run1/checkpoint")  // the latest in that index
-//   std::make_shared<SaverRestore>("train_log/run1")             // same
-// The path is resolved at construction (resolve_checkpoint_path: `.data`/`.index` suffixes are
-// auto-corrected with a log line); `path()` is the result. run_init logs `Restoring checkpoint
-// from {path} ...`, reads and verifies the checkpoint (size and checksum) and restores it; a
-// restore that matches most tensors reports the names it skipped and the ones missing; one that
-// matches fewer than half of the model's parameter tensors is refused (std::invalid_argument
-// naming the checkpoint and a sample of the names) unless SaverRestoreOptions::partial. Weights
-// that are not finite (NaN or inf: the run had diverged) are restored with a warning naming the
-// tensors.
-// Errors: a path with no checkpoint is a CheckpointError naming it (at construction); a
-// truncated or corrupt file is a CheckpointError naming the file (at run_init, before anything
-// is changed); a shape mismatch is std::invalid_argument naming the entry.
-// Differences from tensorpack: no `prefix` argument (names are the modules' own); the trainer
-// counters, the RNG and callback states are restored too
-// (docs/tensorpack-differences.md #7, #32).
+// Restores a checkpoint written by ModelSaver (tensorpack's SaverRestore). `path` is a checkpoint
+// prefix (`train_log/run1/model-600`), a `checkpoint` index or its directory (the latest),
+// resolved at construction (resolve_checkpoint_path; `.data`/`.index` suffixes are corrected with
+// a log line); `path()` is the result. run_init logs `Restoring checkpoint from {path} ...`,
+// reads and verifies the file (size and checksum) and restores it, reporting the names skipped
+// and missing. Weights that are not finite (a run that had diverged) are restored with a warning
+// naming them. Errors: no checkpoint at `path` is a CheckpointError naming it (at construction);
+// a truncated or corrupt file a CheckpointError naming the file (at run_init, before anything is
+// changed); a shape mismatch, or a match of fewer than half of the model's parameter tensors
+// without `partial`, std::invalid_argument. Differences from tensorpack: no `prefix` argument;
+// the counters, RNG and callback states are restored too (docs/tensorpack-differences.md #7, #32).
 class SaverRestore : public SessionInit {
  public:
   explicit SaverRestore(const std::string& path, SaverRestoreOptions options = {});
@@ -99,15 +82,10 @@ class SaverRestore : public SessionInit {
 };
 
 // Restores from a name -> tensor map (tensorpack's DictRestore), e.g. weights made by another
-// program: `DictRestore({{"fc.weight", w}, {"fc.bias", b}})`. Entries use the names of
-// core/state.h. Logs `Restoring {n} variables from dict ...` and the mismatches both ways.
-// Counters are restored only when the map has trainer/* entries.
-// Errors: a shape mismatch is std::invalid_argument naming the entry (nothing is changed); so
-// is a dict that matches fewer than half of the model's parameter tensors, unless
-// SaverRestoreOptions::partial (a head alone: `DictRestore(head, SaverRestoreOptions().partial(
-// true))`).
-// Differences from tensorpack: no ":0" suffixes; `ignore_mismatch` is SaverRestoreOptions::partial
-// (which also accepts a dict that matches few tensors).
+// program, with the entry names of core/state.h. Logs `Restoring {n} variables from dict ...` and
+// the mismatches both ways; the counters only when the map has trainer/* entries. Errors as
+// SaverRestore's (nothing is changed). Differences from tensorpack: no ":0" suffixes;
+// `ignore_mismatch` is SaverRestoreOptions::partial (which also accepts a dict matching few).
 class DictRestore : public SessionInit {
  public:
   explicit DictRestore(TensorMap tensors, SaverRestoreOptions options = {});
@@ -121,9 +99,8 @@ class DictRestore : public SessionInit {
 };
 
 // Runs several initialisers in order (tensorpack's ChainInit): a later one overrides what an
-// earlier one restored. Null entries are std::invalid_argument at construction.
-//   ChainInit({std::make_shared<SaverRestore>(pretrained),
-//              std::make_shared<DictRestore>(head, SaverRestoreOptions().partial(true))})
+// earlier one restored (a pretrained backbone, then a head). Null entries are
+// std::invalid_argument at construction.
 class ChainInit : public SessionInit {
  public:
   explicit ChainInit(std::vector<std::shared_ptr<SessionInit>> inits);

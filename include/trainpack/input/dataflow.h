@@ -1,42 +1,19 @@
-// DataFlow: the producers of datapoints that feed training (tensorpack's `dataflow` package).
-// Public names: Datapoint, DataFlow, DataFlowPtr, DataExhausted, DataFromList, DataFromGenerator,
-// BatchData, MapData.
+// DataFlow: the producers of datapoints that feed training (tensorpack's `dataflow` package:
+// DataFlow, DataFromList, DataFromGenerator, BatchData, MapData). docs/input.md, "DataFlow", shows
+// them in use and how they differ from tensorpack's.
 //
-//   auto ds = std::make_shared<BatchData>(
-//       std::make_shared<DataFromList>(points, DataFromListOptions().shuffle(true).seed(7)), 32);
-//   ds->reset_state();
-//   for (int epoch = 0; epoch < 3; ++epoch) {
-//     ds->begin_pass();
-//     while (auto batch = ds->next()) train_on(*batch);
-//   }
-//
-// The iteration protocol, with tensorpack's names:
-//   - reset_state()  (tensorpack's `reset_state`): called once, before the first pass, by whoever
-//     consumes the flow (an input source); a wrapper forwards it to the flow it wraps.
-//   - begin_pass()   (tensorpack's `__iter__`): starts a new pass. Passes are numbered 0, 1, 2, ...
-//     begin_pass(k) starts pass k directly (what a resumed run does). A pass's content may depend
-//     on its number (DataFromList shuffles pass k with (seed, k)).
-//   - next()         (`next(it)`): the next datapoint of the pass, or nullopt once the pass is
-//     over (and on every call after that). Calling it before any begin_pass() is a
-//     std::logic_error.
-//   - size()         (`__len__`): datapoints per pass, nullopt when unknown (tensorpack raises
-//     NotImplementedError instead).
-//   - pass(), position(), seek(n): where the flow stands, for exact resume. position()
-//     is the number of datapoints next() returned in this pass; begin_pass(k) then seek(n) puts
-//     the flow where it was after n datapoints of pass k, without reading those n (flows that
-//     cannot do that throw std::logic_error from seek; seekable() tells beforehand). n may be
-//     the pass's size: next() then ends the pass. Flows are single-consumer: not thread-safe.
-//     FeedInput and QueueInput save (pass, position) in every checkpoint and seek there on
-//     resume; a resumed run over a flow that cannot seek is refused.
+// The iteration protocol, with tensorpack's names: reset_state() (`reset_state`) once, before the
+// first pass, by whoever consumes the flow (a wrapper forwards it); begin_pass() (`__iter__`)
+// starts pass 0, 1, 2, ..., and begin_pass(k) starts pass k directly (a resumed run; a pass's
+// content may depend on k); next() (`next(it)`) returns the next datapoint, or nullopt once the
+// pass is over (and on every call after that; before any begin_pass() it is std::logic_error);
+// size() (`__len__`) is datapoints per pass, nullopt when unknown. pass(), position() and seek(n)
+// say where the flow stands and put it, without reading, where it was after n datapoints of the
+// pass (for exact resume; flows that cannot throw std::logic_error, and seekable() says so
+// beforehand); n may be the pass's size. Flows are single-consumer: not thread-safe.
 //
 // An exception thrown inside a flow (a generator, a map function, a file read) propagates from
-// next() as it is: nothing is swallowed or wrapped. An input source that runs out of data when
-// training wants more throws DataExhausted, which ends training as StopTraining does.
-//
-// Differences from tensorpack: iteration is begin_pass()/next() instead of Python's iterator
-// protocol; passes are numbered and positions are seekable (tensorpack has no exact resume);
-// size() returns nullopt instead of raising; shuffling uses the flow's own seeded generator (a
-// pure function of (seed, pass)), not a shared RNG reset in reset_state().
+// next() as it is: nothing is swallowed or wrapped.
 #pragma once
 
 #include <cstdint>
@@ -57,20 +34,16 @@ namespace trainpack {
 using Datapoint = std::vector<at::Tensor>;
 
 // Thrown by an input source when its dataflow ends while training still wants data; training
-// stops cleanly (it is a StopTraining), with this message in the log.
-//   throw DataExhausted("QueueInput: the dataflow has no more data");
-// Differences from tensorpack: tensorpack raises StopTraining (or lets StopIteration through);
-// the subclass lets callers tell an end of data from other stops.
+// stops cleanly (it is a StopTraining), with this message in the log. tensorpack raises
+// StopTraining (or lets StopIteration through); the subclass tells an end of data from other stops.
 class DataExhausted : public StopTraining {
  public:
   explicit DataExhausted(const std::string& message = "the dataflow has no more data")
       : StopTraining(message) {}
 };
 
-// The base of every dataflow: bookkeeping of pass and position around the protected virtual
-// hooks that subclasses override (_begin_pass, _next, _seek). See the protocol above.
-//   ds->reset_state(); ds->begin_pass(); while (auto dp = ds->next()) use(*dp);
-// Differences from tensorpack: see the top of this file.
+// The base of every dataflow (tensorpack's DataFlow): bookkeeping of pass and position around the
+// protected virtual hooks that subclasses override (_begin_pass, _next, _seek).
 class DataFlow {
  public:
   virtual ~DataFlow();
@@ -129,14 +102,10 @@ struct DataFromListOptions {
   TORCH_ARG(uint64_t, seed) = 0;
 };
 
-// A dataflow over datapoints held in memory; optionally shuffled per pass.
-//   auto ds = std::make_shared<DataFromList>(points, DataFromListOptions().shuffle(true).seed(1));
-// The order of pass k depends only on (seed, k), from a hand-written Fisher-Yates shuffle over
-// std::mt19937_64 (the standard fixes mt19937_64's output, not the distributions', so the order is
-// the same with every compiler and LibTorch). seek() is O(1) after the pass's permutation, built
-// at begin_pass(). The returned tensors share storage with the list: do not modify them in place.
-// Differences from tensorpack: DataFromList(lst, shuffle) shuffles with the flow's RNG, which
-// reset_state() reseeds from the process; here the order is reproducible from the seed.
+// A dataflow over datapoints held in memory (tensorpack's DataFromList); optionally shuffled per
+// pass, in an order that depends only on (seed, k), the same with every compiler and LibTorch
+// (tensorpack reseeds from the process). seek() is O(1). The returned tensors share storage with
+// the list: do not modify them in place.
 class DataFromList : public DataFlow {
  public:
   explicit DataFromList(std::vector<Datapoint> datapoints, DataFromListOptions options = {});
@@ -161,14 +130,10 @@ class DataFromList : public DataFlow {
   size_t index_ = 0;
 };
 
-// A dataflow over a function: each next() calls it; nullopt from it ends the pass. The next pass
-// calls the same function again (so a function that ends once, ends every later pass at once
-// unless it restarts itself).
-//   DataFromGenerator gen([i = 0]() mutable -> std::optional<Datapoint> {
-//     if (i == 3) return std::nullopt; return Datapoint{torch::tensor(i++)}; });
-// seek() is not supported (std::logic_error). size() is the `size` given, else unknown.
-// Differences from tensorpack: tensorpack's DataFromGenerator takes a generator (or a function
-// returning one) per __iter__; here the function is called per datapoint.
+// A dataflow over a function (tensorpack's DataFromGenerator, which takes a generator per
+// __iter__): each next() calls it; nullopt from it ends the pass. The next pass calls the same
+// function again (a function that ended once ends every later pass at once unless it restarts
+// itself). seek() is std::logic_error. size() is the `size` given, else unknown.
 class DataFromGenerator : public DataFlow {
  public:
   using Generator = std::function<std::optional<Datapoint>()>;
@@ -185,16 +150,12 @@ class DataFromGenerator : public DataFlow {
   std::optional<int64_t> size_;
 };
 
-// Groups `batch_size` consecutive datapoints of `ds` into one, stacking each component along a
-// new dimension 0 (at::stack). The last, smaller batch is produced only when `remainder` is true.
-//   auto batches = std::make_shared<BatchData>(ds, 64);  // {[64,28,28] float, [64] int64}
-// Every datapoint of a batch must have the same number of components and, per component, the
-// same shape and dtype as the batch's first datapoint: otherwise std::invalid_argument naming
-// BatchData, the component index and both shapes. size() is size(ds) / batch_size, rounded up
-// with remainder. seek(n) seeks `ds` to n * batch_size (to the end of the pass for n = size()
-// with remainder, whose last batch is short).
-// Differences from tensorpack: no use_list (components are always stacked tensors); tensorpack
-// turns a mismatch into a generic numpy error after the fact, here the message says where.
+// Groups `batch_size` consecutive datapoints of `ds` into one (tensorpack's BatchData, without
+// use_list), stacking each component along a new dimension 0. The last, smaller batch is produced
+// only when `remainder` is true. A component whose count, shape or dtype differs from the batch's
+// first datapoint is std::invalid_argument naming BatchData, the component and both shapes.
+// size() is size(ds) / batch_size, rounded up with remainder. seek(n) seeks `ds` to
+// n * batch_size (to the end of the pass for n = size() with remainder).
 class BatchData : public DataFlow {
  public:
   // batch_size < 1 is std::invalid_argument.
@@ -216,14 +177,10 @@ class BatchData : public DataFlow {
   bool remainder_;
 };
 
-// Applies `func` to every datapoint of `ds`; a datapoint for which func returns nullopt is
-// dropped (tensorpack's MapData returning None).
-//   MapData flipped(ds, [](Datapoint dp) -> std::optional<Datapoint> {
-//     dp[0] = dp[0].flip({1}); return dp; });
-// size() is the size of `ds`, as tensorpack's MapData keeps len(ds): with a func that drops, it
-// is an upper bound. seek(n) seeks `ds` to n, which is exact only when func drops nothing in the
-// skipped part (positions count output datapoints); func must be deterministic for exact resume.
-// Differences from tensorpack: none in behaviour; the seek caveat is trainpack's.
+// Applies `func` to every datapoint of `ds` (tensorpack's MapData); nullopt from func drops the
+// datapoint. size() is the size of `ds` (an upper bound when func drops). seek(n) seeks `ds` to n,
+// exact only when func drops nothing in the skipped part; func must be deterministic for exact
+// resume.
 class MapData : public DataFlow {
  public:
   using Func = std::function<std::optional<Datapoint>(Datapoint)>;

@@ -1,10 +1,5 @@
-// Fashion-MNIST from the gzipped IDX files of Debian's `dataset-fashion-mnist`.
-//
-//   auto train = std::make_shared<FashionMnist>("train", kFashionMnistDir,
-//                                               FashionMnistOptions().shuffle(true).seed(42));
-//
-// Differences from tensorpack: tensorpack's dataset.FashionMnist downloads the files; here they
-// come from the Debian package (or a directory given by the user) and are never downloaded.
+// Fashion-MNIST from the gzipped IDX files of Debian's `dataset-fashion-mnist` (tensorpack's
+// dataset.FashionMnist, which downloads them; these are never downloaded).
 #pragma once
 
 #include <cstdint>
@@ -28,16 +23,12 @@ struct FashionMnistOptions {
 };
 
 // A dataflow over one split of Fashion-MNIST, read whole into memory at construction: datapoints
-// are {image float32 [28, 28] scaled to [0, 1], label int64 scalar in 0..9}; 60000 for "train"
-// (train-*-ubyte.gz), 10000 for "test" (t10k-*-ubyte.gz). It is a DataFromList, so it seeks.
-//   FashionMnist test("test");  test.reset_state(); test.begin_pass(); auto dp = test.next();
-// Errors: an unknown split is std::invalid_argument; every problem with a file is a
-// std::runtime_error naming the file: missing (the message names the Debian package
-// dataset-fashion-mnist and how to install it), a wrong magic number (2051 for images, 2049 for
-// labels, big-endian), images that are not 28x28, a truncated or corrupt file (fewer bytes than
-// its header says), image and label counts that differ, a label outside 0..9.
-// Differences from tensorpack: the files are not downloaded (above); images are [28, 28] float
-// in [0, 1] as tensorpack's, labels int64 instead of int32.
+// are {image float32 [28, 28] scaled to [0, 1], label int64 scalar in 0..9} (tensorpack's labels
+// are int32); 60000 for "train" (train-*-ubyte.gz), 10000 for "test" (t10k-*-ubyte.gz). It is a
+// DataFromList, so it seeks. Errors: an unknown split is std::invalid_argument; every problem
+// with a file is a std::runtime_error naming the file: missing (naming the Debian package and how
+// to install it), a wrong magic number (2051 for images, 2049 for labels, big-endian), images not
+// 28x28, a truncated or corrupt file, image and label counts that differ, a label outside 0..9.
 class FashionMnist : public DataFromList {
  public:
   explicit FashionMnist(const std::string& split, const std::string& dir = kFashionMnistDir,

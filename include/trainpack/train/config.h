@@ -1,25 +1,6 @@
 // ModelDesc, TrainConfig and launch_train_with_config (tensorpack's ModelDesc, train/config.py
-// and train/interface.py): the one-call way to train a model.
-//
-//   class Model : public trainpack::ModelDesc {
-//    public:
-//     InputSignature inputs() const override {
-//       return {InputDesc("image", {-1, 1, 28, 28}), InputDesc("label", {-1}, at::kLong)};
-//     }
-//     std::shared_ptr<torch::nn::Module> module() override { return net_.ptr(); }
-//     at::Tensor build_graph(TowerContext& ctx, const std::vector<at::Tensor>& in) override {...}
-//     std::unique_ptr<torch::optim::Optimizer> optimizer() override {
-//       return std::make_unique<torch::optim::SGD>(net_->parameters(), 0.1);
-//     }
-//    private:
-//     Net net_;
-//   };
-//
-//   trainpack::SimpleTrainer trainer;
-//   trainpack::launch_train_with_config(
-//       trainpack::TrainConfig().model(std::make_shared<Model>()).dataflow(batches)
-//           .callbacks({...}).max_epoch(10),
-//       trainer);
+// and train/interface.py): the one-call way to train a model (docs/models.md shows a whole
+// program).
 //
 // launch_train_with_config: a dataflow becomes FeedInput for a SimpleTrainer and QueueInput for
 // any other trainer (logging "Automatically applying QueueInput on the DataFlow."); then
@@ -131,50 +112,29 @@ class AutoResumeError : public std::runtime_error {
   std::vector<std::pair<std::string, std::string>> unusable_;
 };
 
-// tensorpack's AutoResumeTrainConfig: a TrainConfig that continues the run found in the logger
-// directory (set it first: trainpack::logger::set_logger_dir).
-//
-//   trainpack::logger::set_logger_dir("train_log/run1", "k");
-//   trainpack::launch_train_with_config(
-//       trainpack::AutoResumeTrainConfig(TrainConfig().model(...).dataflow(...)), trainer);
-//
-// When the directory holds checkpoints (and `always_resume`, or no session_init was given), the
-// session_init becomes SaverRestore of the newest one that can be resumed: of the
-// `model-<step>.data` files in the directory and the checkpoints the `checkpoint` index names,
-// the one with the highest step that passes its checksum, holds trainer counters in range and
-// finite weights. Each one skipped is a warning naming the file and the reason; so is an index
-// entry outside the directory, missing or a symlink loop (ignored), and an index that names an
-// older checkpoint than the one chosen (resuming from an older one would overwrite the newer).
-// Logs `Will load checkpoint at {path}.` (or `Found checkpoint at {path}. session_init arguments
-// will be overwritten.`). The run then continues from the checkpoint's counters: epoch, step in
-// the epoch and global_step (Trainer::set_resume_point), and JSONWriter appends to stats.json.
-// A directory with no checkpoint, no index and no best copy (only log.log, stats.json, ...)
-// starts from scratch, as tensorpack's does: log.log and stats.json are kept aside, not
-// overwritten.
-//
-// The checkpoint must hold every parameter tensor of the model: one that lacks any is refused at
-// run_init (std::invalid_argument naming them; nothing is restored) unless
-// AutoResumeOptions().allow_missing_parameters(true).
-//
-// Errors: no logger directory is std::invalid_argument saying to call
-// logger::set_logger_dir first. AutoResumeError when the directory holds checkpoints, an index
-// or best copies but nothing that can be resumed, or when checkpoints newer than the newest
-// resumable one cannot be resumed (a weights-only one): nothing is overwritten.
-// Differences from tensorpack (docs/tensorpack-differences.md #7): the counters come from the
-// checkpoint, not from stats.json (tensorpack takes starting_epoch from the last stats.json entry
-// and asserts that both exist); a checkpoint without stats.json, or stats.json without a
-// checkpoint, is fine; a corrupt latest checkpoint falls back to an older one; a directory whose
-// checkpoints are all unusable is refused (tensorpack would restart in it).
+// The options of AutoResumeTrainConfig.
 struct AutoResumeOptions {
   // Resume even when the config has a session_init of its own (tensorpack's always_resume).
   TORCH_ARG(bool, always_resume) = true;
   // Resume from a checkpoint that lacks some of the model's parameter tensors (they keep their
   // fresh initialisation, with a warning naming them). Off (the default): such a checkpoint is
-  // refused at run_init, naming the tensors: it is usually another model's, or a model changed
-  // by mistake, and resuming it would look like success.
+  // refused at run_init, naming the tensors (usually another model's, or one changed by mistake).
   TORCH_ARG(bool, allow_missing_parameters) = false;
 };
 
+// tensorpack's AutoResumeTrainConfig: a TrainConfig that continues the run found in the logger
+// directory (set it first). When the directory holds checkpoints (and `always_resume`, or no
+// session_init was given), the session_init becomes SaverRestore of the newest one that can be
+// resumed (find_latest_valid_checkpoint), which must hold every parameter tensor of the model
+// unless allow_missing_parameters; logs `Will load checkpoint at {path}.` (or `Found checkpoint
+// at {path}. session_init arguments will be overwritten.`). The run continues from the
+// checkpoint's counters (Trainer::set_resume_point), and JSONWriter appends to stats.json. A
+// directory with no checkpoint, no index and no best copy starts from scratch, as tensorpack's
+// does (log.log and stats.json are kept aside). Errors: no logger directory is
+// std::invalid_argument; AutoResumeError as find_latest_valid_checkpoint. Differences from
+// tensorpack (docs/tensorpack-differences.md #7): the counters come from the checkpoint, not from
+// stats.json; a corrupt latest checkpoint falls back to an older one; a directory whose
+// checkpoints are all unusable is refused.
 class AutoResumeTrainConfig : public TrainConfig {
  public:
   explicit AutoResumeTrainConfig(TrainConfig config, bool always_resume = true);
@@ -185,14 +145,14 @@ class AutoResumeTrainConfig : public TrainConfig {
   // (the epoch, the 0-based step in it that runs next, global_step), read from the checkpoint
   // file on each call. nullopt when the run starts from scratch or the checkpoint holds no
   // counters (a weights-only one). Throws CheckpointError when the file cannot be read any more.
-  //
-  //   AutoResumeTrainConfig config(TrainConfig()...);
-  //   if (auto at = config.resume_point()) TP_LOG_INFO("continuing at epoch {}", at->epoch);
   std::optional<ResumePoint> resume_point() const;
 
-  // The checkpoint to resume from in `dir`, as described above (each unusable one is logged as a
-  // warning); nullopt when the directory holds nothing a fresh run would overwrite. Throws
-  // AutoResumeError as described above.
+  // The checkpoint to resume from in `dir` (nullopt when it holds nothing a fresh run would
+  // overwrite): of the `model-<step>.data` files and those the `checkpoint` index names, the one
+  // with the highest step that passes its checksum and holds counters in range and finite
+  // weights. Each one skipped is a warning naming the file and the reason (as are index entries
+  // outside the directory, missing or a symlink loop). Throws AutoResumeError when only older
+  // checkpoints than unusable ones, or none, can be resumed: nothing is overwritten.
   static std::optional<std::string> find_latest_valid_checkpoint(const std::string& dir);
 
  private:

@@ -1,35 +1,21 @@
 // DataParallelTrainer: data-parallel training over a ProcessGroup (tensorpack's HorovodTrainer
-// and SyncMultiGPUTrainerReplicated; PyTorch's DistributedDataParallel). docs/distributed.md.
-//
-//   auto group = trainpack::ProcessGroup::from_environment();   // torchrun's RANK, WORLD_SIZE...
-//   trainpack::DataParallelTrainer trainer(group);                // was: SimpleTrainer trainer;
-//   trainer.setup_graph(signature, input, net, tower, optimizer_fn);   // unchanged
-//   trainer.train_with_defaults(options);                         // unchanged
+// and SyncMultiGPUTrainerReplicated; PyTorch's DistributedDataParallel). docs/distributed.md
+// shows it in use: a SimpleTrainer program becomes data-parallel by constructing this instead.
 //
 // Every rank runs the tower on its own batch (its part of the global batch: shard the dataflow
-// with ShardData); the gradients are averaged over the ranks by c10d's Reducer, the engine of
-// PyTorch's DistributedDataParallel: parameters grouped in buckets (bucket_cap_mb), each bucket's
-// all-reduce started as soon as its gradients are ready, overlapped with the rest of backward.
-// With a group of one process it trains exactly as SimpleTrainer, which it extends.
+// with ShardData); the gradients are averaged over the ranks by c10d's Reducer, DDP's engine:
+// parameters grouped in buckets (bucket_cap_mb), each bucket's all-reduce started as soon as its
+// gradients are ready. With a group of one process it trains exactly as SimpleTrainer. Under NCCL
+// (a CUDA LibTorch), each rank trains on cuda:<local rank> unless given a device.
 //
-// State: after initialize() (where the chief alone restores a checkpoint; the others log
-// tensorpack's "This is not a chief worker, 'session_init' was ignored!"), the chief's
-// parameters, buffers, optimizer state, graph variables (the learning rate and other
-// hyper-parameters), counters (the resume point), input position and, after a restore, the
-// states of the callbacks that run on every rank are broadcast to every rank, so that all start
-// where the chief does. With broadcast_every_epoch (tensorpack's
-// BROADCAST_EVERY_EPOCH, on by default) the parameters, buffers and graph variables are broadcast
-// again before every epoch, which also carries hyper-parameters that only the chief can set
-// (from hyper.txt, or from statistics only the chief's monitors hold). Buffers (batch-norm
-// statistics) are, as DistributedDataParallel keeps them by default, broadcast from the chief
-// before every forward (broadcast_buffers); each rank's batch norm normalises with its own
-// batch's statistics (there is no synchronised batch norm).
-//
-// With gradient accumulation (set_accumulate_steps), the micro-batches before a step's last
-// add to each rank's own gradients, as DistributedDataParallel's no_sync(); the last
-// micro-batch's backward all-reduces the sums: one all-reduce per optimizer step.
-//
-// Under NCCL (a CUDA LibTorch), each rank trains on cuda:<local rank> unless given a device.
+// State: after initialize() (where the chief alone restores a checkpoint), the chief's parameters,
+// buffers, optimizer state, graph variables, counters, input position and, after a restore, the
+// states of the callbacks that run on every rank are broadcast to every rank. With
+// broadcast_every_epoch (tensorpack's BROADCAST_EVERY_EPOCH) the parameters, buffers and graph
+// variables are broadcast again before every epoch (carrying hyper-parameters only the chief
+// sets); with broadcast_buffers, the buffers before every forward. Each rank's batch norm
+// normalises with its own batch's statistics (no synchronised batch norm). With gradient
+// accumulation, one all-reduce per optimizer step, with the last micro-batch's backward.
 //
 // Differences from tensorpack: gradients are averaged by c10d (tensorpack: Horovod's allreduce or
 // NCCL all-reduce ops in the graph); the initial broadcast includes the optimizer state, the

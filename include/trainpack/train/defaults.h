@@ -1,11 +1,6 @@
 // The callbacks and monitors that train_with_defaults adds when the user does not say otherwise
-// (tensorpack's DEFAULT_CALLBACKS() and DEFAULT_MONITORS()). Each call returns fresh objects.
-//
-//   DEFAULT_CALLBACKS() = [MovingAverageSummary(), ProgressBar(), MergeAllSummaries(),
-//                          RunUpdateOps()]
-//   DEFAULT_MONITORS()  = [TFEventWriter::create(), JSONWriter::create(), ScalarPrinter()]
-//
-// Differences from tensorpack: none in the lists or their order. TFEventWriter and JSONWriter
+// (tensorpack's DEFAULT_CALLBACKS() and DEFAULT_MONITORS(), the same lists in the same order;
+// docs/trainer.md lists them). Each call returns fresh objects. TFEventWriter and JSONWriter
 // become NoOpMonitors, with tensorpack's warning, when no logger directory is set when
 // DEFAULT_MONITORS() is called.
 #pragma once

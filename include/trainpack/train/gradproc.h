@@ -1,18 +1,6 @@
-// Gradient processors (tensorpack's tfutils/gradproc.py): what happens to the gradients between
-// backward and the optimizer step. docs/gradients.md tells the whole story.
-//
-//   trainpack::SimpleTrainer trainer;
-//   trainer.set_gradient_processors({std::make_shared<trainpack::CheckGradient>(),
-//                                    std::make_shared<trainpack::SummaryGradient>(),
-//                                    std::make_shared<trainpack::GlobalNormClip>(5.0)});
-//   // or: launch_train_with_config(TrainConfig()...gradient_processors({...}), trainer);
-//
-//   GradientProcessor   the base class: process(gradients, step) changes the gradients in place
-//   GlobalNormClip      scales all gradients so that their global L2 norm is at most max_norm
-//   MapGradient         applies a function to the gradients of the parameters a regex matches
-//   SummaryGradient     puts each gradient's RMS and histogram to the monitors, at the steps
-//                       MergeAllSummaries materialises
-//   CheckGradient       stops training with NonFiniteGradientError on a NaN or infinite gradient
+// Gradient processors (tensorpack's tfutils/gradproc.py: GradientProcessor, GlobalNormClip,
+// MapGradient, SummaryGradient, CheckGradient): what happens to the gradients between backward
+// and the optimizer step. docs/gradients.md shows them in use.
 //
 // When: SingleCostTrainer (and every trainer derived from it) runs the processors in the given
 // order on the training thread, once per optimizer step: after backward (and, under data-parallel
@@ -21,13 +9,10 @@
 //
 // The gradients are the module's trainable parameters (those with requires_grad), under their
 // named_parameters() names ("fc1.weight", "features.0.bias"), in that order. A parameter that got
-// no gradient this step has an undefined grad(); processors skip it.
-//
-// Differences from tensorpack (docs/tensorpack-differences.md): the processors work in place on
-// the parameters' grad() instead of returning a new (grad, var) list, so "dropping" a gradient
-// (MapGradient's function returning None) sets it undefined, and the optimizer leaves that
-// parameter alone for the step; the processors are given to the trainer (set_gradient_processors
-// or TrainConfig::gradient_processors) instead of wrapping the optimizer (apply_grad_processors).
+// no gradient this step has an undefined grad(); processors skip it. Differences from tensorpack
+// (docs/tensorpack-differences.md #59-63): the processors change grad() in place, so "dropping" a
+// gradient sets it undefined (the optimizer skips that parameter), and they are given to the
+// trainer instead of wrapping the optimizer.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -62,20 +47,8 @@ using NamedGradients = std::vector<NamedGradient>;
 // place (grad().mul_(...), or set_grad). The list is built once by the trainer and is the same
 // object at every step, in the same order, so a processor can work out per-parameter state
 // (regex matches, buffers) at its first call and reuse it: the common path should allocate
-// nothing.
-//
-//   class ScaleBias : public trainpack::GradientProcessor {
-//    protected:
-//     void _process(const trainpack::NamedGradients& grads, trainpack::StepContext&) override {
-//       for (const auto& g : grads)
-//         if (g.grad().defined() && g.name.size() > 5 &&
-//             g.name.compare(g.name.size() - 5, 5, ".bias") == 0)
-//           g.grad().mul_(2);
-//     }
-//   };
-//
-// A processor that throws stops training: the exception leaves train() after every callback's
-// after_train ran, as any error of the step does.
+// nothing. A processor that throws stops training: the exception leaves train() after every
+// callback's after_train ran, as any error of the step does.
 class GradientProcessor {
  public:
   virtual ~GradientProcessor();
@@ -96,22 +69,12 @@ void apply_gradient_processors(const std::vector<GradientProcessorPtr>& processo
                                const NamedGradients& grads, StepContext& step);
 
 // tensorpack's GlobalNormClip, with torch::nn::utils::clip_grad_norm_'s formula: the global norm
-// is the L2 norm of all gradients together, sqrt(sum over parameters of ||g||^2); every gradient
-// is multiplied by min(1, max_norm / (global_norm + 1e-6)).
-//
-//   std::make_shared<GlobalNormClip>(5.0)
-//
-// Cost: per-parameter norms go into a buffer allocated at the first step, and the clip is a
-// multiplication by a device scalar: no host sync and no allocation per step when all gradients
-// share one dtype and device (otherwise each odd one costs a temporary).
-// global_norm(), clip_coefficient(): the global norm before clipping and the coefficient of the
-// last step (0-dim tensors on the gradients' device; reading one is a host sync), undefined
-// before the first step.
-// Errors: std::invalid_argument when max_norm is not finite and > 0.
-//
-// Differences from tensorpack: the scale is PyTorch's max_norm / (norm + 1e-6) clamped to 1
-// (tf.clip_by_global_norm: max_norm / max(norm, max_norm)); a non-finite global norm makes the
-// gradients NaN in both.
+// is the L2 norm of all gradients together, and every gradient is multiplied by
+// min(1, max_norm / (global_norm + 1e-6)) (tensorpack's differs by the 1e-6). No host sync, and
+// no allocation per step when all gradients share one dtype and device. global_norm() and
+// clip_coefficient() are the last step's, 0-dim tensors on the gradients' device (reading one is
+// a host sync), undefined before the first step. Errors: std::invalid_argument when max_norm is
+// not finite and > 0.
 class GlobalNormClip : public GradientProcessor {
  public:
   explicit GlobalNormClip(double max_norm);
@@ -132,22 +95,14 @@ class GlobalNormClip : public GradientProcessor {
   at::Tensor coef_;                // the clip coefficient
 };
 
-// tensorpack's MapGradient: applies `fn` to the gradient of every parameter whose name matches
-// `regex` (the whole name, ECMAScript syntax: ".*bias" matches "fc1.bias", "fc1" does not match
-// "fc1.weight"); the others are unchanged. `fn` returns the new gradient; an undefined tensor
-// means no update of that parameter this step. `fn` takes (grad) or (grad, parameter).
-//
-//   std::make_shared<MapGradient>([](const at::Tensor& g) { return g.clamp(-0.1, 0.1); })
-//   std::make_shared<MapGradient>([](const at::Tensor& g) { return g * 0.1; }, "features\\..*")
-//
-// The regex is matched once, at the first step; if it matches no parameter, a warning says so:
-// `[MapGradient] No match was found for regex <regex>.`
-// Errors: std::invalid_argument for an empty function or a regex that does not compile;
-// std::invalid_argument at the step, naming the parameter, when `fn` returns a tensor of another
-// shape.
-//
-// Differences from tensorpack: the regex must match the whole name (tensorpack appends `$` to it,
-// which for an alternation like "a|b" anchors only the last branch).
+// tensorpack's MapGradient: applies `fn` to the gradient of every parameter whose whole name
+// matches `regex` (ECMAScript: ".*bias" matches "fc1.bias", "fc1" does not match "fc1.weight";
+// tensorpack's anchors only the end); the others are unchanged. `fn` takes (grad) or
+// (grad, parameter) and returns the new gradient; an undefined tensor means no update of that
+// parameter this step. The regex is matched once, at the first step, with a warning when it
+// matches nothing: `[MapGradient] No match was found for regex <regex>.` Errors:
+// std::invalid_argument for an empty function or a regex that does not compile, and at the step,
+// naming the parameter, when `fn` returns a tensor of another shape.
 class MapGradient : public GradientProcessor {
  public:
   using GradFn = std::function<at::Tensor(const at::Tensor& grad)>;
@@ -172,26 +127,13 @@ class MapGradient : public GradientProcessor {
 };
 
 // tensorpack's SummaryGradient: for each gradient whose parameter matches `regex` (as in
-// MapGradient), the scalar `SummaryGradient/<name>/rms` (sqrt(mean(g^2)), in float32 or the
-// gradient's float64) and the histogram `SummaryGradient/<name>-grad` of its values, taken at this
-// point of the processor list (before the processors after it).
-//
-//   std::make_shared<SummaryGradient>()
-//
-// When: only in the hooked runs that a MergeAllSummaries among the trainer's callbacks
-// materialises (by default the last step of each epoch, and every `period` steps): there it
-// records them in the tower's summaries and MergeAllSummaries puts them to the monitors with the
-// tower's own, in the same Summary, at the same global_step (under data-parallel training the
-// scalar is the mean over the ranks, as every scalar summary). Any other step costs one boolean
-// test per MergeAllSummaries: no computation, no sync, no allocation. Without a MergeAllSummaries
-// nothing is put, and a warning says so at the first step.
-// Puts (through MergeAllSummaries): scalars `SummaryGradient/<name>/rms`, histograms
-// `SummaryGradient/<name>-grad`.
-//
-// Differences from tensorpack: the RMS put is that step's value (tensorpack puts the moving
-// average of the RMS, updated every step); since the summaries are recorded only at due steps,
-// MergeAllSummaries' "Summarizing collection 'summaries' of size N" (logged after the first step)
-// counts them only if that step was due.
+// MapGradient), the scalar `SummaryGradient/<name>/rms` (sqrt(mean(g^2)), that step's value, not
+// tensorpack's moving average) and the histogram `SummaryGradient/<name>-grad`, taken at this
+// point of the processor list. Only in the hooked runs that a MergeAllSummaries among the
+// trainer's callbacks materialises: recorded in the tower's summaries, MergeAllSummaries puts them
+// to the monitors with the tower's own (under data-parallel training the scalar is the mean over
+// the ranks). Any other step costs one boolean test per MergeAllSummaries. Without a
+// MergeAllSummaries nothing is put, and a warning says so at the first step.
 class SummaryGradient : public GradientProcessor {
  public:
   explicit SummaryGradient(std::string regex = ".*");
@@ -225,13 +167,8 @@ class NonFiniteGradientError : public std::runtime_error {
 
 // tensorpack's CheckGradient: when a gradient holds a NaN or an infinity, throws
 // NonFiniteGradientError naming the first such parameter (in named_parameters() order) and the
-// global_step of the step, before the optimizer step: the parameters keep the values of the step
-// before, and training stops with that error.
-//
-//   std::make_shared<CheckGradient>()
-//
-// Cost: per parameter, its min and max into a buffer allocated at the first step, then one host
-// sync per step to read whether all are finite (tensorpack: one check_numerics op per gradient).
+// global_step, before the optimizer step: the parameters keep the values of the step before, and
+// training stops with that error. Costs one host sync per step.
 class CheckGradient : public GradientProcessor {
  public:
   CheckGradient() = default;

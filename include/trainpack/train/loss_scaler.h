@@ -1,26 +1,16 @@
 // LossScaler: dynamic loss scaling for float16 training (PyTorch's torch.cuda.amp.GradScaler,
-// which LibTorch's C++ API does not have). float16 cannot hold gradients below about 6e-8, so
-// the cost is multiplied by a large scale before backward and the gradients divided by it after;
-// when that overflows, the step is skipped and the scale shrinks.
+// which LibTorch's C++ API does not have): the cost is multiplied by a large scale before backward
+// (scale()) and the gradients divided by it after (unscale()); when that overflows, the step is
+// skipped and the scale shrinks (update()). See docs/mixed-precision.md, "Dynamic loss scaling
+// (float16)".
 //
-//   LossScaler scaler;                              // SingleCostTrainer makes one for float16
-//   scaler.scale(cost).backward();
-//   if (scaler.unscale(grads)) { processors..., optimizer.step(); }   // false: inf/NaN, skip
-//   scaler.update();
-//
-// The sequence, with GradScaler's defaults and rules: the scale starts at init_scale (65536);
-// after a step whose unscaled gradients hold an inf or a NaN, the optimizer step is skipped and
-// the scale is multiplied by backoff_factor (0.5), and the count of good steps restarts; after
-// growth_interval (2000) good steps in a row, it is multiplied by growth_factor (2) (unless that
-// would make it infinite). With factors that are powers of two, scaling and unscaling are exact.
-//
-// SingleCostTrainer keeps its scaler's state in the graph variables `loss_scale` and
-// `loss_scale_growth_tracker`, so that ModelSaver saves them and a resumed run continues with
-// the same scale.
-//
-// Cost: unscale() is one multiplication per gradient and one host read per step (whether the
-// step is skipped must be known on the host, as in GradScaler.step); on CUDA the check and the
-// multiplication are PyTorch's fused _amp_foreach_non_finite_check_and_unscale_.
+// GradScaler's rules and defaults: the scale starts at init_scale; after a step whose unscaled
+// gradients hold an inf or a NaN, the optimizer step is skipped, the scale is multiplied by
+// backoff_factor and the count of good steps restarts; after growth_interval good steps in a
+// row, it is multiplied by growth_factor (unless that would make it infinite). SingleCostTrainer
+// keeps the state in the graph variables `loss_scale` and `loss_scale_growth_tracker`, so that
+// checkpoints hold it. unscale() is one multiplication per gradient and one host read per step
+// (on CUDA, PyTorch's fused _amp_foreach_non_finite_check_and_unscale_).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,10 +1,6 @@
 // Mixed precision: which dtype the tower's matrix products and convolutions run in, and the
 // autocast guard that makes them do so (Python's `torch.autocast`, over the same ATen switches).
-// docs/mixed-precision.md tells the whole story.
-//
-//   trainpack::SimpleTrainer trainer;
-//   trainer.set_precision(trainpack::Precision::kBFloat16);   // before setup_graph
-//   // or: launch_train_with_config(TrainConfig()...precision(Precision::kBFloat16), trainer);
+// docs/mixed-precision.md shows it in use (TowerTrainer::set_precision, TrainConfig::precision).
 //
 // Precision::kFloat32   everything in float32 (the default; no guard, nothing changes)
 // Precision::kBFloat16  the tower runs under autocast to bfloat16, on the CPU or a CUDA GPU; the
@@ -12,7 +8,6 @@
 //                       keeps in float32 (losses, softmax, reductions) stay float32
 // Precision::kFloat16   the tower runs under autocast to float16 on a CUDA GPU, and the cost is
 //                       multiplied by a dynamic loss scale before backward (train/loss_scaler.h)
-//                       so that small gradients do not underflow float16
 //
 // The backward pass runs outside the guard, as PyTorch recommends: autograd runs each op's
 // backward in the dtype its forward used.
@@ -57,8 +52,6 @@ std::string describe_precision(Precision precision, const c10::Device& device);
 // state (enabled flag and dtype), clearing autocast's cache of cast weights when the outermost
 // guard ends, as torch.autocast's __exit__ does. Nested guards are fine. A disengaged guard
 // (dtype nullopt, i.e. float32) does nothing at all.
-//
-//   { trainpack::AutocastGuard guard(c10::DeviceType::CPU, at::kBFloat16); auto y = net(x); }
 class AutocastGuard {
  public:
   AutocastGuard(c10::DeviceType device_type, std::optional<c10::ScalarType> dtype);

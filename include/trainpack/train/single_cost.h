@@ -1,46 +1,19 @@
 // Trainers of a model given as a tower function (tensorpack's train/tower.py and
 // train/trainers.py): TowerTrainer (tower function, predictors), SingleCostTrainer (one cost,
-// one optimizer) and SimpleTrainer (one tower on one device).
-//
-//   auto net = std::make_shared<Net>();
-//   trainpack::SimpleTrainer trainer;                       // CPU; SimpleTrainer(torch::kCUDA)
-//   trainer.setup_graph(
-//       {InputDesc("image", {-1, 28, 28}), InputDesc("label", {-1}, at::kLong)},
-//       std::make_shared<QueueInput>(batches), net,
-//       [&](TowerContext& ctx, const std::vector<at::Tensor>& in) {
-//         auto cost = torch::nn::functional::cross_entropy(net->forward(in[0]), in[1]);
-//         ctx.add_moving_summary("cost", cost);
-//         return cost;
-//       },
-//       [&] { return std::make_unique<torch::optim::SGD>(net->parameters(), 0.1); });
-//   trainer.train_with_defaults(TrainOptions().steps_per_epoch(100).max_epoch(5));
+// one optimizer) and SimpleTrainer (one tower on one device). docs/models.md shows them in use.
 //
 // setup_graph registers the input source's callbacks, then the trainer's own (all before the
 // step counter), moves the module to the trainer's device, builds the optimizer once, binds the
-// graph variable `learning_rate` to the learning rate of every parameter group (so
-// ScheduledHyperParamSetter("learning_rate", ...) changes what the optimizer uses; its range is
+// graph variable `learning_rate` to the learning rate of every parameter group (its range is
 // finite and > 0, so a setter refuses a NaN, infinite, zero or negative rate), and adds the
-// module's trainable parameters to the graph (Graph::trainable_variables, used by CheckNumerics
-// and savers).
+// module's trainable parameters to the graph (Graph::trainable_variables).
 //
 // SimpleTrainer's step: next batch from the input source -> tower function in a training
 // TowerContext (outputs published to the step, summaries recorded; under autocast with
 // set_precision) -> zero_grad, backward (of the cost times the loss scale in float16), in float16
 // the unscaling of the gradients (a step with an inf or NaN gradient ends here), the gradient
-// processors (set_gradient_processors; train/gradproc.h), optimizer step. The returned
-// cost is also published as "cost" unless the tower outputs a tensor of that name itself. The cost
-// must be a scalar (std::invalid_argument otherwise). With set_accumulate_steps(n), the batch,
-// tower and backward part runs n times per step (gradients zeroed before the first backward).
-//
-// get_predictor(input_names, output_names, device): a callable that runs the tower function in
-// inference mode (the module in eval mode, then back to its previous mode; NoGradGuard) on
-// `device`, feeding the named inputs and returning the named outputs. Predictors are built once
-// per (device, input names, output names) and per trainer; on another device than the trainer's,
-// the module is replicated (it must be a torch::nn::Cloneable) and its parameters and buffers are
-// copied from the training module before each call; the tower function must then take its
-// module from `ctx.module_as<NetImpl>()` (a tower that does not is refused there). Inputs not given
-// to the predictor reach the tower as undefined tensors: a tower meant for prediction checks
-// `in[i].defined()` for labels.
+// processors, optimizer step. The returned cost, which must be a scalar (std::invalid_argument
+// otherwise), is also published as "cost" unless the tower outputs a tensor of that name itself.
 //
 // Differences from tensorpack: the module and the optimizer are LibTorch objects passed in
 // (tensorpack builds them inside the tower function); predictors are per trainer
@@ -70,9 +43,7 @@
 
 namespace trainpack {
 
-// A callable running the tower in inference mode; see the top of this file.
-//   auto predict = trainer.get_predictor({"image"}, {"prob"});
-//   at::Tensor prob = (*predict)({images})[0];
+// A callable running the tower in inference mode, made by TowerTrainer::get_predictor.
 class Predictor {
  public:
   Predictor(std::string tower_name, TowerFunc tower, InputSignature signature,
@@ -120,17 +91,21 @@ class TowerTrainer : public Trainer {
   c10::Device device() const { return device_; }
 
   // Mixed precision (train/precision.h, docs/mixed-precision.md): the tower runs under autocast to
-  // bfloat16 or float16, in training and in the predictors (InferenceRunner's too); the
-  // parameters and the optimizer stay float32. SingleCostTrainer adds the loss scaling that
-  // float16 needs. Call before the tower function is set (SingleCostTrainer::setup_graph):
-  // later is std::logic_error. The device's support is checked when the tower is set
-  // (check_precision_supported: float16 needs CUDA).
-  //   trainer.set_precision(trainpack::Precision::kBFloat16);
+  // bfloat16 or float16, in training and in the predictors; the parameters and the optimizer stay
+  // float32. SingleCostTrainer adds the loss scaling that float16 needs. Call before the tower
+  // function is set (std::logic_error later); the device's support is checked when the tower is
+  // set (check_precision_supported: float16 needs CUDA).
   void set_precision(Precision precision);
   Precision precision() const { return precision_; }
 
-  // See the top of this file. Unknown input names are std::invalid_argument listing the
-  // signature; a CUDA device without a GPU is std::runtime_error saying so.
+  // A callable that runs the tower function in inference mode (the module in eval mode, then back
+  // to its previous mode; NoGradGuard) on `device`, feeding the named inputs and returning the
+  // named outputs; built once per (device, input names, output names). On another device than the
+  // trainer's, the module is replicated (it must be a torch::nn::Cloneable), its parameters and
+  // buffers copied from the training module before each call, and the tower must take its module
+  // from `ctx.module_as<NetImpl>()`. Inputs not given reach the tower as undefined tensors. Unknown
+  // input names are std::invalid_argument listing the signature; a CUDA device without a GPU is
+  // std::runtime_error.
   std::shared_ptr<Predictor> get_predictor(const std::vector<std::string>& input_names,
                                            const std::vector<std::string>& output_names,
                                            std::optional<c10::Device> device = std::nullopt);
@@ -157,8 +132,8 @@ class SingleCostTrainer : public TowerTrainer {
   using OptimizerFn = std::function<std::unique_ptr<torch::optim::Optimizer>()>;
   using TowerTrainer::TowerTrainer;
 
-  // See the top of this file. Call once, before train(). Null arguments are
-  // std::invalid_argument naming them.
+  // See the top of this file. Call once, before train(). Null arguments are std::invalid_argument
+  // naming them.
   void setup_graph(InputSignature signature, InputSourcePtr input,
                    std::shared_ptr<torch::nn::Module> module, TowerFunc cost_fn,
                    OptimizerFn optimizer_fn);
@@ -170,22 +145,17 @@ class SingleCostTrainer : public TowerTrainer {
   // The gradient processors run, in this order, between backward and the optimizer step
   // (tensorpack's optimizer.apply_grad_processors; train/gradproc.h). Call before train(); an
   // empty list (the default) means none. A null processor is std::invalid_argument.
-  //   trainer.set_gradient_processors({std::make_shared<GlobalNormClip>(5.0)});
   void set_gradient_processors(std::vector<GradientProcessorPtr> processors);
   const std::vector<GradientProcessorPtr>& gradient_processors() const {
     return gradient_processors_;
   }
 
-  // Gradient accumulation (Lightning's accumulate_grad_batches): every step runs the tower on
-  // `n` batches (micro-batches) one after the other, each backward on cost / n so that the
-  // gradients add up to those of the mean over the n batches, then the gradient processors and
-  // one optimizer step. A step is an optimizer step: global_step, steps_per_epoch and every
-  // trigger count optimizer steps, and a step reads n batches from the input. Under data-parallel
-  // training the gradients are all-reduced once per step, with the last micro-batch's backward.
+  // Gradient accumulation (Lightning's accumulate_grad_batches; docs/gradients.md): every step
+  // runs the tower on `n` micro-batches, each backward on cost / n, then the gradient processors
+  // and one optimizer step. global_step, steps_per_epoch and every trigger count optimizer steps.
   // The cost the step publishes, and each moving summary, is the mean over the micro-batches;
-  // other outputs and summaries are the last micro-batch's. Call before train(); n < 1 is
-  // std::invalid_argument. The default 1 is the plain step.
-  //   trainer.set_accumulate_steps(4);   // batches of 32, gradients of 128 samples per update
+  // other outputs and summaries are the last one's. Call before train(); n < 1 is
+  // std::invalid_argument.
   void set_accumulate_steps(int64_t n);
   int64_t accumulate_steps() const { return accumulate_steps_; }
 
@@ -201,7 +171,6 @@ class SingleCostTrainer : public TowerTrainer {
   // processors, gradient accumulation) is std::invalid_argument naming it; a CPU device, or a
   // data-parallel world of more than one process, trains eager with one warning. Call before
   // train(); warmup_steps < 1 is std::invalid_argument.
-  //   trainer.set_cuda_graph(trainpack::CudaGraphOptions());
   void set_cuda_graph(CudaGraphOptions options);
   const std::optional<CudaGraphOptions>& cuda_graph() const { return cuda_graph_options_; }
 
@@ -217,18 +186,14 @@ class SingleCostTrainer : public TowerTrainer {
   // Runs the tower on one batch in a training context attached to `ctx`; returns the cost.
   at::Tensor run_tower(StepContext& ctx, const std::vector<at::Tensor>& batch);
 
-  // With gradient accumulation: runs micro-batch `index` (0-based, of accumulate_steps()) of
-  // the step: the tower on `batch` (the registry told that a new micro-batch begins), the cost
-  // summed for the step's mean. Returns the micro-batch's cost divided by accumulate_steps(), the
-  // tensor to call backward on. After the last one, publish_micro_batch_cost publishes the mean
-  // cost (unless the tower publishes "cost" itself).
+  // With gradient accumulation: runs micro-batch `index` of the step and returns its cost divided
+  // by accumulate_steps(), the tensor to call backward on. After the last one,
+  // publish_micro_batch_cost publishes the mean cost (unless the tower publishes "cost" itself).
   at::Tensor run_micro_batch(StepContext& ctx, const std::vector<at::Tensor>& batch, int64_t index);
   void publish_micro_batch_cost(StepContext& ctx);
 
-  // Runs the gradient processors on the module's trainable parameters (the list of them is built
-  // at the first call). A step calls it once per optimizer step, after the last backward (and
-  // the gradients' all-reduce) and right before optimizer().step(). Without processors it
-  // returns at once.
+  // Runs the gradient processors on the module's trainable parameters, once per optimizer step,
+  // after the last backward (and the all-reduce) and right before optimizer().step().
   void process_gradients(StepContext& ctx) {
     if (!gradient_processors_.empty()) run_gradient_processors(ctx);
   }
@@ -263,7 +228,6 @@ class SingleCostTrainer : public TowerTrainer {
 };
 
 // One tower on one device: the plain training loop (tensorpack's SimpleTrainer).
-//   trainpack::SimpleTrainer trainer(torch::kCUDA);
 class SimpleTrainer : public SingleCostTrainer {
  public:
   using SingleCostTrainer::SingleCostTrainer;

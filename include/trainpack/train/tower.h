@@ -1,30 +1,17 @@
-// Towers: the model code that a trainer runs (tensorpack's tower function and TowerContext).
+// Towers: the model code that a trainer runs (tensorpack's tower function and TowerContext). A
+// tower function computes the cost from one batch and, while it runs, tells trainpack about the
+// tensors it computes through its TowerContext (docs/models.md, "The tower function and its
+// TowerContext", shows one):
 //
-// A tower function computes the cost from one batch. While it runs, it tells trainpack about the
-// tensors it computes through its TowerContext:
-//
-//   at::Tensor tower(trainpack::TowerContext& ctx, const std::vector<at::Tensor>& inputs) {
-//     auto logits = net->forward(inputs[0]);
-//     auto cost = torch::nn::functional::cross_entropy(logits, inputs[1]);
-//     auto wrong = logits.argmax(1).ne(inputs[1]).to(torch::kFloat);
-//     ctx.output("wrong-top1", wrong);                 // fetchable by callbacks and predictors
-//     ctx.add_moving_summary("cost", cost);            // monitor scalar "cost", EMA over steps
-//     ctx.summary_histogram("logits", logits);         // materialised by MergeAllSummaries
-//     return cost;
-//   }
-//
-// - `output(name, t)`: a named tensor. In a training step it is what callbacks fetch by name
-//   (ProgressBar({"cost"}), DumpTensors, ...); in a predictor it is what the predictor returns.
-//   A name that a callback asks for and the tower never outputs is an error at the first step,
-//   listing the names that exist.
+// - `output(name, t)`: a named tensor: what callbacks fetch by name in a training step, what a
+//   predictor returns. A name that a callback asks for and the tower never outputs is an error at
+//   the first step, listing the names that exist.
 // - `summary_scalar/histogram/image(name, t)`: recorded for this step; MergeAllSummaries turns
-//   them into monitor data on the steps it chooses (the only host sync). Tags are
-//   `<name>-summary`, `<name>-histogram` and `<name>` as tensorpack's add_tensor_summary makes
-//   them; monitors see scalars under the normalised name (`cost-summary` -> `cost`).
+//   them into monitor data on the steps it chooses (the only host sync), tagged `<name>-summary`,
+//   `<name>-histogram` and `<name>` as tensorpack's add_tensor_summary tags them.
 // - `add_moving_summary(name, t, decay)`: a scalar whose exponential moving average (decay 0.95,
-//   zero-debiased: the first value is x_1 exactly) MovingAverageSummary updates after every step
-//   on the tensor's own device without a host sync; MergeAllSummaries reads it as the scalar
-//   summary `<name>-summary`, which monitors see as `<name>`.
+//   zero-debiased) MovingAverageSummary updates after every step on the tensor's device without a
+//   host sync; MergeAllSummaries reads it as `<name>-summary`, which monitors see as `<name>`.
 // - `add_update_op(name, op)`: a closure run after the step by RunUpdateOps (tensorpack's
 //   UPDATE_OPS); BatchNorm in LibTorch updates its statistics in forward and needs none.
 // - `is_training()`: false when the tower runs for inference (predictors, InferenceRunner).
@@ -34,8 +21,8 @@
 // the end of the step (the trainer clears it), so no tensor outlives its step's autograd graph.
 //
 // Differences from tensorpack: the tower function runs at every step (LibTorch is eager), so the
-// set of summaries is known after the first step instead of at graph construction; a summary is
-// computed by the tower whether or not it is materialised that step.
+// set of summaries is known after the first step; a summary is computed by the tower whether or
+// not it is materialised that step.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -87,9 +74,8 @@ class TowerContext {
 
   // The module this tower runs: the training module, or its replica in a predictor or an
   // inference tower on another device. A tower function that may run on replicas takes its
-  // module from here instead of capturing it:
-  //   auto& net = ctx.module_as<NetImpl>();
-  // Throws std::logic_error when the context has no module.
+  // module from here (`ctx.module_as<NetImpl>()`) instead of capturing it. Throws
+  // std::logic_error when the context has no module.
   torch::nn::Module& module() const;
   template <typename ModuleImpl>
   ModuleImpl& module_as() const {

@@ -1,33 +1,10 @@
 // Durable file replacement: write to a temporary name in the same directory, fsync, rename over
 // the final name, fsync the directory. Every file trainpack replaces goes through here. A crash at
 // any moment leaves either the old content or the new one under the final name, never a mix.
-//
-//   trainpack::write_file_atomically("/logs/checkpoint", text);
-//
-// Several files that belong together (say a data file and its index) are written with one
-// AtomicFileWriter each: every temporary file is written completely first, and only then are
-// they renamed in turn, so that a failed write (disk full, a file-size limit) replaces nothing.
-//
-//   AtomicFileWriter data(prefix + ".data"), index(prefix + ".index");  // illustration
-//   data.write(bytes); data.finish();
-//   index.write(text); index.finish();
-//   data.commit(); index.commit();
-//   fsync_directory(parent_directory(prefix));
-//
-// The temporary file is a new file under a name of its own, `<name>.tmp.<pid>.<n>`, created with
-// O_CREAT|O_EXCL|O_NOFOLLOW: whatever already lies in the directory (a leftover of a crashed run,
-// a file or symlink someone planted at a temporary name) is never written through, truncated or
-// removed, and the final rename replaces a symlink at the final name, not its target.
-//
-// A process killed while it wrote one leaves its temporary file behind (a checkpoint's can be
-// large): remove_stale_temporary_files(dir), which logger::set_logger_dir calls once it owns the
-// directory, removes those of processes that no longer run.
-//
-// Errors are std::runtime_error naming the file and the system's reason
-// ("cannot write /logs/model-6.data.tmp.4242.0: File too large").
-//
-// Differences from tensorpack: tensorpack writes stats.json with a plain write and a move, and
-// relies on TensorFlow's saver for checkpoints; neither fsyncs.
+// Files that belong together are written with one AtomicFileWriter each and renamed only once all
+// are written, so that a failed write replaces none. The temporary file is a new file,
+// `<name>.tmp.<pid>.<n>` (O_CREAT|O_EXCL|O_NOFOLLOW): nothing already in the directory is written
+// through, truncated or removed. More, with an example: docs/architecture.md, "Replacing a file".
 #pragma once
 
 #include <string>
@@ -36,11 +13,9 @@
 
 namespace trainpack {
 
-// Removes from `dir` the regular files named `<name>.tmp.<pid>.<n>` (the temporary files of
-// AtomicFileWriter) whose process `pid` no longer runs, and returns their names. Links, other
-// kinds of file and the files of running processes (this one included) are left alone; a file
-// that cannot be removed is skipped. Call it only on a directory this process owns (holds the
-// lock of), so that no other writer is between creating such a file and renaming it.
+// Removes from `dir` the regular files named `<name>.tmp.<pid>.<n>` whose process `pid` no longer
+// runs, and returns their names; links, other files, and those of running processes are left
+// alone. Call it only on a directory this process owns (logger::set_logger_dir does).
 std::vector<std::string> remove_stale_temporary_files(const std::string& dir);
 
 // Replaces `path` with `data`: a new temporary file in the same directory, written completely,
@@ -50,20 +25,12 @@ std::vector<std::string> remove_stale_temporary_files(const std::string& dir);
 void write_file_atomically(const std::string& path, std::string_view data, bool durable = true);
 
 // Replaces `path` with `data` as write_file_atomically does, through a long-lived swap file
-// (`swap_path`, in the same directory) instead of a new temporary one: `data` is written into
-// the swap file in place and fsynced (when `durable`), the two names are exchanged atomically
-// (Linux's renameat2 with RENAME_EXCHANGE), and the directory is fsynced (when `durable`). The
-// swap file then holds the previous content, and is written into at the next call. For a small
-// file that is replaced often (the `checkpoint` index, at every save): no disk block is
-// allocated or freed per call, where a temporary file renamed over `path` frees the old one's
-// block, which costs about 0.2 ms on a filesystem that discards freed blocks synchronously
-// (BENCHMARKS.md, "Checkpoints"). A crash at any moment leaves `path` with the old content or
-// the new one, as write_file_atomically does; the swap file may be left partly written.
-// Falls back to write_file_atomically when `path` does not exist yet or is not a plain file, and
-// when the swap file is not a plain file of its own (a symlink, a directory, a file with other
-// hard links: writing into it in place would change another file); a filesystem that cannot
-// exchange names gets the swap file renamed over `path`. Errors: std::runtime_error naming the
-// file and the system's reason; `path` is left as it was.
+// (`swap_path`, same directory): `data` is written into it in place, the two names are exchanged
+// (renameat2 RENAME_EXCHANGE), with fsyncs when `durable`; the swap file then holds the previous
+// content. For a small file replaced often (the `checkpoint` index). A crash leaves
+// `path` old or new (the swap file maybe partly written). Falls back to write_file_atomically
+// when `path` is missing or not a plain file, or the swap file is not a plain file of its own.
+// Errors: std::runtime_error naming the file and the system's reason; `path` is left as it was.
 void replace_file_by_swap(const std::string& path, const std::string& swap_path,
                           std::string_view data, bool durable = true);
 

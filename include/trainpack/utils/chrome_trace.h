@@ -3,30 +3,13 @@
 // GraphProfiler (callbacks/graph_profiler.h) uses it; it knows nothing of LibTorch, so a test or
 // another profiler can use it too.
 //
-//   ChromeTrace trace(events, ChromeTraceOptions().thread_names({{main_thread, "training"}}));
-//   write_file_atomically(dir + "/chrome-trace-7.json", trace.json());
-//   std::string md = operator_table_markdown(trace.operator_table(), 20);
-//
-// What json() writes:
-//   {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}
-// - one metadata event naming the process ("ph": "M", "process_name") and one per thread
-//   ("thread_name");
-// - one complete event per call ("ph": "X") with name, cat, ts and dur in microseconds from the
-//   start of the trace with the nanoseconds as decimals (12.345), pid 1, tid 1, 2, ... (threads
-//   numbered in the order their first call started), and "args" with the call's input shapes and
-//   types ("Input Dims", "Input type", the keys of PyTorch's own traces) when recorded;
-// - the events of each thread in start order, properly nested: a call that ends after the call
-//   it started in (a rounding of the profiler's times) is cut at its parent's end, because viewers
-//   drop or misdraw slices that overlap without nesting.
-// Nanoseconds matter: with whole microseconds most short operators last 0 us and start in the
-// same microsecond as their parent, and viewers order such ties differently (speedscope ends a
-// zero-length call before it starts the parent that encloses it).
-// Profilers report thread ids as 64-bit numbers; Perfetto drops a tid that does not fit 32 bits,
-// hence the small numbers (the profiler's own id is in the thread's name when it has none).
-//
-// Differences from tensorpack: TensorFlow's timeline module wrote tensorpack's trace (its
-// `chrome-trace-<step>.json` has one "process" per device and stream); this one has one process
-// with a thread per CPU thread that ran operators.
+// json() writes `{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}`: a
+// metadata event naming the process and one per thread, then one complete event ("ph": "X") per
+// call, with ts and dur in microseconds with the nanoseconds as decimals, pid 1, tid 1, 2, ...
+// (threads in the order their first call started), and the input shapes and types in "args"
+// when recorded. Each thread's events are in start order and properly nested: a call that ends
+// after its parent is cut at the parent's end. Why, and an example: docs/architecture.md, "The
+// Chrome trace".
 #pragma once
 
 #include <torch/arg.h>
@@ -98,21 +81,15 @@ class ChromeTrace {
   ChromeTraceOptions options_;
 };
 
-// The table in Markdown (TensorBoard's text plugin draws it): a header, then at most `max_rows`
-// operators, then, when some were left out, a line saying how many and their self time.
-//
-//   | Operator | Calls | Self (us) | Self % | Total (us) |
-//   |:--|--:|--:|--:|--:|
-//   | aten::addmm | 2 | 1295.4 | 45.2 | 1310.0 |
-//
-// Times in microseconds with one decimal. Self % is of the sum of all operators' self times (the
-// traced time of every thread). A `|` in a name is escaped.
+// The table in Markdown (TensorBoard's text plugin draws it): a header
+// (`| Operator | Calls | Self (us) | Self % | Total (us) |`), then at most `max_rows` operators,
+// then, when some were left out, a line saying how many and their self time. Times in
+// microseconds with one decimal; Self % is of the sum of all operators' self times. A `|` in a
+// name is escaped.
 std::string operator_table_markdown(const std::vector<OperatorStats>& table, size_t max_rows);
 
-// The whole table as CSV (RFC 4180: a name with a comma, quote or line break is quoted), times in
-// microseconds with the nanoseconds as decimals:
-//   operator,calls,self_us,total_us
-//   aten::addmm,2,1295.412,1310.008
+// The whole table as CSV (RFC 4180 quoting), `operator,calls,self_us,total_us`, times in
+// microseconds with the nanoseconds as decimals.
 std::string operator_table_csv(const std::vector<OperatorStats>& table);
 
 }  // namespace trainpack

@@ -1,17 +1,9 @@
 // The shell command that SendStat and SendMonitorData run: a template with `{stat}` placeholders
-// filled with numbers (tensorpack's `os.system(command.format(**values))`).
-//
-//   CommandTemplate t("SendStat", "curl -d 'acc={val-accuracy}' $URL", {"val-accuracy"});
-//   int ret = run_shell_command(t.fill({0.91}));  // curl -d 'acc=0.91' $URL
-//
-// Placeholders are stat names verbatim (spaces, slashes and parentheses included:
-// `{Throughput (steps/sec)}`); `{{` and `}}` are literal braces. Values are written as Python's
-// `repr(float)` writes them (the shortest text that reads back as the same double: `0.1`, `1.0`,
-// `1e-05`), never as text taken from a stat, so a command gets numbers only.
-//
-// Differences from tensorpack: Python's format specs and conversions (`{cost:.3f}`, `{cost!r}`)
-// are not supported (such a placeholder is an unknown name); an unknown placeholder or an
-// unbalanced brace is an error at construction instead of a KeyError/ValueError at the first run.
+// filled with numbers (tensorpack's `os.system(command.format(**values))`). Placeholders are stat
+// names verbatim (`{Throughput (steps/sec)}`); `{{` and `}}` are literal braces. Values are
+// written as Python's `repr(float)` writes them (`0.1`, `1.0`, `1e-05`), never as text taken from
+// a stat. No format specs or conversions (`{cost:.3f}`); a bad template fails at construction
+// (docs/tensorpack-differences.md #27).
 #pragma once
 
 #include <string>

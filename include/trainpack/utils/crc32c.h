@@ -1,13 +1,8 @@
 // CRC-32C (Castagnoli, the polynomial 0x1EDC6F41, reflected 0x82F63B78), as TFRecord files (the
-// event files TensorBoard reads) checksum their records and checkpoints their data files.
-//
-// Written by hand: Debian 12 packages no C/C++ CRC-32C library (only python3-crc32c); zlib's
-// crc32 is the other polynomial. Two implementations, chosen once at run time:
-//   - x86-64 with SSE4.2: the `crc32` instruction on three interleaved streams, combined with
-//     precomputed shift tables (about 10 times the speed of the table code; the build needs no
-//     -msse4.2 flag: only that function is compiled for SSE4.2);
-//   - everywhere else: table-driven, slicing by 8 bytes at a time.
-// Both give the same values; extend() uses the faster one the CPU has.
+// event files TensorBoard reads) checksum their records and checkpoints their data files. Two
+// implementations giving the same values, chosen once at run time: SSE4.2's `crc32` instruction
+// on x86-64, table-driven code elsewhere. Why it is written by hand, and how:
+// docs/architecture.md, "CRC-32C".
 #pragma once
 
 #include <cstddef>

@@ -1,13 +1,8 @@
 // torchrun's error file: where a worker that fails writes why, so that torchrun's failure summary
 // shows the cause instead of only an exit code. torchrun (torch.distributed.elastic) gives every
-// worker the path in TORCHELASTIC_ERROR_FILE and reads the file after the worker ended.
-//
-//   trainpack::write_torchrun_error_file(path, "rank 1: Callback X failed in trigger_step: ...");
-//
-// The format is the one torchrun reads for a worker's error: a JSON object
-// `{"message": "<message>", "timestamp": "<seconds since the Unix epoch>"}`, the timestamp a
-// string of an integer. The file is replaced atomically (write_file_atomically), so torchrun never
-// reads half a message.
+// worker the path in TORCHELASTIC_ERROR_FILE and reads the file after the worker ended. The
+// format: `{"message": "<message>", "timestamp": "<seconds since the Unix epoch>"}`, replaced
+// atomically (write_file_atomically), so torchrun never reads half a message.
 #pragma once
 
 #include <string>

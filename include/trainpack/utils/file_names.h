@@ -1,20 +1,12 @@
-// The one rule for file names made from user strings (a stat name, a tensor name, a prefix):
-// MinSaver / MaxSaver's best copy (`min-val-error-top1.data`) and DumpTensorAsImage's images
-// (`<prefix>-ep003-0.png`) name their files with safe_file_name_component().
-//
-// A safe component is one name inside the output directory, never a path, a hidden file or one of
-// trainpack's own files:
-// - '/', '\\', control characters (bytes below 0x20, and 0x7f) become '_';
-// - a leading '.' becomes '_' (so no hidden file, no "." or "..");
-// - the empty string becomes "_";
-// - a name that trainpack uses in a log directory (is_reserved_file_name) gets a leading '_';
-// - longer than kMaxFileNameComponent bytes: cut to fit (never inside a UTF-8 character) and ended
-//   with '-' and 8 hex digits of a hash of the whole string, so two long names stay apart.
-// Other bytes (UTF-8 letters, spaces) are kept. The result is the same on every run, so a resumed
-// run finds the files of the run before.
-//
-// A file name given explicitly (MinSaverOptions().filename) is not changed but checked:
-// file_name_problem() says why it breaks the rule, and the constructor throws naming the argument.
+// The one rule for file names made from user strings (a stat name, a tensor name, a prefix), used
+// by MinSaver / MaxSaver's best copy and DumpTensorAsImage's images. A safe component is one name
+// inside the output directory, never a path, a hidden file or one of trainpack's own files:
+// '/', '\\' and control characters become '_'; a leading '.' becomes '_'; "" becomes "_"; a
+// reserved name (is_reserved_file_name) gets a leading '_'; a name over kMaxFileNameComponent
+// bytes is cut (never inside a UTF-8 character) and ended with '-' and 8 hex digits of a hash of
+// the whole string. Other bytes are kept. The same on every run, so a resumed run finds the files
+// of the run before. A name given explicitly (MinSaverOptions().filename) is checked instead
+// (file_name_problem), and refused by the constructor naming the argument.
 #pragma once
 
 #include <cstddef>

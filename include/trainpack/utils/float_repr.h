@@ -7,13 +7,11 @@
 
 namespace trainpack {
 
-// `0.1` -> "0.1", `1.0` -> "1.0", `100.0` -> "100.0", `1e-05` -> "1e-05", `1e16` -> "1e+16",
-// `1.5e-7` -> "1.5e-07", `-0.0` -> "-0.0", infinities -> "inf" / "-inf", NaN -> "nan".
-// Positional notation when the decimal exponent is in [-4, 16), scientific otherwise (with a sign
-// and at least two exponent digits), as Python's float_repr does.
+// `0.1` -> "0.1", `1.0` -> "1.0", `1e-05` -> "1e-05", `1e16` -> "1e+16", `-0.0` -> "-0.0",
+// infinities -> "inf" / "-inf", NaN -> "nan": positional when the decimal exponent is in
+// [-4, 16), scientific otherwise, as Python's float_repr does.
 std::string python_float_repr(double value);
-// The same text, appended to `out` (no allocation beyond out's growth: stats.json's writer
-// formats every value with it).
+// The same text, appended to `out` (no allocation beyond out's growth).
 void append_python_float_repr(std::string& out, double value);
 
 }  // namespace trainpack

@@ -15,16 +15,13 @@ namespace trainpack {
 // the ends. 1551 limits, strictly increasing.
 const std::vector<double>& default_histogram_bucket_limits();
 
-// The histogram of every element of `values` (any shape, any real dtype, any device; read as
-// doubles on the CPU), as TensorFlow's HistogramSummary op writes it:
-// - min, max, num, sum, sum_squares of the values;
-// - a value v counts in the first bucket whose limit is greater than v (std::upper_bound), so
-//   bucket i holds [limit[i-1], limit[i]);
-// - each run of empty buckets is collapsed into one entry (the run's last limit, count 0), as
-//   Histogram::EncodeToProto(preserve_zero_buckets=false) does;
-// - no values: min = DBL_MAX, max = -DBL_MAX, num = 0 and the single bucket (DBL_MAX, 0).
-// Throws std::invalid_argument for a NaN or an infinite value ("Nan in summary histogram",
-// "Infinity in summary histogram", as TensorFlow's op fails) or a complex/bool tensor.
+// The histogram of every element of `values` (any shape, real dtype and device; read as doubles on
+// the CPU), as TensorFlow's HistogramSummary op writes it: min, max, num, sum, sum_squares; a
+// value v counts in the first bucket whose limit is greater than v, so bucket i holds
+// [limit[i-1], limit[i]); each run of empty buckets is one entry (the run's last limit, count 0),
+// as EncodeToProto(preserve_zero_buckets=false) does; no values: min = DBL_MAX, max = -DBL_MAX,
+// num = 0 and the one bucket (DBL_MAX, 0). Throws std::invalid_argument for a NaN or an infinite
+// value (TensorFlow's messages: "Nan in summary histogram", ...) or a complex/bool tensor.
 SummaryHistogram make_histogram(const at::Tensor& values);
 
 }  // namespace trainpack

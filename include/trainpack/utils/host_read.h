@@ -1,31 +1,13 @@
 // Reading a tensor's value on the host: the one place through which trainpack does it, counted.
+// On a GPU such a read (.item(), .cpu(), .to(kCPU)) waits for the GPU: a device-to-host copy and
+// a synchronisation of the stream. The rule, for the default callbacks and monitors and the main
+// job's: a step reads no device value unless it displays or summarises something. Why, and which
+// callbacks read on which steps: docs/gpu.md, "What waits for the GPU, and when".
 //
-//   const double cost = host_scalar(values[0]);                    // values[0].item<double>()
-//   const int64_t wrong = host_scalar<int64_t>(mask.sum());        // .item<int64_t>()
-//   const bool finite = host_scalar<bool>(at::isfinite(g).all());  // .item<bool>()
-//   const at::Tensor pixels = to_host(image);                      // contiguous, on the CPU
-//   const at::Tensor d = to_host(values, at::kDouble);             // converted in the same copy
-//
-// Why: on a GPU, reading a value (.item(), .cpu(), .to(kCPU), data_ptr of the copy) waits until
-// the GPU has computed it: a device-to-host copy and a synchronisation of the stream. Until then
-// the host queues no more kernels, so the GPU then idles while the host prepares the next step.
-// A model small enough that its step is bound by the host loses, with one such read per step,
-// the overlap that makes the GPU fast. The rule, for the default callbacks and monitors and the
-// main job's callbacks: a step reads no device value unless that step displays or summarises
-// something (a progress-bar draw that shows values, the step MergeAllSummaries materialises, an
-// epoch end...). docs/looking-inside.md lists which callbacks read, and on which steps.
-//
-// Counting: every call below adds one to a process-wide counter, whatever the tensor's device:
-// a CPU tensor costs nothing to read, but a test on the CPU counts what would synchronise on a
-// GPU. The cost is one relaxed atomic increment.
-//
-//   HostReadCounter reads;            // a snapshot of host_read_count()
-//   trainer.run_step();
-//   EXPECT_EQ(reads.count(), 0u);     // the step read nothing
-//
-// Left out, on purpose: tensors that are on the CPU by construction and hold no device value
-// (files being parsed or written, checkpoint contents, the buffers that ranks exchange); reading
-// those stays direct.
+// Every call below adds one to a process-wide counter (one relaxed atomic increment), whatever the
+// tensor's device, so that a test on the CPU counts what would synchronise on a GPU. Tensors that
+// are on the CPU by construction (files, checkpoint contents, buffers ranks exchange) are read
+// directly, not through here.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,20 +1,13 @@
 // HttpClient: HTTP requests over libcurl for the monitors that talk to a tracking service
 // (CometMLMonitor, MLflowMonitor). One client keeps one connection open between requests
 // (keep-alive) and is used by one thread at a time; abort() may be called from any thread.
+// send() never throws for what the network or the server does: a refused connection, a timeout
+// or an answer of 401 or 500 are all a response (status 0 and `error` for no answer). Plain http
+// and https (libcurl's OpenSSL build, the system's CA certificates).
 //
-//   trainpack::HttpClient http(trainpack::HttpClientOptions().timeout(std::chrono::seconds(5)));
-//   trainpack::HttpResponse r = http.send({"POST", url, {{"Content-Type", "application/json"}},
-//                                          R"({"name": "x"})"});
-//   if (!r.ok()) TP_LOG_WARN("{}", r.describe());
-//
-// send() never throws for what the network or the server does: a refused connection, a timeout or
-// an answer of 401 or 500 are all a response (status 0 and `error` for no answer). Plain http and
-// https (libcurl's OpenSSL build, the system's CA certificates) are both supported.
-//
-// Secrets: nothing in a response or an error message holds the request's headers (where an API
-// key goes); callers redact the key from bodies they log (redact() below), take a URL's user
-// information out before they send to it or quote it (split_url), and quote a URL they refuse
-// through url_for_display.
+// Secrets: no response or error message holds the request's headers (where an API key goes);
+// callers redact the key from bodies they log (redact), take a URL's user information out before
+// they send to it or quote it (split_url), and quote a URL they refuse through url_for_display.
 #pragma once
 
 #include <atomic>
@@ -113,19 +106,15 @@ struct UrlParts {
   std::string password;
   // What follows the user information: "host[:port][/path][?query][#fragment]".
   std::string rest;
-  // Whether an '@' follows the host part (in the path, query or fragment). Such a URL is
-  // ambiguous: mostly a password holding an unencoded '/', '?' or '#' (the part before the '@'
-  // would be taken for the host and the password sent in the path), else an '@' in the path.
-  // A caller refuses it, quoting only url_for_display.
+  // Whether an '@' follows the host part (in the path, query or fragment): ambiguous, mostly a
+  // password holding an unencoded '/', '?' or '#'. A caller refuses it, quoting url_for_display.
   bool at_after_host = false;
 };
 UrlParts split_url(const std::string& url);
 
-// `url` safe to quote in a message, whatever its form: everything from the host part's start
-// ("scheme://", or the start of a URL without one) up to the last '@' of the whole URL is
-// replaced by "***@" (from the last '@' of all, since a password may hold '/', '?' or '#'):
-// "http://alice:pw@h:5000/x" -> "http://***@h:5000/x", "alice:pw@h" -> "***@h". A URL without
-// '@' is returned as it is.
+// `url` safe to quote in a message, whatever its form: from the host part's start up to the last
+// '@' of the whole URL is replaced by "***@" ("http://alice:pw@h:5000/x" -> "http://***@h:5000/x",
+// "alice:pw@h" -> "***@h"). A URL without '@' is returned as it is.
 std::string url_for_display(const std::string& url);
 
 }  // namespace trainpack

@@ -1,15 +1,7 @@
-// NumPy `.npy` / `.npz` writing for DumpTensors (tensorpack dumps variables with np.savez).
-//
-// Example:
-//   trainpack::write_npz("/logs/dump-100.npz", {{"fc/W", w}, {"fc/b", b}});
-//   // python: d = np.load("/logs/dump-100.npz"); d["fc/W"].shape
-//
-// The NPY format (version 1.0) and the zip container are written by hand: no Debian library
-// writes either from C++; zlib gives only the CRC-32. Differences from numpy.savez: entries are
-// stored, not compressed (same as savez; savez_compressed deflates); every entry carries the fixed
-// timestamp 1980-01-01 00:00 so that the same tensors give the same bytes; no ZIP64, so a file
-// (or an entry) of 4 GiB or more, or more than 65535 arrays, is rejected; keys are checked (see
-// write_npz) where savez accepts any string. Assumes a little-endian host.
+// NumPy `.npy` / `.npz` writing for DumpTensors (tensorpack dumps variables with np.savez): a file
+// that numpy.load opens. Entries are stored, not compressed (as savez does), with a fixed
+// timestamp, so that the same tensors give the same bytes; no ZIP64. Assumes a little-endian
+// host. How it differs from numpy.savez: docs/architecture.md, "NumPy files".
 #pragma once
 
 #include <ATen/ATen.h>
@@ -28,14 +20,12 @@ namespace trainpack {
 // std::invalid_argument naming it.
 std::string encode_npy(const at::Tensor& tensor);
 
-// Writes `arrays` as an `.npz` (a zip of `<name>.npy` entries, stored) that numpy.load opens,
-// with the keys in the given order. The file is written to a new temporary file beside it
-// (AtomicFileWriter's `<path>.tmp.<pid>.<n>`), fsynced and renamed to `path` (an existing file,
-// or a symlink, is replaced atomically), then the directory is fsynced. Throws
-// std::invalid_argument before touching the file system for: an empty name, a name with a NUL
-// byte, a leading '/' or '\\', or a `..` component (so that extracting cannot escape a
-// directory), a duplicate name, an unsupported dtype (naming dtype and name), or a size needing
-// ZIP64; std::runtime_error naming the path and the reason when the file cannot be written.
+// Writes `arrays` as an `.npz` (a zip of `<name>.npy` entries) with the keys in the given order,
+// replacing `path` atomically (utils/atomic_file.h). Throws std::invalid_argument before touching
+// the file system for an empty name, a name with a NUL byte, a leading '/' or '\\', or a `..`
+// component (extracting cannot escape a directory), a duplicate name, an unsupported dtype
+// (naming dtype and name), or a size needing ZIP64 (4 GiB or 65535 arrays); std::runtime_error
+// naming the path and the reason when the file cannot be written.
 void write_npz(const std::string& path,
                const std::vector<std::pair<std::string, at::Tensor>>& arrays);
 

@@ -1,19 +1,8 @@
 // NVIDIA's management library (NVML), loaded at run time: GPUUtilizationTracker reads the GPUs'
-// utilization through it.
-//
-//   auto nvml = trainpack::Nvml::open();            // throws NvmlError saying why it cannot
-//   unsigned percent = nvml->gpu_utilization(nvml->device(0));
-//
-// NVML comes with the NVIDIA driver, not with a package trainpack builds against, so trainpack
-// does not link it: `open` loads `libnvidia-ml.so.1` with dlopen and looks up the handful of
-// functions it needs by name. A machine without the driver (no GPU, a CPU container) gets an
-// NvmlError instead of a program that does not start.
-//
-// Which library: the path given to `open`, else the environment variable TRAINPACK_NVML_LIBRARY,
-// else `libnvidia-ml.so.1` from the dynamic loader's search path.
-//
-// Thread safety: NVML's functions may be called from any thread; an Nvml object is not changed
-// after `open`.
+// utilization through it. NVML comes with the NVIDIA driver, not with a package trainpack builds
+// against, so `open` loads it with dlopen and looks up the few functions it needs: a machine
+// without the driver gets an NvmlError instead of a program that does not start. NVML's functions
+// may be called from any thread; an Nvml object is not changed after `open`.
 #pragma once
 
 #include <memory>

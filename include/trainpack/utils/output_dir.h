@@ -1,13 +1,9 @@
 // Where a callback or monitor writes its files: the directory it was given, else the logger
 // directory. One function for all of them (TFEventWriter, JSONWriter, ModelSaver, MinSaver,
-// DumpTensors, DumpTensorAsImage, HumanHyperParamSetter), so that the rule and the error message
-// are the same everywhere.
-//
-//   dir_ = resolve_output_dir(options.dir(), "DumpTensors", "DumpTensorsOptions().dir(dir)");
-//
-// The error, when neither is there (std::invalid_argument):
-//   "DumpTensors: no directory was given and the logger directory is not set; pass one with
-//   DumpTensorsOptions().dir(dir), or call trainpack::logger::set_logger_dir(dir) first"
+// DumpTensors, DumpTensorAsImage, HumanHyperParamSetter), so that the rule and the error are the
+// same everywhere: std::invalid_argument("DumpTensors: no directory was given and the logger
+// directory is not set; pass one with DumpTensorsOptions().dir(dir), or call
+// trainpack::logger::set_logger_dir(dir) first").
 #pragma once
 
 #include <optional>
@@ -21,9 +17,8 @@ namespace trainpack {
 // nullopt.
 std::optional<std::string> output_dir_or_logger_dir(const std::optional<std::string>& given);
 
-// The message above: `who` names the class, `option` how to give a directory. An empty `option`
-// (a class that writes only into the logger directory) leaves out "no directory was given" and
-// "pass one with ...".
+// The message above: `who` names the class, `option` how to give a directory; an empty `option`
+// leaves out "no directory was given" and "pass one with ...".
 std::string missing_output_dir_message(std::string_view who, std::string_view option);
 
 // output_dir_or_logger_dir(given), or std::invalid_argument(missing_output_dir_message(...)).

@@ -1,14 +1,9 @@
-// A walk over the opcodes of a Python pickle (protocols 0 to 5) that checks, before any
-// unpickler sees it, what LibTorch's unpickler would allocate from without a check: every
-// argument must fit in the bytes that remain (a length prefix of 2 GiB in a 1 KiB pickle would
-// be allocated first and found short afterwards), and every memo index must be one the memo has
-// or the next one (a BINPUT of index 700,000,000 would size the memo table to 11 GB). The
-// checkpoint reader (utils/checkpoint.h) runs it on data.pkl.
-//
-// It checks bounds only, not meaning: a pickle it passes may still be refused by LibTorch's
-// unpickler. The argument formats are those of Python's pickletools (Lib/pickletools.py).
-//
-//   if (std::string why = pickle_bounds_problem(bytes, n); !why.empty()) refuse(why);
+// A walk over the opcodes of a Python pickle (protocols 0 to 5) that checks the bounds LibTorch's
+// unpickler would allocate from without a check: every argument fits in the bytes that remain,
+// and every memo index is one the memo has or the next one. Bounds only, not meaning: a pickle it
+// passes may still be refused by the unpickler. The checkpoint reader (utils/checkpoint.h) runs
+// it on data.pkl; why:
+// docs/libtorch-versions.md, "Checkpoints from elsewhere" (under "What differs between versions").
 #pragma once
 
 #include <cstddef>

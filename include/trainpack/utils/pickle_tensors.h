@@ -1,14 +1,9 @@
 // The tensors a LibTorch pickle would rebuild, read from its opcodes without building them: for
-// each call of torch._utils._rebuild_tensor_v2 (what LibTorch's and Python's writers emit for a
-// tensor), its storage (record name, element count) and its geometry (offset, sizes, strides),
-// with its key when it is the value of a dict entry with a string key.
-//
+// each call of torch._utils._rebuild_tensor_v2, its storage (record name, element count) and its
+// geometry (offset, sizes, strides), with its key when it is a string-keyed dict entry's value.
 // The checkpoint reader (utils/checkpoint.h) checks every tensor against its storage with these
-// before LibTorch's unpickler runs: LibTorch 1.13 builds a tensor reaching past its storage (a
-// crafted file then reads heap memory), newer releases refuse it without naming the tensor.
-//
-//   for (const PickledTensor& t : pickled_tensors(bytes, n))
-//     if (std::string why = t.fit_problem(); !why.empty()) refuse(t.name, why);
+// before LibTorch's unpickler runs; why:
+// docs/libtorch-versions.md, "Checkpoints from elsewhere" (under "What differs between versions").
 #pragma once
 
 #include <cstddef>
@@ -39,11 +34,10 @@ struct PickledTensor {
 std::string tensor_fit_problem(int64_t storage_offset, const std::vector<int64_t>& sizes,
                                const std::vector<int64_t>& strides, int64_t storage_numel);
 
-// The tensors rebuilt by `data[0, size)`, a pickle that passed pickle_bounds_problem
-// (utils/pickle_check.h), in the order of the pickle. Only calls whose arguments are literal
-// values are reported (a storage given as a persistent id ('storage', type, key, location,
-// numel), an integer offset, tuples of integer sizes and strides); anything else in the pickle is
-// walked over. It never throws for a malformed pickle: it stops and returns what it found.
+// The tensors rebuilt by `data[0, size)`, a pickle that passed pickle_bounds_problem, in the order
+// of the pickle. Only calls whose arguments are literal values are reported (a persistent-id
+// storage ('storage', type, key, location, numel), an integer offset, integer tuples); anything
+// else is walked over. Never throws for a malformed pickle: it returns what it found.
 std::vector<PickledTensor> pickled_tensors(const char* data, size_t size);
 
 }  // namespace trainpack

@@ -1,29 +1,14 @@
-// print_exception: the whole chain of an exception, for the catch at the end of main().
-//
-//   int main() try {
-//     ...
-//     trainer.train_with_defaults(...);
-//   } catch (const std::exception& e) {
-//     trainpack::print_exception(e);  // "error (CallbackError): Callback MinSaver failed ..."
-//     return 1;
-//   }
-//
-// trainpack wraps what a hook throws in CallbackError and nests the original
-// (std::nested_exception), so what() of the outer exception alone may hide the cause's type; an
-// exception that escapes main calls std::terminate, which aborts (a core dump, and the nested
-// causes are never shown). print_exception writes one line per exception of the chain, outermost
-// first, each with its type:
-//
+// print_exception: the whole chain of an exception (std::nested_exception), for the catch at the
+// end of main(): trainpack wraps what a hook throws in CallbackError with the original nested, so
+// the outer what() alone may hide the cause. One line per exception, outermost first, each with
+// its demangled type (without a leading `trainpack::`):
 //   error (CallbackError): Callback InferenceRunner failed in before_train: ...
 //     caused by (std::invalid_argument): InferenceRunner: the tower did not output 'cost'; ...
-//
-// Types are demangled, without a leading `trainpack::`. LibTorch's c10::Error is shown without
-// the C++ stack trace that its what() carries (what_without_backtrace()), and so is a message that
-// copied such a what() (the lines "frame #N: ..." and "Exception raised from ... (most recent call
-// first):" are left out): one line per exception. With TRAINPACK_BACKTRACE=1 in the environment,
-// or the logger at DEBUG level, the stack trace of the innermost c10::Error follows the chain,
-// indented, after a line "  where LibTorch raised it:". A nested exception that is not a
-// std::exception is `caused by: an exception of unknown type`.
+// LibTorch's stack trace is left out of every message (exception_message). With
+// TRAINPACK_BACKTRACE=1, or the logger at DEBUG level, the stack trace of the innermost
+// c10::Error follows, after a line "  where LibTorch raised it:". A nested exception that is not
+// a std::exception is `caused by: an exception of unknown type`. See docs/trainer.md, "Printing
+// errors".
 #pragma once
 
 #include <exception>

@@ -1,17 +1,11 @@
 // The entries of a zip archive held in memory, read from its central directory with every field
 // checked against the archive's bounds: what the checkpoint reader (utils/checkpoint.h) knows of
-// a data file before LibTorch's unpickler is given it.
-//
-// Only what PyTorch's writer makes is accepted: entries stored without compression (method 0),
-// sizes and offsets in the classic fields or in zip64's extended-information field, no flags but
-// a data descriptor and UTF-8 names, names unique without case (miniz, LibTorch's zip reader,
-// looks them up so), the end record where miniz finds it, one disk. Anything else, or any offset or size that points outside the archive,
-// is a ZipError saying which entry and field are wrong. Zip's APPNOTE 6.3.x, sections 4.3.12
-// (central directory header), 4.3.7 (local header), 4.3.14-16 (end records), 4.5.3 (zip64).
-//
-//   const ZipDirectory zip = read_zip_directory(bytes.data(), bytes.size());
-//   const ZipEntry* pickle = zip.find("archive/data.pkl");
-//   std::string_view text(bytes.data() + pickle->data_offset, pickle->size);
+// a data file before LibTorch's unpickler is given it. Only what PyTorch's writer makes is
+// accepted: stored entries (method 0), sizes and offsets in the classic fields or zip64's, no
+// flags but a data descriptor and UTF-8 names, names unique without case (as miniz, LibTorch's
+// zip reader, looks them up), the end record where miniz finds it, one disk. Anything else, or an
+// offset or size outside the archive, is a ZipError naming the entry and field (zip's APPNOTE
+// 6.3.x, sections 4.3.7, 4.3.12, 4.3.14-16 and 4.5.3).
 #pragma once
 
 #include <cstddef>
