@@ -23,32 +23,7 @@ std::string SessionInit::name() const { return class_name(typeid(*this)); }
 
 int exit_code_for_signal(int signal) { return signal == 0 ? 0 : 128 + signal; }
 
-std::string stop_signal_name(int signal) {
-  switch (signal) {
-    case SIGINT:
-      return "SIGINT";
-    case SIGTERM:
-      return "SIGTERM";
-    case SIGHUP:
-      return "SIGHUP";
-    case SIGQUIT:
-      return "SIGQUIT";
-    case SIGUSR1:
-      return "SIGUSR1";
-    case SIGUSR2:
-      return "SIGUSR2";
-    case SIGALRM:
-      return "SIGALRM";
-    case SIGVTALRM:
-      return "SIGVTALRM";
-#ifdef SIGPWR
-    case SIGPWR:
-      return "SIGPWR";
-#endif
-    default:
-      return "signal " + std::to_string(signal);
-  }
-}
+std::string stop_signal_name(int signal) { return detail::signal_name(signal); }
 
 std::vector<int> default_stop_signals() { return detail::default_stop_signals(); }
 
