@@ -74,6 +74,7 @@
 #include "trainpack/core/step_counter.h"
 #include "trainpack/core/tower_registry.h"
 #include "trainpack/core/trainer.h"
+#include "trainpack/core/write_failures.h"
 
 // Utilities: logger, clocks, runtime settings, file formats
 #include "trainpack/utils/arg.h"

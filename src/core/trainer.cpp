@@ -312,19 +312,17 @@ void Trainer::main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t
     TP_LOG_ERROR("Training failed at global_step={}", global_step_);
     report_failure_to_group();
     callbacks_->after_train();
-    if (write_failure_count_ > 0) TP_LOG_ERROR("Besides: {}", write_failure_summary());
+    if (!write_failures_.empty()) TP_LOG_ERROR("Besides: {}", write_failures_.summary());
     throw;
   }
   run_after_train();
-  if (write_failure_count_ > 0) {
-    std::vector<std::string> files;
-    for (const auto& f : failed_files_) files.push_back(f.path);
+  if (!write_failures_.empty()) {
     WriteFailedError error(
         fmt::format("Training ended, but not everything it was to write was written: {}. The "
                     "ERROR lines of the log say more; the files named are missing or out of "
                     "date (free space or fix the permissions of their directory, then resume)",
-                    write_failure_summary()),
-        std::move(files), write_failure_count_);
+                    write_failures_.summary()),
+        write_failures_.paths(), write_failures_.count());
     report_failure_message(error.what(), /*own_failure=*/true);
     throw error;
   }
@@ -332,36 +330,10 @@ void Trainer::main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t
 
 void Trainer::report_write_failure(const std::string& callback, const std::string& path,
                                    const std::string& error, std::optional<int64_t> global_step) {
-  ++write_failure_count_;
-  if (write_failures_.size() < kMaxKeptWriteFailures) {
-    write_failures_.push_back(
-        WriteFailure{callback, path, error, global_step.value_or(global_step_)});
-  }
-  for (auto& f : failed_files_) {
-    if (f.path == path) {
-      ++f.failures;
-      return;
-    }
-  }
-  failed_files_.push_back(FailedFile{path, callback, 1});
+  write_failures_.record(callback, path, error, global_step.value_or(global_step_));
 }
 
-std::string Trainer::write_failure_summary() const {
-  if (write_failure_count_ == 0) return "";
-  constexpr size_t kFilesShown = 10;
-  std::string files;
-  for (size_t i = 0; i < failed_files_.size() && i < kFilesShown; ++i) {
-    const FailedFile& f = failed_files_[i];
-    files += fmt::format("{}{} ({}, {} failure{})", i == 0 ? "" : ", ", f.path, f.callback,
-                         f.failures, f.failures == 1 ? "" : "s");
-  }
-  if (failed_files_.size() > kFilesShown) {
-    files += fmt::format(" and {} more", failed_files_.size() - kFilesShown);
-  }
-  return fmt::format("{} write{} failed ({} file{}): {}; the first error: {}", write_failure_count_,
-                     write_failure_count_ == 1 ? "" : "s", failed_files_.size(),
-                     failed_files_.size() == 1 ? "" : "s", files, write_failures_.front().error);
-}
+std::string Trainer::write_failure_summary() const { return write_failures_.summary(); }
 
 void Trainer::check_loop_arguments(int64_t steps_per_epoch, int64_t starting_epoch,
                                    int64_t max_epoch) const {

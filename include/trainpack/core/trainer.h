@@ -82,6 +82,7 @@
 #include "trainpack/core/session_init.h"
 #include "trainpack/core/step_context.h"
 #include "trainpack/core/tower_registry.h"
+#include "trainpack/core/write_failures.h"
 
 namespace trainpack {
 
@@ -239,12 +240,7 @@ class Trainer {
 
   // ---- promised writes (see the top of this file) ----
   // One write that failed: who promised the file, the file, the error, and the global_step.
-  struct WriteFailure {
-    std::string callback;
-    std::string path;
-    std::string error;
-    int64_t global_step = 0;
-  };
+  using WriteFailure = ::trainpack::WriteFailure;
   // Records that `callback` could not write `path` (`error`: the reason, e.g. the exception's
   // what()) at `global_step` (unset: the current step; a write finished on another thread is
   // reported later with the step it was of). Logs nothing: the caller logs its ERROR line. Any
@@ -254,13 +250,13 @@ class Trainer {
                             const std::string& error,
                             std::optional<int64_t> global_step = std::nullopt);
   // The failures reported so far, oldest first (the first kMaxKeptWriteFailures of them).
-  const std::vector<WriteFailure>& write_failures() const { return write_failures_; }
+  const std::vector<WriteFailure>& write_failures() const { return write_failures_.kept(); }
   // How many were reported (all of them, also those not kept).
-  int64_t write_failure_count() const { return write_failure_count_; }
+  int64_t write_failure_count() const { return write_failures_.count(); }
   // "3 writes failed (2 files): <path> (ModelSaver, 2 failures), ...; the first error: <error>",
   // or "" when none failed.
   std::string write_failure_summary() const;
-  static constexpr size_t kMaxKeptWriteFailures = 100;
+  static constexpr size_t kMaxKeptWriteFailures = WriteFailureLedger::kMaxKept;
 
  protected:
   // The op that the default run_step runs with hooks.
@@ -361,15 +357,7 @@ class Trainer {
   std::vector<int> stop_signals_ = default_stop_signals();
   int received_signal_ = 0;
   bool finished_ = false;
-  std::vector<WriteFailure> write_failures_;
-  int64_t write_failure_count_ = 0;
-  // Every file that failed, in the order of its first failure: (path, callback, failures).
-  struct FailedFile {
-    std::string path;
-    std::string callback;
-    int64_t failures;
-  };
-  std::vector<FailedFile> failed_files_;
+  WriteFailureLedger write_failures_;
   bool setup_callbacks_called_ = false;
   bool setup_done_ = false;  // the callback list is complete; registration is closed
   bool initialize_done_ = false;
