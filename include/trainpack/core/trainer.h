@@ -83,6 +83,7 @@
 #include "trainpack/core/step_context.h"
 #include "trainpack/core/tower_registry.h"
 #include "trainpack/core/write_failures.h"
+#include "trainpack/detail/stop_vote.h"
 
 namespace trainpack {
 
@@ -284,9 +285,8 @@ class Trainer {
   // True when the loop must stop now; throws StopTraining when a signal arrived. With a process
   // group, every rank takes part and all get the same answer (see the top of this file).
   bool should_stop();
-  // The ranks' vote at a step boundary: throws StopTraining when any rank must stop by a signal or
-  // a held StopTraining, returns true when any rank requested a stop.
-  // After an epoch's last step (`epoch_end`) only held StopTrainings stop.
+  // The ranks' vote at a step boundary (detail::StopVote::vote): throws StopTraining when every
+  // rank stops now, returns true when a rank requested a stop.
   bool vote_to_stop(int local_signal, bool epoch_end);
   // Throws std::invalid_argument when the ranks were given different loops, or inputs that read
   // different data (data_description()).
@@ -349,8 +349,7 @@ class Trainer {
 
   StepFn train_op_;
   ProcessGroupPtr process_group_;
-  std::optional<StopTraining> held_stop_;  // a callback's StopTraining, held until the vote
-  std::vector<at::Tensor> vote_;           // the vote's buffer: one int64 per rank
+  detail::StopVote stop_vote_;  // with a process group: the ranks' vote at every boundary
   bool is_chief_ = true;
   bool stop_requested_ = false;
   bool handle_signals_ = true;
