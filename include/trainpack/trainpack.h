@@ -80,6 +80,8 @@
 #include "trainpack/utils/arg.h"
 #include "trainpack/utils/atomic_file.h"
 #include "trainpack/utils/checkpoint.h"
+#include "trainpack/utils/checkpoint_common.h"
+#include "trainpack/utils/checkpoint_index.h"
 #include "trainpack/utils/chrome_trace.h"
 #include "trainpack/utils/clock.h"
 #include "trainpack/utils/command_template.h"

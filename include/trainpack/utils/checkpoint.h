@@ -5,14 +5,7 @@
 //   model-600.data   the tensors: torch::pickle_save of a Dict[str, Tensor] (PyTorch's zip
 //                    format), so that Python's `torch.load("model-600.data")` returns a dict;
 //                    the zip's archive comment is trainpack's checksum trailer (below)
-// and the directory's `checkpoint` index file, in TensorFlow's text form:
-//   model_checkpoint_path: "model-600"
-//   all_model_checkpoint_paths: "model-500"
-//   all_model_checkpoint_paths: "model-600"
-//   all_model_checkpoint_timestamps: 1763850000.5
-//   all_model_checkpoint_timestamps: 1763850060.25
-//   last_preserved_timestamp: 1763849940
-// with paths relative to the directory, oldest first.
+// The directory's `checkpoint` index file is utils/checkpoint_index.h.
 //
 // The trailer, exactly: the last bytes of the file are the zip comment
 //   trainpack-checkpoint 2 entries=42 crc32c=1a2b3c4d
@@ -44,12 +37,16 @@
 
 #include <map>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <torch/arg.h>
+
+#include "trainpack/utils/checkpoint_common.h"
+// The `checkpoint` index (CheckpointIndex, read_checkpoint_index, ...) was declared here: code that
+// includes this header for it keeps compiling.
+#include "trainpack/utils/checkpoint_index.h"
 
 namespace trainpack {
 
@@ -64,23 +61,6 @@ inline at::Tensor checkpoint_form(const at::Tensor& t) {
   at::Tensor out = t.requires_grad() ? t.detach() : t;
   return out.is_cpu() ? out : out.to(at::kCPU);
 }
-
-// A checkpoint (or an index file) that cannot be used: missing, truncated, failing its checksum,
-// malformed. what() names the file and says what is wrong with it.
-class CheckpointError : public std::runtime_error {
- public:
-  CheckpointError(const std::string& path, const std::string& reason)
-      : std::runtime_error(path + ": " + reason), path_(path) {}
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-struct CheckpointWriteOptions {
-  // fsync every file and the directory (the default; off only for benchmarks and tests).
-  TORCH_ARG(bool, fsync) = true;
-};
 
 // Writes `tensors` as the checkpoint `prefix` (`<prefix>.data`), atomically and durably. Tensors
 // are saved from the CPU (moved there first); the data file's zip archive is streamed into the
@@ -138,55 +118,6 @@ void remove_checkpoint(const std::string& prefix);
 // std::runtime_error naming the file when the copy cannot be written.
 void copy_checkpoint(const std::string& from, const std::string& to,
                      const CheckpointWriteOptions& options = {});
-
-// The `checkpoint` index file of a directory (TensorFlow's CheckpointState).
-struct CheckpointIndex {
-  // The latest checkpoint, relative to the directory ("model-600").
-  std::string model_checkpoint_path;
-  // Every checkpoint the saver keeps track of, oldest first (the latest is last).
-  std::vector<std::string> all_model_checkpoint_paths;
-  // Save times (seconds since the epoch), one per entry of all_model_checkpoint_paths.
-  std::vector<double> all_model_checkpoint_timestamps;
-  // The save time of the last checkpoint kept by the hours rule (0 when none).
-  double last_preserved_timestamp = 0;
-};
-
-// The file name of the index in a checkpoint directory.
-constexpr const char* kCheckpointIndexFile = "checkpoint";
-// The index's swap file beside it: write_checkpoint_index writes the new index into it and
-// exchanges the two names (replace_file_by_swap), so it holds the index as it was before the
-// latest write, which may name checkpoints deleted since. Nothing reads it.
-constexpr const char* kCheckpointIndexSwapFile = "checkpoint.previous";
-
-// Reads `<dir>/checkpoint`; nullopt when there is none. Throws CheckpointError naming the file
-// when it is malformed (an unknown field, a bad quote, timestamps not matching the paths, no
-// model_checkpoint_path), or a symbolic link (never followed: ModelSaver writes a regular file).
-// The messages give the line and field, never the file's text: it may not be the job's to show. Accepts what TensorFlow writes: blank lines and `#` comments, spaces
-// around the ':', single or double quotes with C escapes, and no timestamps (older TF).
-std::optional<CheckpointIndex> read_checkpoint_index(const std::string& dir);
-
-// The parser of read_checkpoint_index, on the index's text; `path` names the file in errors.
-CheckpointIndex parse_checkpoint_index(const std::string& text, const std::string& path);
-
-// Replaces `<dir>/checkpoint` atomically and durably (with options.fsync), through the swap file
-// `<dir>/checkpoint.previous` (utils/atomic_file.h: replace_file_by_swap). Writes the fields in
-// the order shown at the top, strings escaped as protobuf's text format does (\" \\ \n and octal
-// for bytes outside printable ASCII), numbers in their shortest exact form; a
-// last_preserved_timestamp of 0 is left out, as proto3 leaves out zero fields. Throws
-// std::invalid_argument for an empty model_checkpoint_path or timestamps that do not match the
-// paths, std::runtime_error naming the file when it cannot be written.
-void write_checkpoint_index(const std::string& dir, const CheckpointIndex& index,
-                            const CheckpointWriteOptions& options = {});
-
-// Checks an entry of the `checkpoint` index of `dir` (a model_checkpoint_path or one of the
-// all_model_checkpoint_paths): returns "" and sets `*prefix` (when given) to `<dir>/<name>` when
-// it names a checkpoint in `dir` itself whose `.data` is a regular file (not a link to one); else
-// the reason, e.g. "a path outside the directory ..." (`../../etc/passwd`, an absolute path
-// elsewhere), "... does not exist", "... is a symbolic link ...", "... is not a regular file". An index entry
-// with a problem is ignored by the readers of the index, with a warning (or, where it is all
-// there is to go by, a CheckpointError).
-std::string index_entry_problem(const std::string& dir, const std::string& entry,
-                                std::string* prefix = nullptr);
 
 // tensorpack's get_checkpoint_path: turns what a user may give into a checkpoint prefix.
 //   "<dir>/checkpoint" or "<dir>"      -> the latest checkpoint that the index names
