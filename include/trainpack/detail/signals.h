@@ -26,19 +26,15 @@ extern std::atomic<int> g_pending_signal;
 
 inline int pending_signal() { return g_pending_signal.load(std::memory_order_relaxed); }
 
-// The stop signals unless the trainer is told otherwise (Trainer::set_stop_signals): Ctrl-C, a
-// scheduler's or kill's SIGTERM, a closed terminal or ssh session (SIGHUP), Ctrl-\ (SIGQUIT, whose
-// default action would dump core and lose the steps since the last checkpoint), and the signals
-// that schedulers send some time before they kill a job (SIGUSR1, SIGUSR2: SLURM's --signal,
-// PyTorch Lightning's requeue).
+// The stop signals unless the trainer is told otherwise (Trainer::set_stop_signals): SIGINT,
+// SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 (docs/trainer.md says why each).
 const std::vector<int>& default_stop_signals();
 
 // The signals whose default action ends the process and that a scheduler or a timer may send
 // (SIGALRM, SIGVTALRM, SIGPWR): announced, then their default action.
 const std::vector<int>& notice_signals();
 
-// "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGVTALRM", "SIGPWR",
-// else "signal <n>": the name the trainer's messages and the notice line give `sig`.
+// "SIGINT", "SIGTERM", ..., "SIGPWR", else "signal <n>": the name of `sig` in messages.
 std::string signal_name(int sig);
 
 // Installs the handlers for its lifetime (when `enable`), restoring the previous ones after;

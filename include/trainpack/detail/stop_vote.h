@@ -1,8 +1,6 @@
-// The ranks' stop vote, which Trainer holds under data-parallel training: at every step boundary
-// each rank says whether it must stop, and one all-reduce gives every rank the same answer, so that
-// all stop at the same boundary. A stop signal or request_stop() on one rank, or a StopTraining
-// that a callback threw outside the step (held here until the vote), stops every rank.
-// docs/distributed.md describes it for users; not for users to call.
+// The ranks' stop vote of a data-parallel Trainer: at every step boundary one all-reduce of every
+// rank's wish gives all the same answer, so that all stop at the same boundary (a stop signal,
+// request_stop() or a held StopTraining on any rank). docs/distributed.md describes it; internal.
 #pragma once
 
 #include <cstdint>
@@ -23,9 +21,8 @@ class StopVote {
   // A vote among `world_size` ranks.
   explicit StopVote(int64_t world_size);
 
-  // Keeps `e`, a StopTraining that a callback threw outside the step on this rank (`rank`), until
-  // the next vote, and logs that every rank stops there. One that comes while another is held is
-  // dropped.
+  // Keeps `e`, a StopTraining thrown outside the step on this rank (`rank`), until the next vote,
+  // and logs so; dropped while another is held.
   void hold(const StopTraining& e, int64_t rank);
   // The StopTraining held, if any.
   const std::optional<StopTraining>& held() const { return held_; }
