@@ -76,7 +76,6 @@ std::string join_checkpoint_path(const std::string& dir, const std::string& name
 
 namespace {
 
-constexpr const char* kDataSuffix = detail::kCheckpointDataSuffix;
 // The file that format 1 wrote beside the data file; only named in an error message now.
 constexpr const char* kFormat1IndexSuffix = ".index";
 constexpr const char* kTrailerMagic = "trainpack-checkpoint";
@@ -89,7 +88,7 @@ constexpr char kZipEndRecordMagic[] = {'P', 'K', 5, 6};
 // The longest trailer this reader looks for (the real one is about 50 bytes).
 constexpr size_t kMaxTrailerBytes = 128;
 
-bool ends_with(const std::string& s, const std::string& suffix) {
+bool has_suffix(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -344,7 +343,7 @@ Trailer check_trailer(const std::string& path, const std::string& prefix,
 // Reads `<prefix>.data` and checks it against its trailer.
 std::vector<char> read_checked_data(const std::string& prefix,
                                     const CheckpointReadOptions& options) {
-  const std::string path = prefix + kDataSuffix;
+  const std::string path = prefix + detail::kCheckpointDataSuffix;
   auto data = detail::read_checkpoint_file(path, "checkpoint", std::numeric_limits<uint64_t>::max(),
                                            /*follow_symlinks=*/!options.own_files_only(),
                                            /*owner_only=*/options.own_files_only());
@@ -467,7 +466,7 @@ void write_checkpoint(const std::string& prefix, const TensorMap& tensors,
   archive_pickler.pushIValue(c10::IValue(std::move(dict)));
   archive_pickler.stop();
 
-  AtomicFileWriter data_file(prefix + kDataSuffix, options.fsync());
+  AtomicFileWriter data_file(prefix + detail::kCheckpointDataSuffix, options.fsync());
   DataFileSink sink(&data_file);
   {
     caffe2::serialize::PyTorchStreamWriter zip(
@@ -483,12 +482,15 @@ void write_checkpoint(const std::string& prefix, const TensorMap& tensors,
 }
 
 TensorMap read_checkpoint(const std::string& prefix, const CheckpointReadOptions& options) {
-  return decode_checkpoint(read_checked_data(prefix, options), prefix + kDataSuffix);
+  return decode_checkpoint(read_checked_data(prefix, options),
+                           prefix + detail::kCheckpointDataSuffix);
 }
 
 TensorMap decode_checkpoint(const std::vector<char>& data, const std::string& path) {
   const std::string prefix =
-      ends_with(path, kDataSuffix) ? path.substr(0, path.size() - std::strlen(kDataSuffix)) : path;
+      has_suffix(path, detail::kCheckpointDataSuffix)
+          ? path.substr(0, path.size() - std::strlen(detail::kCheckpointDataSuffix))
+          : path;
   const Trailer trailer = check_trailer(path, prefix, data);
   // The archive is checked before LibTorch reads it: its directory, and the pickle's lengths
   // (a crafted length would be allocated by the unpickler before it finds the bytes missing).
@@ -571,11 +573,11 @@ std::string verify_checkpoint(const std::string& prefix, const CheckpointReadOpt
 
 bool checkpoint_exists(const std::string& prefix) {
   std::error_code ec;
-  return fs::exists(prefix + kDataSuffix, ec);
+  return fs::exists(prefix + detail::kCheckpointDataSuffix, ec);
 }
 
 std::optional<std::string> checkpoint_fingerprint(const std::string& prefix) {
-  const std::string path = prefix + kDataSuffix;
+  const std::string path = prefix + detail::kCheckpointDataSuffix;
   const auto tail = read_tail(path, kZipEndRecordBytes + kMaxTrailerBytes);
   if (!tail) return std::nullopt;
   const size_t at = find_comment(tail->data(), tail->size());
@@ -589,7 +591,7 @@ std::optional<std::string> checkpoint_fingerprint(const std::string& prefix) {
 }
 
 void remove_checkpoint(const std::string& prefix) {
-  const std::string path = prefix + kDataSuffix;
+  const std::string path = prefix + detail::kCheckpointDataSuffix;
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
     TP_LOG_WARN("Cannot delete the old checkpoint file {}: {}", path, std::strerror(errno));
   }
@@ -599,7 +601,7 @@ void copy_checkpoint(const std::string& from, const std::string& to,
                      const CheckpointWriteOptions& options) {
   // The source is checked first: a corrupt checkpoint is not copied.
   const std::vector<char> data = read_checked_data(from, CheckpointReadOptions());
-  AtomicFileWriter data_file(to + kDataSuffix, options.fsync());
+  AtomicFileWriter data_file(to + detail::kCheckpointDataSuffix, options.fsync());
   data_file.write(data.data(), data.size());
   data_file.finish();
   data_file.commit();
@@ -625,17 +627,17 @@ std::string resolve_checkpoint_path(const std::string& path) {
     }
     const std::string problem = index_entry_problem(dir, index->model_checkpoint_path, &p);
     // A missing file is reported below as "no such checkpoint", as for a path given directly.
-    if (ends_with(problem, " does not exist"))
+    if (has_suffix(problem, " does not exist"))
       p = detail::join_checkpoint_path(dir, index->model_checkpoint_path);
-    if (!problem.empty() && !ends_with(problem, " does not exist")) {
+    if (!problem.empty() && !has_suffix(problem, " does not exist")) {
       throw CheckpointError(detail::join_checkpoint_path(dir, kCheckpointIndexFile),
                             fmt::format("names \"{}\" as the latest checkpoint: {}",
                                         index->model_checkpoint_path, problem));
     }
   } else {
     // `.index`: what a TensorFlow user (or trainpack's format 1) names a checkpoint by.
-    for (const std::string suffix : {kDataSuffix, kFormat1IndexSuffix}) {
-      if (ends_with(p, suffix)) {
+    for (const std::string suffix : {detail::kCheckpointDataSuffix, kFormat1IndexSuffix}) {
+      if (has_suffix(p, suffix)) {
         const std::string q = p.substr(0, p.size() - suffix.size());
         TP_LOG_INFO("Checkpoint path {} is auto-corrected to {}.", p, q);
         p = q;
@@ -644,8 +646,8 @@ std::string resolve_checkpoint_path(const std::string& path) {
     }
   }
   if (!checkpoint_exists(p)) {
-    throw CheckpointError(p,
-                          fmt::format("no such checkpoint ({}{} does not exist)", p, kDataSuffix));
+    throw CheckpointError(p, fmt::format("no such checkpoint ({}{} does not exist)", p,
+                                         detail::kCheckpointDataSuffix));
   }
   return p;
 }
