@@ -74,11 +74,14 @@
 #include "trainpack/core/step_counter.h"
 #include "trainpack/core/tower_registry.h"
 #include "trainpack/core/trainer.h"
+#include "trainpack/core/write_failures.h"
 
 // Utilities: logger, clocks, runtime settings, file formats
 #include "trainpack/utils/arg.h"
 #include "trainpack/utils/atomic_file.h"
 #include "trainpack/utils/checkpoint.h"
+#include "trainpack/utils/checkpoint_common.h"
+#include "trainpack/utils/checkpoint_index.h"
 #include "trainpack/utils/chrome_trace.h"
 #include "trainpack/utils/clock.h"
 #include "trainpack/utils/command_template.h"

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 #include <utility>
 
 #include "trainpack/utils/process_io.h"
@@ -76,8 +77,22 @@ extern "C" void on_notice_signal(int sig) {
   ::raise(sig);  // delivered when the handler returns: the default action, termination
 }
 
-const char* notice_name(int sig) {
+}  // namespace
+
+std::string signal_name(int sig) {
   switch (sig) {
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGQUIT:
+      return "SIGQUIT";
+    case SIGUSR1:
+      return "SIGUSR1";
+    case SIGUSR2:
+      return "SIGUSR2";
     case SIGALRM:
       return "SIGALRM";
     case SIGVTALRM:
@@ -87,11 +102,9 @@ const char* notice_name(int sig) {
       return "SIGPWR";
 #endif
     default:
-      return "a signal";
+      return "signal " + std::to_string(sig);
   }
 }
-
-}  // namespace
 
 const std::vector<int>& default_stop_signals() {
   static const std::vector<int> signals{SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
@@ -148,7 +161,7 @@ SignalHandlerScope::SignalHandlerScope(bool enable, const std::vector<int>& stop
     snprintf(line.line, sizeof line.line,
              "trainpack: received %s; its default action ends the process now, without a "
              "checkpoint (Trainer::set_stop_signals can make it a stop signal)\n",
-             notice_name(sig));
+             signal_name(sig).c_str());
     if (sigaction(sig, &notice, nullptr) == 0) saved_->previous.emplace_back(sig, previous);
   }
 }

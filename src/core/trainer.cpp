@@ -23,32 +23,7 @@ std::string SessionInit::name() const { return class_name(typeid(*this)); }
 
 int exit_code_for_signal(int signal) { return signal == 0 ? 0 : 128 + signal; }
 
-std::string stop_signal_name(int signal) {
-  switch (signal) {
-    case SIGINT:
-      return "SIGINT";
-    case SIGTERM:
-      return "SIGTERM";
-    case SIGHUP:
-      return "SIGHUP";
-    case SIGQUIT:
-      return "SIGQUIT";
-    case SIGUSR1:
-      return "SIGUSR1";
-    case SIGUSR2:
-      return "SIGUSR2";
-    case SIGALRM:
-      return "SIGALRM";
-    case SIGVTALRM:
-      return "SIGVTALRM";
-#ifdef SIGPWR
-    case SIGPWR:
-      return "SIGPWR";
-#endif
-    default:
-      return "signal " + std::to_string(signal);
-  }
-}
+std::string stop_signal_name(int signal) { return detail::signal_name(signal); }
 
 std::vector<int> default_stop_signals() { return detail::default_stop_signals(); }
 
@@ -177,7 +152,7 @@ void Trainer::set_process_group(ProcessGroupPtr group) {
   if (!group) throw std::invalid_argument("Trainer::set_process_group: the group is null");
   process_group_ = std::move(group);
   is_chief_ = process_group_->is_chief();
-  vote_ = {at::zeros({process_group_->world_size()}, at::kLong)};
+  stop_vote_ = detail::StopVote(process_group_->world_size());
 }
 
 int64_t Trainer::rank() const { return process_group_ ? process_group_->rank() : 0; }
@@ -192,64 +167,17 @@ void Trainer::run_stoppable(Fn&& hooks) {
   try {
     hooks();
   } catch (const StopTraining& e) {
-    if (!held_stop_) {
-      held_stop_ = e;
-      TP_LOG_INFO("Rank {}: {}; every rank stops at the next step boundary.", rank(),
-                  e.what()[0] ? e.what() : "StopTraining");
-    }
+    stop_vote_.hold(e, rank());
   }
 }
 
-// Codes of the vote: what each rank wants at a boundary. Signals are kVoteSignal + number.
-namespace {
-constexpr int64_t kVoteGoOn = 0;
-constexpr int64_t kVoteRequest = 1;  // request_stop()
-constexpr int64_t kVoteHeld = 2;     // a callback's StopTraining, held
-constexpr int64_t kVoteSignal = 100;
-}  // namespace
-
 bool Trainer::vote_to_stop(int local_signal, bool epoch_end) {
-  const int64_t mine = local_signal != 0 ? kVoteSignal + local_signal
-                       : held_stop_      ? kVoteHeld
-                       : stop_requested_ ? kVoteRequest
-                                         : kVoteGoOn;
-  at::Tensor& votes = vote_.front();
-  votes.zero_();
-  votes.data_ptr<int64_t>()[rank()] = mine;
-  process_group_->all_reduce_sum(vote_);
-  const int64_t* v = votes.data_ptr<int64_t>();
-  const int64_t n = world_size();
-  // After an epoch's last step only held StopTrainings stop (as a StopTraining in trigger_step of
-  // the last step skips the epoch's end in one process); signals and requests stop at the next
-  // epoch's start, as in one process.
-  if (held_stop_) throw StopTraining(*held_stop_);
-  for (int64_t r = 0; r < n; ++r) {
-    if (v[r] == kVoteHeld) {
-      throw StopTraining(fmt::format("rank {} stopped training (its log says why)", r));
-    }
-  }
-  if (epoch_end) return false;
-  if (local_signal != 0) {
-    received_signal_ = local_signal;
-    throw StopTraining(local_signal == SIGINT ? std::string("SIGINT (Ctrl-C)")
-                                              : stop_signal_name(local_signal));
-  }
-  for (int64_t r = 0; r < n; ++r) {
-    if (v[r] >= kVoteSignal) {
-      // Stopped by a signal that another rank received: it is this rank's stop by a signal too
-      // (the chief saves a checkpoint of the stop step, the program exits as signalled).
-      received_signal_ = static_cast<int>(v[r] - kVoteSignal);
-      throw StopTraining(fmt::format("rank {} received {}", r, stop_signal_name(received_signal_)));
-    }
-  }
-  for (int64_t r = 0; r < n; ++r) {
-    if (v[r] == kVoteRequest) {
-      if (!stop_requested_) TP_LOG_INFO("Rank {} requested a stop; every rank stops now.", r);
-      stop_requested_ = true;
-      return true;
-    }
-  }
-  return false;
+  detail::StopVote::Outcome outcome =
+      stop_vote_.vote(*process_group_, local_signal, stop_requested_, epoch_end);
+  if (outcome.signal != 0) received_signal_ = outcome.signal;
+  if (outcome.stop) throw StopTraining(*outcome.stop);
+  if (outcome.requested) stop_requested_ = true;
+  return outcome.requested;
 }
 
 ResumePoint Trainer::resume_point() const {
@@ -328,7 +256,8 @@ void Trainer::main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t
     check_same_loop_on_every_rank(steps_per_epoch, max_epoch);
     run_stoppable([&] { callbacks_->before_train(); });
     const bool finished = run_epochs(start);
-    if (finished && held_stop_) throw StopTraining(*held_stop_);  // held in the last epoch's end
+    // A StopTraining held in the last epoch's end.
+    if (finished && stop_vote_.held()) throw StopTraining(*stop_vote_.held());
     finished_ = finished;
     if (finished) TP_LOG_INFO("Training has finished!");
   } catch (const StopTraining& e) {
@@ -337,19 +266,17 @@ void Trainer::main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t
     TP_LOG_ERROR("Training failed at global_step={}", global_step_);
     report_failure_to_group();
     callbacks_->after_train();
-    if (write_failure_count_ > 0) TP_LOG_ERROR("Besides: {}", write_failure_summary());
+    if (!write_failures_.empty()) TP_LOG_ERROR("Besides: {}", write_failures_.summary());
     throw;
   }
   run_after_train();
-  if (write_failure_count_ > 0) {
-    std::vector<std::string> files;
-    for (const auto& f : failed_files_) files.push_back(f.path);
+  if (!write_failures_.empty()) {
     WriteFailedError error(
         fmt::format("Training ended, but not everything it was to write was written: {}. The "
                     "ERROR lines of the log say more; the files named are missing or out of "
                     "date (free space or fix the permissions of their directory, then resume)",
-                    write_failure_summary()),
-        std::move(files), write_failure_count_);
+                    write_failures_.summary()),
+        write_failures_.paths(), write_failures_.count());
     report_failure_message(error.what(), /*own_failure=*/true);
     throw error;
   }
@@ -357,36 +284,10 @@ void Trainer::main_loop(int64_t steps_per_epoch, int64_t starting_epoch, int64_t
 
 void Trainer::report_write_failure(const std::string& callback, const std::string& path,
                                    const std::string& error, std::optional<int64_t> global_step) {
-  ++write_failure_count_;
-  if (write_failures_.size() < kMaxKeptWriteFailures) {
-    write_failures_.push_back(
-        WriteFailure{callback, path, error, global_step.value_or(global_step_)});
-  }
-  for (auto& f : failed_files_) {
-    if (f.path == path) {
-      ++f.failures;
-      return;
-    }
-  }
-  failed_files_.push_back(FailedFile{path, callback, 1});
+  write_failures_.record(callback, path, error, global_step.value_or(global_step_));
 }
 
-std::string Trainer::write_failure_summary() const {
-  if (write_failure_count_ == 0) return "";
-  constexpr size_t kFilesShown = 10;
-  std::string files;
-  for (size_t i = 0; i < failed_files_.size() && i < kFilesShown; ++i) {
-    const FailedFile& f = failed_files_[i];
-    files += fmt::format("{}{} ({}, {} failure{})", i == 0 ? "" : ", ", f.path, f.callback,
-                         f.failures, f.failures == 1 ? "" : "s");
-  }
-  if (failed_files_.size() > kFilesShown) {
-    files += fmt::format(" and {} more", failed_files_.size() - kFilesShown);
-  }
-  return fmt::format("{} write{} failed ({} file{}): {}; the first error: {}", write_failure_count_,
-                     write_failure_count_ == 1 ? "" : "s", failed_files_.size(),
-                     failed_files_.size() == 1 ? "" : "s", files, write_failures_.front().error);
-}
+std::string Trainer::write_failure_summary() const { return write_failures_.summary(); }
 
 void Trainer::check_loop_arguments(int64_t steps_per_epoch, int64_t starting_epoch,
                                    int64_t max_epoch) const {

@@ -1,10 +1,8 @@
 // Checkpoint files (trainpack/utils/checkpoint.h): the `.data` file (torch::pickle_save of a
-// Dict[str, Tensor] whose zip comment is the checksum trailer), the directory's `checkpoint`
-// index in TensorFlow's text form, and tensorpack's get_checkpoint_path.
+// Dict[str, Tensor] whose zip comment is the checksum trailer), and tensorpack's
+// get_checkpoint_path. The directory's `checkpoint` index is in checkpoint_index.cpp.
 //
-// The text formats are parsed by hand: the trailer is one line, the index a handful of
-// `key: value` lines, and the only library that reads protobuf text (libprotobuf) would need a
-// .proto of TensorFlow's CheckpointState compiled in for one message of four fields.
+// The trailer is parsed by hand: it is one line.
 #include "trainpack/utils/checkpoint.h"
 
 #include <fcntl.h>
@@ -24,9 +22,7 @@
 #include <torch/csrc/jit/serialization/storage_context.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -35,6 +31,7 @@
 #include <system_error>
 #include <utility>
 
+#include "trainpack/detail/checkpoint_files.h"
 #include "trainpack/utils/atomic_file.h"
 #include "trainpack/utils/crc32c.h"
 #include "trainpack/utils/file_io.h"
@@ -47,46 +44,13 @@ namespace trainpack {
 
 namespace fs = std::filesystem;
 
-namespace {
+// ---- shared with the `checkpoint` index (detail/checkpoint_files.h) ----
 
-constexpr const char* kDataSuffix = ".data";
-// The file that format 1 wrote beside the data file; only named in an error message now.
-constexpr const char* kFormat1IndexSuffix = ".index";
-constexpr const char* kTrailerMagic = "trainpack-checkpoint";
-constexpr int kFormatVersion = 2;
+namespace detail {
 
-// The zip format's end-of-central-directory record: 22 bytes, the last two of which are the
-// length of the archive comment that follows it (zip's APPNOTE, section 4.3.16).
-constexpr size_t kZipEndRecordBytes = 22;
-constexpr char kZipEndRecordMagic[] = {'P', 'K', 5, 6};
-// The longest trailer this reader looks for (the real one is about 50 bytes).
-constexpr size_t kMaxTrailerBytes = 128;
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-uint16_t read_le16(const char* p) {
-  return static_cast<uint16_t>(static_cast<unsigned char>(p[0]) |
-                               (static_cast<unsigned char>(p[1]) << 8));
-}
-
-void write_le16(char* p, uint16_t v) {
-  p[0] = static_cast<char>(v & 0xff);
-  p[1] = static_cast<char>(v >> 8);
-}
-
-// The largest `checkpoint` index read: a real one is a few hundred bytes per checkpoint kept.
-constexpr uint64_t kMaxIndexBytes = uint64_t{1} << 20;
-
-// Reads the whole file; nullopt when it does not exist. Only a regular file is read (a FIFO is
-// refused without blocking, a link to /dev/zero without reading it), and no more than
-// `max_bytes`. Other errors: CheckpointError.
-std::optional<std::vector<char>> read_checkpoint_file(
-    const std::string& path, const char* kind,
-    uint64_t max_bytes = std::numeric_limits<uint64_t>::max(), bool follow_symlinks = true,
-    bool owner_only = false) {
+std::optional<std::vector<char>> read_checkpoint_file(const std::string& path, const char* kind,
+                                                      uint64_t max_bytes, bool follow_symlinks,
+                                                      bool owner_only) {
   ReadFileOptions options;
   options.kind = kind;
   options.max_bytes = max_bytes;
@@ -101,6 +65,42 @@ std::optional<std::vector<char>> read_checkpoint_file(
   } catch (const std::system_error& e) {
     throw CheckpointError(path, fmt::format("cannot read: {}", e.code().message()));
   }
+}
+
+std::string join_checkpoint_path(const std::string& dir, const std::string& name) {
+  if (fs::path(name).is_absolute()) return name;
+  return (fs::path(dir) / name).string();
+}
+
+}  // namespace detail
+
+namespace {
+
+// The file that format 1 wrote beside the data file; only named in an error message now.
+constexpr const char* kFormat1IndexSuffix = ".index";
+constexpr const char* kTrailerMagic = "trainpack-checkpoint";
+constexpr int kFormatVersion = 2;
+
+// The zip format's end-of-central-directory record: 22 bytes, the last two of which are the
+// length of the archive comment that follows it (zip's APPNOTE, section 4.3.16).
+constexpr size_t kZipEndRecordBytes = 22;
+constexpr char kZipEndRecordMagic[] = {'P', 'K', 5, 6};
+// The longest trailer this reader looks for (the real one is about 50 bytes).
+constexpr size_t kMaxTrailerBytes = 128;
+
+bool has_suffix(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+uint16_t read_le16(const char* p) {
+  return static_cast<uint16_t>(static_cast<unsigned char>(p[0]) |
+                               (static_cast<unsigned char>(p[1]) << 8));
+}
+
+void write_le16(char* p, uint16_t v) {
+  p[0] = static_cast<char>(v & 0xff);
+  p[1] = static_cast<char>(v >> 8);
 }
 
 // The last `max_bytes` bytes of a file (all of it when shorter); nullopt when it cannot be read.
@@ -343,153 +343,15 @@ Trailer check_trailer(const std::string& path, const std::string& prefix,
 // Reads `<prefix>.data` and checks it against its trailer.
 std::vector<char> read_checked_data(const std::string& prefix,
                                     const CheckpointReadOptions& options) {
-  const std::string path = prefix + kDataSuffix;
-  auto data = read_checkpoint_file(path, "checkpoint", std::numeric_limits<uint64_t>::max(),
-                                   /*follow_symlinks=*/!options.own_files_only(),
-                                   /*owner_only=*/options.own_files_only());
+  const std::string path = prefix + detail::kCheckpointDataSuffix;
+  auto data = detail::read_checkpoint_file(path, "checkpoint", std::numeric_limits<uint64_t>::max(),
+                                           /*follow_symlinks=*/!options.own_files_only(),
+                                           /*owner_only=*/options.own_files_only());
   if (!data) {
     throw CheckpointError(path, "the checkpoint's data file does not exist");
   }
   (void)check_trailer(path, prefix, *data);
   return std::move(*data);
-}
-
-// ---- the `checkpoint` index file (protobuf text format) ----
-
-// protobuf's CEscape: \n \r \t \" \' \\ and octal for other bytes outside printable ASCII.
-std::string quote(const std::string& s) {
-  std::string out = "\"";
-  for (const unsigned char c : s) {
-    switch (c) {
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '"':
-        out += "\\\"";
-        break;
-      case '\'':
-        out += "\\'";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      default:
-        if (c < 0x20 || c >= 0x7f) {
-          out += fmt::format("\\{:03o}", c);
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
-
-// Parses one quoted string (single or double quotes, C escapes) that makes up all of `value`.
-// Returns false when it is not one.
-bool unquote(const std::string& value, std::string* out) {
-  if (value.size() < 2) return false;
-  const char q = value[0];
-  if ((q != '"' && q != '\'') || value.back() != q) return false;
-  std::string s;
-  for (size_t i = 1; i + 1 < value.size(); ++i) {
-    const char c = value[i];
-    if (c == q || c == '\n') return false;
-    if (c != '\\') {
-      s += c;
-      continue;
-    }
-    if (i + 2 >= value.size()) return false;  // a backslash escaping the closing quote
-    const char e = value[++i];
-    switch (e) {
-      case 'n':
-        s += '\n';
-        break;
-      case 'r':
-        s += '\r';
-        break;
-      case 't':
-        s += '\t';
-        break;
-      case 'a':
-        s += '\a';
-        break;
-      case 'b':
-        s += '\b';
-        break;
-      case 'f':
-        s += '\f';
-        break;
-      case 'v':
-        s += '\v';
-        break;
-      case '?':
-        s += '?';
-        break;
-      case '"':
-        s += '"';
-        break;
-      case '\'':
-        s += '\'';
-        break;
-      case '\\':
-        s += '\\';
-        break;
-      case 'x': {
-        int v = 0, n = 0;
-        while (n < 2 && i + 2 < value.size() &&
-               std::isxdigit(static_cast<unsigned char>(value[i + 1]))) {
-          const char h = value[++i];
-          v = v * 16 + (h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
-          ++n;
-        }
-        if (n == 0) return false;
-        s += static_cast<char>(v);
-        break;
-      }
-      default:
-        if (e >= '0' && e <= '7') {
-          int v = e - '0', n = 1;
-          while (n < 3 && i + 2 < value.size() && value[i + 1] >= '0' && value[i + 1] <= '7') {
-            v = v * 8 + (value[++i] - '0');
-            ++n;
-          }
-          if (v > 0xff) return false;
-          s += static_cast<char>(v);
-          break;
-        }
-        return false;
-    }
-  }
-  *out = std::move(s);
-  return true;
-}
-
-bool parse_double(const std::string& text, double* out) {
-  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) return false;
-  errno = 0;
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (errno != 0 || end != text.c_str() + text.size() || !std::isfinite(v)) return false;
-  *out = v;
-  return true;
-}
-
-std::string trim(const std::string& s) {
-  const char* ws = " \t\r";
-  const size_t b = s.find_first_not_of(ws);
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(ws) - b + 1);
-}
-
-std::string join_path(const std::string& dir, const std::string& name) {
-  if (fs::path(name).is_absolute()) return name;
-  return (fs::path(dir) / name).string();
 }
 
 // ---- what LibTorch's reader does not check ----
@@ -604,7 +466,7 @@ void write_checkpoint(const std::string& prefix, const TensorMap& tensors,
   archive_pickler.pushIValue(c10::IValue(std::move(dict)));
   archive_pickler.stop();
 
-  AtomicFileWriter data_file(prefix + kDataSuffix, options.fsync());
+  AtomicFileWriter data_file(prefix + detail::kCheckpointDataSuffix, options.fsync());
   DataFileSink sink(&data_file);
   {
     caffe2::serialize::PyTorchStreamWriter zip(
@@ -620,12 +482,15 @@ void write_checkpoint(const std::string& prefix, const TensorMap& tensors,
 }
 
 TensorMap read_checkpoint(const std::string& prefix, const CheckpointReadOptions& options) {
-  return decode_checkpoint(read_checked_data(prefix, options), prefix + kDataSuffix);
+  return decode_checkpoint(read_checked_data(prefix, options),
+                           prefix + detail::kCheckpointDataSuffix);
 }
 
 TensorMap decode_checkpoint(const std::vector<char>& data, const std::string& path) {
   const std::string prefix =
-      ends_with(path, kDataSuffix) ? path.substr(0, path.size() - std::strlen(kDataSuffix)) : path;
+      has_suffix(path, detail::kCheckpointDataSuffix)
+          ? path.substr(0, path.size() - std::strlen(detail::kCheckpointDataSuffix))
+          : path;
   const Trailer trailer = check_trailer(path, prefix, data);
   // The archive is checked before LibTorch reads it: its directory, and the pickle's lengths
   // (a crafted length would be allocated by the unpickler before it finds the bytes missing).
@@ -708,11 +573,11 @@ std::string verify_checkpoint(const std::string& prefix, const CheckpointReadOpt
 
 bool checkpoint_exists(const std::string& prefix) {
   std::error_code ec;
-  return fs::exists(prefix + kDataSuffix, ec);
+  return fs::exists(prefix + detail::kCheckpointDataSuffix, ec);
 }
 
 std::optional<std::string> checkpoint_fingerprint(const std::string& prefix) {
-  const std::string path = prefix + kDataSuffix;
+  const std::string path = prefix + detail::kCheckpointDataSuffix;
   const auto tail = read_tail(path, kZipEndRecordBytes + kMaxTrailerBytes);
   if (!tail) return std::nullopt;
   const size_t at = find_comment(tail->data(), tail->size());
@@ -726,7 +591,7 @@ std::optional<std::string> checkpoint_fingerprint(const std::string& prefix) {
 }
 
 void remove_checkpoint(const std::string& prefix) {
-  const std::string path = prefix + kDataSuffix;
+  const std::string path = prefix + detail::kCheckpointDataSuffix;
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
     TP_LOG_WARN("Cannot delete the old checkpoint file {}: {}", path, std::strerror(errno));
   }
@@ -736,7 +601,7 @@ void copy_checkpoint(const std::string& from, const std::string& to,
                      const CheckpointWriteOptions& options) {
   // The source is checked first: a corrupt checkpoint is not copied.
   const std::vector<char> data = read_checked_data(from, CheckpointReadOptions());
-  AtomicFileWriter data_file(to + kDataSuffix, options.fsync());
+  AtomicFileWriter data_file(to + detail::kCheckpointDataSuffix, options.fsync());
   data_file.write(data.data(), data.size());
   data_file.finish();
   data_file.commit();
@@ -744,140 +609,7 @@ void copy_checkpoint(const std::string& from, const std::string& to,
 }
 
 // ---------------------------------------------------------------------------------------------
-// The `checkpoint` index file
-
-std::optional<CheckpointIndex> read_checkpoint_index(const std::string& dir) {
-  const std::string path = join_path(dir, kCheckpointIndexFile);
-  const auto bytes =
-      read_checkpoint_file(path, "checkpoint index", kMaxIndexBytes, /*follow_symlinks=*/false);
-  if (!bytes) return std::nullopt;
-  return parse_checkpoint_index(std::string(bytes->begin(), bytes->end()), path);
-}
-
-CheckpointIndex parse_checkpoint_index(const std::string& text, const std::string& path) {
-  CheckpointIndex index;
-  bool have_latest = false, have_preserved = false;
-  size_t pos = 0;
-  int line_no = 0;
-  while (pos < text.size()) {
-    size_t nl = text.find('\n', pos);
-    if (nl == std::string::npos) nl = text.size();
-    const std::string line = trim(text.substr(pos, nl - pos));
-    pos = nl + 1;
-    ++line_no;
-    if (line.empty() || line[0] == '#') continue;
-    const size_t colon = line.find(':');
-    if (colon == std::string::npos) {
-      throw CheckpointError(path, fmt::format("line {}: expected 'field: value' (not an index "
-                                              "that ModelSaver wrote)",
-                                              line_no));
-    }
-    const std::string key = trim(line.substr(0, colon));
-    const std::string value = trim(line.substr(colon + 1));
-    const auto bad = [&](const char* what) {
-      return CheckpointError(path, fmt::format("line {}: {} for '{}'", line_no, what, key));
-    };
-    if (key == "model_checkpoint_path" || key == "all_model_checkpoint_paths") {
-      std::string s;
-      if (!unquote(value, &s)) throw bad("not a quoted string");
-      if (key == "all_model_checkpoint_paths") {
-        index.all_model_checkpoint_paths.push_back(std::move(s));
-      } else {
-        if (have_latest)
-          throw CheckpointError(path, fmt::format("line {}: '{}' appears twice", line_no, key));
-        have_latest = true;
-        index.model_checkpoint_path = std::move(s);
-      }
-    } else if (key == "all_model_checkpoint_timestamps" || key == "last_preserved_timestamp") {
-      double v = 0;
-      if (!parse_double(value, &v)) throw bad("not a number");
-      if (key == "all_model_checkpoint_timestamps") {
-        index.all_model_checkpoint_timestamps.push_back(v);
-      } else {
-        if (have_preserved)
-          throw CheckpointError(path, fmt::format("line {}: '{}' appears twice", line_no, key));
-        have_preserved = true;
-        index.last_preserved_timestamp = v;
-      }
-    } else {
-      throw CheckpointError(path, fmt::format("line {}: an unknown field (not an index that "
-                                              "ModelSaver wrote)",
-                                              line_no));
-    }
-  }
-  if (!have_latest || index.model_checkpoint_path.empty()) {
-    throw CheckpointError(path, "names no checkpoint (no model_checkpoint_path)");
-  }
-  if (!index.all_model_checkpoint_timestamps.empty() &&
-      index.all_model_checkpoint_timestamps.size() != index.all_model_checkpoint_paths.size()) {
-    throw CheckpointError(path, fmt::format("has {} all_model_checkpoint_timestamps for {} "
-                                            "all_model_checkpoint_paths",
-                                            index.all_model_checkpoint_timestamps.size(),
-                                            index.all_model_checkpoint_paths.size()));
-  }
-  return index;
-}
-
-void write_checkpoint_index(const std::string& dir, const CheckpointIndex& index,
-                            const CheckpointWriteOptions& options) {
-  const std::string path = join_path(dir, kCheckpointIndexFile);
-  if (index.model_checkpoint_path.empty()) {
-    throw std::invalid_argument("write_checkpoint_index(" + path +
-                                "): model_checkpoint_path is empty");
-  }
-  if (!index.all_model_checkpoint_timestamps.empty() &&
-      index.all_model_checkpoint_timestamps.size() != index.all_model_checkpoint_paths.size()) {
-    throw std::invalid_argument(fmt::format(
-        "write_checkpoint_index({}): {} timestamps for {} paths", path,
-        index.all_model_checkpoint_timestamps.size(), index.all_model_checkpoint_paths.size()));
-  }
-  std::string text = "model_checkpoint_path: " + quote(index.model_checkpoint_path) + "\n";
-  for (const auto& p : index.all_model_checkpoint_paths) {
-    text += "all_model_checkpoint_paths: " + quote(p) + "\n";
-  }
-  for (const double t : index.all_model_checkpoint_timestamps) {
-    text += fmt::format("all_model_checkpoint_timestamps: {}\n", t);
-  }
-  if (index.last_preserved_timestamp != 0) {
-    text += fmt::format("last_preserved_timestamp: {}\n", index.last_preserved_timestamp);
-  }
-  replace_file_by_swap(path, join_path(dir, kCheckpointIndexSwapFile), text, options.fsync());
-}
-
-std::string index_entry_problem(const std::string& dir, const std::string& entry,
-                                std::string* prefix) {
-  if (entry.empty()) return "an empty path";
-  const fs::path named = fs::path(join_path(dir, entry)).lexically_normal();
-  // The checkpoint must be in the directory itself (ModelSaver writes it there): `..` paths and
-  // absolute paths elsewhere are refused, as is a subdirectory or a symlinked one.
-  std::error_code ec;
-  const fs::path here = fs::canonical(dir.empty() ? "." : dir, ec);
-  if (ec) return fmt::format("its directory {} cannot be read: {}", dir, ec.message());
-  const fs::path parent =
-      fs::weakly_canonical(named.has_parent_path() ? named.parent_path() : fs::path("."), ec);
-  if (ec || parent != here || named.filename().empty() || named.filename() == "." ||
-      named.filename() == "..") {
-    return fmt::format(
-        "a path outside the directory {} (the index names only checkpoints in "
-        "its own directory)",
-        dir);
-  }
-  const std::string data = named.string() + kDataSuffix;
-  struct stat st {};
-  if (::lstat(data.c_str(), &st) != 0) {
-    if (errno == ENOENT) return fmt::format("{} does not exist", data);
-    return fmt::format("{} cannot be read: {}", data, std::strerror(errno));
-  }
-  if (S_ISLNK(st.st_mode)) {
-    return fmt::format(
-        "{} is a symbolic link (ModelSaver writes regular files; a link in a "
-        "directory others can write may have been planted), not followed",
-        data);
-  }
-  if (!S_ISREG(st.st_mode)) return fmt::format("{} is not a regular file", data);
-  if (prefix != nullptr) *prefix = join_path(dir, named.filename().string());
-  return "";
-}
+// tensorpack's get_checkpoint_path
 
 std::string resolve_checkpoint_path(const std::string& path) {
   if (path.empty()) throw CheckpointError(path, "the checkpoint path is empty");
@@ -895,16 +627,17 @@ std::string resolve_checkpoint_path(const std::string& path) {
     }
     const std::string problem = index_entry_problem(dir, index->model_checkpoint_path, &p);
     // A missing file is reported below as "no such checkpoint", as for a path given directly.
-    if (ends_with(problem, " does not exist")) p = join_path(dir, index->model_checkpoint_path);
-    if (!problem.empty() && !ends_with(problem, " does not exist")) {
-      throw CheckpointError(join_path(dir, kCheckpointIndexFile),
+    if (has_suffix(problem, " does not exist"))
+      p = detail::join_checkpoint_path(dir, index->model_checkpoint_path);
+    if (!problem.empty() && !has_suffix(problem, " does not exist")) {
+      throw CheckpointError(detail::join_checkpoint_path(dir, kCheckpointIndexFile),
                             fmt::format("names \"{}\" as the latest checkpoint: {}",
                                         index->model_checkpoint_path, problem));
     }
   } else {
     // `.index`: what a TensorFlow user (or trainpack's format 1) names a checkpoint by.
-    for (const std::string suffix : {kDataSuffix, kFormat1IndexSuffix}) {
-      if (ends_with(p, suffix)) {
+    for (const std::string suffix : {detail::kCheckpointDataSuffix, kFormat1IndexSuffix}) {
+      if (has_suffix(p, suffix)) {
         const std::string q = p.substr(0, p.size() - suffix.size());
         TP_LOG_INFO("Checkpoint path {} is auto-corrected to {}.", p, q);
         p = q;
@@ -913,8 +646,8 @@ std::string resolve_checkpoint_path(const std::string& path) {
     }
   }
   if (!checkpoint_exists(p)) {
-    throw CheckpointError(p,
-                          fmt::format("no such checkpoint ({}{} does not exist)", p, kDataSuffix));
+    throw CheckpointError(p, fmt::format("no such checkpoint ({}{} does not exist)", p,
+                                         detail::kCheckpointDataSuffix));
   }
   return p;
 }

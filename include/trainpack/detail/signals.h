@@ -12,6 +12,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <string>
 #include <vector>
 
 namespace trainpack {
@@ -33,6 +34,9 @@ const std::vector<int>& default_stop_signals();
 // The signals whose default action ends the process and that a scheduler or a timer may send
 // (SIGALRM, SIGVTALRM, SIGPWR): announced, then their default action.
 const std::vector<int>& notice_signals();
+
+// "SIGINT", "SIGTERM", ..., "SIGPWR", else "signal <n>": the name of `sig` in messages.
+std::string signal_name(int sig);
 
 // Installs the handlers for its lifetime (when `enable`), restoring the previous ones after;
 // clears the pending signal on both ends. A stop signal that was ignored stays ignored; a notice

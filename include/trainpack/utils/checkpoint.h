@@ -1,201 +1,71 @@
-// Checkpoint files: the on-disk form of a name -> tensor map (ModelSaver writes them, the
-// SessionInit family and MinSaver read them). docs/save-load.md describes them for users.
-//
-// A checkpoint is named by its prefix, `<dir>/model-600`, and is one file:
-//   model-600.data   the tensors: torch::pickle_save of a Dict[str, Tensor] (PyTorch's zip
-//                    format), so that Python's `torch.load("model-600.data")` returns a dict;
-//                    the zip's archive comment is trainpack's checksum trailer (below)
-// and the directory's `checkpoint` index file, in TensorFlow's text form:
-//   model_checkpoint_path: "model-600"
-//   all_model_checkpoint_paths: "model-500"
-//   all_model_checkpoint_paths: "model-600"
-//   all_model_checkpoint_timestamps: 1763850000.5
-//   all_model_checkpoint_timestamps: 1763850060.25
-//   last_preserved_timestamp: 1763849940
-// with paths relative to the directory, oldest first.
-//
-// The trailer, exactly: the last bytes of the file are the zip comment
-//   trainpack-checkpoint 2 entries=42 crc32c=1a2b3c4d
-// (the format and its version, the number of tensors, and the CRC-32C, 8 lowercase hex digits,
-// of every byte of the file before the trailer, the zip end record with the comment's length
-// included). The reader is strict: the zip end record must be followed by exactly this text.
-// A truncated file has lost its trailer; a flipped byte fails the CRC.
-//
-// Durability: the file is written to a temporary name in the same directory, fsynced, renamed,
-// and the directory fsynced (utils/atomic_file.h), so a crash leaves either the old file or the
-// new one, never a partial one under the final name: a `model-600.data` exists only complete.
-//
-//   write_checkpoint("train_log/run/model-600", collect_training_state(trainer));
-//   TensorMap m = read_checkpoint(resolve_checkpoint_path("train_log/run"));  // the latest
-//
-// Errors: CheckpointError (a std::runtime_error) for anything wrong with a file that is read,
-// naming the file; std::runtime_error naming the file and the system's reason for a failed
-// write; std::invalid_argument for bad arguments.
-//
-// Differences from tensorpack (TensorFlow's checkpoints): the checkpoint is one file in PyTorch's
-// zip format (`torch.load` reads it) instead of TF's `.index` + `.data-00000-of-00001` bundle,
-// and it carries a checksum of the whole file; TF checks per-block CRCs, tensorpack adds no check
-// of its own. The `checkpoint` index keeps TF's text form, so tools that read it keep working.
-// Format 1 (trainpack before 2026-11-23) kept the checksum in a separate `model-600.index`; it is
-// refused with a message that says so. (One file instead of two: each file that a save creates
-// and a later save deletes costs a block free, which on some disks is a synchronous discard;
-// BENCHMARKS.md, "Checkpoints".)
+// Checkpoint files (tensorpack's checkpoints): a name -> tensor map in one file, `<prefix>.data`
+// (prefix `<dir>/model-600`): a zip archive that Python's torch.load reads, whose zip comment is a
+// checksum trailer. Written atomically and durably. Format and guarantees: docs/save-load.md.
+// Errors: CheckpointError naming a file that cannot be used; std::runtime_error naming the file
+// and the system's reason for a failed write; std::invalid_argument for bad arguments.
 #pragma once
 
 #include <map>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <torch/arg.h>
 
+#include "trainpack/utils/checkpoint_common.h"
+#include "trainpack/utils/checkpoint_index.h"  // once declared here: still included
+
 namespace trainpack {
 
 // The tensors of a checkpoint, by name, in name order.
 using TensorMap = std::map<std::string, at::Tensor>;
 
-// `t` as a TensorMap to be saved holds it: not requiring grad, on the CPU, sharing memory with `t`
-// where `t` is already there. detach() and to() are called only where they change something:
-// each is a dispatcher call, and together they were a sixth of collecting the main job's training
-// state (core/state.h, core/optimizer_state.h).
+// `t` as a checkpoint holds it: detached, on the CPU; `t` itself (no dispatcher call) when it is.
 inline at::Tensor checkpoint_form(const at::Tensor& t) {
   at::Tensor out = t.requires_grad() ? t.detach() : t;
   return out.is_cpu() ? out : out.to(at::kCPU);
 }
 
-// A checkpoint (or an index file) that cannot be used: missing, truncated, failing its checksum,
-// malformed. what() names the file and says what is wrong with it.
-class CheckpointError : public std::runtime_error {
- public:
-  CheckpointError(const std::string& path, const std::string& reason)
-      : std::runtime_error(path + ": " + reason), path_(path) {}
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-struct CheckpointWriteOptions {
-  // fsync every file and the directory (the default; off only for benchmarks and tests).
-  TORCH_ARG(bool, fsync) = true;
-};
-
-// Writes `tensors` as the checkpoint `prefix` (`<prefix>.data`), atomically and durably. Tensors
-// are saved from the CPU (moved there first); the data file's zip archive is streamed into the
-// temporary file from the tensors' own memory (the bytes that torch::jit::pickle_save would return,
-// plus the trailer), its CRC-32C computed on the way. Throws std::runtime_error naming the file and
-// the system's reason (e.g. "No space left on device", "File too large") when the file cannot be
-// written; the temporary file is removed and an existing checkpoint under `prefix` is left as it
-// was.
+// Writes `tensors` (from the CPU) as `<prefix>.data`. When the file cannot be written, the
+// temporary file is removed and an existing checkpoint under `prefix` is left as it was.
 void write_checkpoint(const std::string& prefix, const TensorMap& tensors,
                       const CheckpointWriteOptions& options = {});
 
 struct CheckpointReadOptions {
-  // Read only a regular file owned by this process's user, never through a symbolic link: for
-  // the checkpoints a job finds in its log directory by itself (auto-resume), where another user
-  // who can write the directory could have planted one. A checkpoint named explicitly (SaverRestore
-  // of a path the user gave) is read wherever it is.
+  // Read only a regular file owned by this process's user, never through a symbolic link (for
+  // what auto-resume finds by itself in a directory others may write).
   TORCH_ARG(bool, own_files_only) = false;
 };
 
-// Reads the checkpoint `prefix` and checks it against its trailer (CRC-32C, entry count), then
-// checks what LibTorch's reader does not: the zip archive's directory (every entry inside the
-// file), the pickle's length prefixes (before the unpickler allocates them), every storage
-// exactly as long as its record, and every tensor inside its storage (storage_offset + sum of
-// (size_i - 1) * stride_i < the storage's element count). Throws CheckpointError naming the file:
-// a missing or empty data file, a truncated one, a checksum mismatch, a malformed or missing
-// trailer (format 1 is named as such), a corrupt or crafted archive ("corrupt or crafted: the
-// tensor 'conv1.weight' does not fit in its storage ..."), data that PyTorch cannot decode; with
-// own_files_only, a link or another user's file.
+// Reads the checkpoint `prefix` after checking its trailer (CRC-32C, entry count) and what
+// LibTorch's reader trusts (zip directory, pickle lengths, storage and tensor bounds). Throws
+// CheckpointError naming the file and what is wrong (missing, truncated, corrupt or crafted).
 TensorMap read_checkpoint(const std::string& prefix, const CheckpointReadOptions& options = {});
 
-// read_checkpoint's checks and decoding of the bytes of a data file already read (`data`, the
-// whole file, trailer included); `path` names the file in errors. What the fuzzers run.
+// read_checkpoint on the bytes of a whole data file; `path` names it in errors.
 TensorMap decode_checkpoint(const std::vector<char>& data, const std::string& path);
 
-// Checks the checkpoint `prefix`'s file and trailer like read_checkpoint without decoding the
-// tensors: returns an empty string when it is valid, else the reason (the same text
-// CheckpointError would carry).
+// read_checkpoint's checks of file and trailer, no decoding: "" when they pass, else the message.
 std::string verify_checkpoint(const std::string& prefix, const CheckpointReadOptions& options = {});
 
-// True when `<prefix>.data` exists (the checkpoint was completely written, valid or not).
+// Whether `<prefix>.data` exists (complete, valid or not).
 bool checkpoint_exists(const std::string& prefix);
 
-// The trailer of checkpoint `prefix` (`trainpack-checkpoint 2 entries=... crc32c=...`), read
-// from the end of the file without reading the rest; nullopt when the file is missing or has no
-// valid trailer. Two checkpoints with the same fingerprint hold the same bytes, up to a CRC
-// collision (MinSaver uses it to tell whether its copy is of a given checkpoint).
+// The trailer of checkpoint `prefix`, read from the file's end only; nullopt when the file is
+// missing or its trailer invalid. Equal fingerprints: the same bytes, up to a CRC collision.
 std::optional<std::string> checkpoint_fingerprint(const std::string& prefix);
 
-// Deletes checkpoint `prefix`. A missing file is not an error; other failures are logged as
-// warnings.
+// Deletes checkpoint `prefix`; a missing file is no error, other failures are warnings.
 void remove_checkpoint(const std::string& prefix);
 
-// Copies checkpoint `from` to `to` (another prefix, same or other directory), atomically and
-// durably, after checking it; MinSaver's copy. Throws CheckpointError for a bad source,
-// std::runtime_error naming the file when the copy cannot be written.
+// Copies checkpoint `from` to the prefix `to`, atomically and durably, after checking it.
 void copy_checkpoint(const std::string& from, const std::string& to,
                      const CheckpointWriteOptions& options = {});
 
-// The `checkpoint` index file of a directory (TensorFlow's CheckpointState).
-struct CheckpointIndex {
-  // The latest checkpoint, relative to the directory ("model-600").
-  std::string model_checkpoint_path;
-  // Every checkpoint the saver keeps track of, oldest first (the latest is last).
-  std::vector<std::string> all_model_checkpoint_paths;
-  // Save times (seconds since the epoch), one per entry of all_model_checkpoint_paths.
-  std::vector<double> all_model_checkpoint_timestamps;
-  // The save time of the last checkpoint kept by the hours rule (0 when none).
-  double last_preserved_timestamp = 0;
-};
-
-// The file name of the index in a checkpoint directory.
-constexpr const char* kCheckpointIndexFile = "checkpoint";
-// The index's swap file beside it: write_checkpoint_index writes the new index into it and
-// exchanges the two names (replace_file_by_swap), so it holds the index as it was before the
-// latest write, which may name checkpoints deleted since. Nothing reads it.
-constexpr const char* kCheckpointIndexSwapFile = "checkpoint.previous";
-
-// Reads `<dir>/checkpoint`; nullopt when there is none. Throws CheckpointError naming the file
-// when it is malformed (an unknown field, a bad quote, timestamps not matching the paths, no
-// model_checkpoint_path), or a symbolic link (never followed: ModelSaver writes a regular file).
-// The messages give the line and field, never the file's text: it may not be the job's to show. Accepts what TensorFlow writes: blank lines and `#` comments, spaces
-// around the ':', single or double quotes with C escapes, and no timestamps (older TF).
-std::optional<CheckpointIndex> read_checkpoint_index(const std::string& dir);
-
-// The parser of read_checkpoint_index, on the index's text; `path` names the file in errors.
-CheckpointIndex parse_checkpoint_index(const std::string& text, const std::string& path);
-
-// Replaces `<dir>/checkpoint` atomically and durably (with options.fsync), through the swap file
-// `<dir>/checkpoint.previous` (utils/atomic_file.h: replace_file_by_swap). Writes the fields in
-// the order shown at the top, strings escaped as protobuf's text format does (\" \\ \n and octal
-// for bytes outside printable ASCII), numbers in their shortest exact form; a
-// last_preserved_timestamp of 0 is left out, as proto3 leaves out zero fields. Throws
-// std::invalid_argument for an empty model_checkpoint_path or timestamps that do not match the
-// paths, std::runtime_error naming the file when it cannot be written.
-void write_checkpoint_index(const std::string& dir, const CheckpointIndex& index,
-                            const CheckpointWriteOptions& options = {});
-
-// Checks an entry of the `checkpoint` index of `dir` (a model_checkpoint_path or one of the
-// all_model_checkpoint_paths): returns "" and sets `*prefix` (when given) to `<dir>/<name>` when
-// it names a checkpoint in `dir` itself whose `.data` is a regular file (not a link to one); else
-// the reason, e.g. "a path outside the directory ..." (`../../etc/passwd`, an absolute path
-// elsewhere), "... does not exist", "... is a symbolic link ...", "... is not a regular file". An index entry
-// with a problem is ignored by the readers of the index, with a warning (or, where it is all
-// there is to go by, a CheckpointError).
-std::string index_entry_problem(const std::string& dir, const std::string& entry,
-                                std::string* prefix = nullptr);
-
-// tensorpack's get_checkpoint_path: turns what a user may give into a checkpoint prefix.
-//   "<dir>/checkpoint" or "<dir>"      -> the latest checkpoint that the index names
-//   "<dir>/model-600.data" / ".index"  -> "<dir>/model-600" (logged as auto-corrected; `.index`
-//                                         is what TensorFlow users name a checkpoint by)
-//   "model-600"                        -> "./model-600"
-// Throws CheckpointError naming the path when nothing usable is there (no index in a directory,
-// an index naming nothing, or a latest entry with a problem: index_entry_problem; no
-// `<prefix>.data` file).
+// tensorpack's get_checkpoint_path: the prefix of the checkpoint that `path` names (a directory
+// or its `checkpoint` file: the index's latest; `.data` or `.index` removed, logged; a bare name
+// in "."). Throws CheckpointError naming the path when no checkpoint is there.
 std::string resolve_checkpoint_path(const std::string& path);
 
 }  // namespace trainpack
