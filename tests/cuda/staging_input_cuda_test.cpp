@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/batches.h"
 #include "support/cuda.h"
 #include "support/linear_regression.h"
 #include "trainpack/input/dataflow.h"
@@ -26,6 +27,8 @@
 
 namespace trainpack {
 namespace staging_input_cuda_test {
+
+using testing::expect_same_batches;
 
 // Datapoints {x: float [2] = (i, -i), y: long i} for i in [0, 10), shuffled (seeded), in batches
 // of 2: 5 batches a pass.
@@ -96,20 +99,6 @@ std::vector<std::vector<at::Tensor>> take_on_gpu(StagingInput& input, int64_t n,
   (void)sync_error;
 #endif
   return clones;
-}
-
-void expect_same_batches(const std::vector<std::vector<at::Tensor>>& a,
-                         const std::vector<std::vector<at::Tensor>>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t k = 0; k < a.size(); ++k) {
-    ASSERT_EQ(a[k].size(), b[k].size()) << "batch " << k;
-    for (size_t c = 0; c < a[k].size(); ++c) {
-      EXPECT_EQ(a[k][c].scalar_type(), b[k][c].scalar_type()) << "batch " << k;
-      EXPECT_TRUE(a[k][c].equal(b[k][c])) << "batch " << k << " component " << c << ":\n"
-                                          << a[k][c] << "\nvs\n"
-                                          << b[k][c];
-    }
-  }
 }
 
 class StagingInputCuda : public ::testing::TestWithParam<int64_t> {};

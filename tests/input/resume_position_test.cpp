@@ -19,6 +19,7 @@
 
 #include <ATen/ATen.h>
 
+#include "support/batches.h"
 #include "support/errors.h"
 #include "support/source_trainer.h"
 #include "trainpack/core/state.h"
@@ -31,6 +32,7 @@
 namespace trainpack {
 namespace resume_position_test {
 
+using testing::expect_same_batches;
 using testing::SourceTrainer;
 using testing::wait_until;
 
@@ -70,20 +72,6 @@ std::vector<std::vector<at::Tensor>> take(Kind kind, DataFlowPtr flow, const Inp
   trainer.main_loop(steps, 1, 1);
   if (state != nullptr) *state = trainer.position_callback().state();
   return trainer.batches;
-}
-
-void expect_same_batches(const std::vector<std::vector<at::Tensor>>& a,
-                         const std::vector<std::vector<at::Tensor>>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t k = 0; k < a.size(); ++k) {
-    ASSERT_EQ(a[k].size(), b[k].size()) << "batch " << k;
-    for (size_t c = 0; c < a[k].size(); ++c) {
-      EXPECT_EQ(a[k][c].scalar_type(), b[k][c].scalar_type()) << "batch " << k;
-      EXPECT_TRUE(a[k][c].equal(b[k][c])) << "batch " << k << " component " << c << ":\n"
-                                          << a[k][c] << "\nvs\n"
-                                          << b[k][c];
-    }
-  }
 }
 
 // Datapoints {x: float [2] = (i, -i), y: long i} for i in [0, n).

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/batches.h"
 #include "support/errors.h"
 #include "support/linear_regression.h"
 #include "support/source_trainer.h"
@@ -32,6 +33,7 @@
 namespace trainpack {
 namespace staging_input_test {
 
+using testing::expect_same_batches;
 using testing::SourceTrainer;
 using testing::wait_until;
 
@@ -60,18 +62,6 @@ std::shared_ptr<StagingInput> staged_queue(DataFlowPtr flow, int64_t nr_stage,
   return std::make_shared<StagingInput>(
       std::make_shared<QueueInput>(std::move(flow), QueueInputOptions().capacity(capacity)),
       StagingInputOptions().nr_stage(nr_stage));
-}
-
-void expect_same_batches(const std::vector<std::vector<at::Tensor>>& a,
-                         const std::vector<std::vector<at::Tensor>>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t k = 0; k < a.size(); ++k) {
-    ASSERT_EQ(a[k].size(), b[k].size()) << "batch " << k;
-    for (size_t c = 0; c < a[k].size(); ++c) {
-      EXPECT_EQ(a[k][c].scalar_type(), b[k][c].scalar_type()) << "batch " << k;
-      EXPECT_TRUE(a[k][c].equal(b[k][c])) << "batch " << k << " component " << c;
-    }
-  }
 }
 
 // The batches of `steps` steps (one epoch) of a trainer over `source`.
