@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include "support/step_trainer.h"
 #include "trainpack/callbacks/misc.h"
 
 namespace trainpack {
@@ -16,6 +17,7 @@ namespace testing_test {
 using testing::ActionCallback;
 using testing::FakeClock;
 using testing::LogCapture;
+using testing::StepTrainer;
 using testing::Trace;
 using testing::TraceCallback;
 
@@ -64,14 +66,9 @@ TEST(TestingTools, ActionCallbackAsksForTensorsAndSeesThem) {
     ASSERT_NE(self.values, nullptr);
     seen.push_back((*self.values)["x"].item<double>());
   };
-  class Publishes : public Trainer {
-    void run_step() override {
-      hooked_run([this](StepContext& ctx) {
-        ctx.publish("x", torch::scalar_tensor(static_cast<double>(global_step())));
-      });
-    }
-  } trainer;
-  trainer.set_handle_signals(false);
+  StepTrainer trainer([](StepContext& ctx, int64_t gs) {
+    ctx.publish("x", torch::scalar_tensor(static_cast<double>(gs)));
+  });
   trainer.train({probe}, {}, 3, 1, 1);
   EXPECT_EQ(seen, (std::vector<double>{0, 1, 2}));
   EXPECT_EQ(probe->values, nullptr);  // only set during after_run

@@ -21,6 +21,7 @@
 
 #include "support/errors.h"
 #include "support/temp_dir.h"
+#include "support/tower_function_trainer.h"
 #include "trainpack/callbacks/misc.h"
 #include "trainpack/callbacks/param.h"
 #include "trainpack/callbacks/summary.h"
@@ -37,6 +38,7 @@ namespace callback_state_test {
 using testing::ActionCallback;
 using ::testing::HasSubstr;
 using testing::message_of;
+using testing::TowerFunctionTrainer;
 
 // ---- harness ----
 
@@ -502,19 +504,6 @@ TEST(CallbackState, EstimatedTimeLeftStateThatDoesNotFit) {
 
 // ---- moving averages ----
 
-// A trainer whose step runs a tower function through a main training TowerContext, as
-// SingleCostTrainer does; `tower` gets the global step before the step's increment.
-class TowerTrainer : public Trainer {
- public:
-  std::function<void(TowerContext&, int64_t)> tower;
-  void run_step() override {
-    hooked_run([&](StepContext& ctx) {
-      TowerContext t("tower0", /*is_training=*/true, &ctx, &tower_registry());
-      if (tower) tower(t, global_step());
-    });
-  }
-};
-
 // Deterministic, irregular values.
 double value_at(int64_t gs, double salt) {
   return 0.5 + 0.3 * std::sin(static_cast<double>(gs) * 1.7 + salt) +
@@ -545,7 +534,7 @@ TEST(CallbackState, MovingAverageSummaryResumedMidEpochContinuesEveryAverage) {
   std::vector<std::vector<float>> full;
   CallbackState full_state;
   {
-    TowerTrainer trainer;
+    TowerFunctionTrainer trainer;
     trainer.tower = tower;
     auto mas = std::make_shared<MovingAverageSummary>();
     full_state = run(trainer, {mas, record_averages(&full)}, {}, spe, max_epoch).states[0];
@@ -560,14 +549,14 @@ TEST(CallbackState, MovingAverageSummaryResumedMidEpochContinuesEveryAverage) {
     std::vector<std::vector<float>> resumed;
     Saved saved;
     {
-      TowerTrainer trainer;
+      TowerFunctionTrainer trainer;
       trainer.tower = tower;
       saved =
           run(trainer,
               {std::make_shared<MovingAverageSummary>(), record_averages(&resumed), stop_at(stop)},
               {}, spe, max_epoch);
     }
-    TowerTrainer trainer;
+    TowerFunctionTrainer trainer;
     trainer.tower = tower;
     const Saved end = run(trainer,
                           {std::make_shared<MovingAverageSummary>(), record_averages(&resumed),
@@ -611,7 +600,7 @@ TEST(CallbackState, RestoredMovingAveragesKeepTheTowersOrder) {
 }
 
 TEST(CallbackState, MovingAverageSummaryStateThatDoesNotFit) {
-  TowerTrainer trainer;
+  TowerFunctionTrainer trainer;
   auto mas = std::make_shared<MovingAverageSummary>();
   EXPECT_THROW(mas->load_state({}), std::logic_error);  // before setup_graph
   trainer.setup_callbacks({mas}, {});
@@ -634,7 +623,7 @@ TEST(CallbackState, MovingAverageSummaryStateThatDoesNotFit) {
               }),
               HasSubstr("the saved moving average 'cost' has updates 0 and decay 0.95"));
   // Another collection keeps no state, and accepts only an empty one.
-  TowerTrainer trainer2;
+  TowerFunctionTrainer trainer2;
   auto other = std::make_shared<MovingAverageSummary>("my_ops");
   trainer2.setup_callbacks({other}, {});
   EXPECT_TRUE(other->state().empty());
@@ -664,7 +653,7 @@ TEST(CallbackState, SimpleMovingAverageResumedMidWindowPutsTheSameMeans) {
   auto full = std::make_shared<ScalarRecorder>();
   CallbackState full_state;
   {
-    TowerTrainer trainer;
+    TowerFunctionTrainer trainer;
     trainer.tower = tower;
     full_state = run(trainer, {make()}, {full}, spe, max_epoch).states[0];
   }
@@ -677,12 +666,12 @@ TEST(CallbackState, SimpleMovingAverageResumedMidWindowPutsTheSameMeans) {
     auto first = std::make_shared<ScalarRecorder>();
     Saved saved;
     {
-      TowerTrainer trainer;
+      TowerFunctionTrainer trainer;
       trainer.tower = tower;
       saved = run(trainer, {make(), stop_at(stop)}, {first}, spe, max_epoch);
     }
     auto second = std::make_shared<ScalarRecorder>();
-    TowerTrainer trainer;
+    TowerFunctionTrainer trainer;
     trainer.tower = tower;
     const Saved end =
         run(trainer, {make(), std::make_shared<ActionCallback>()}, {second}, spe, max_epoch, saved);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "support/learning_rate.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/console.h"
 #include "trainpack/callbacks/misc.h"
@@ -63,9 +64,7 @@ class ConsoleTest : public testing::TempDirTest {
     double lr = 0.1;
     NoOpTrainer trainer;
     trainer.set_handle_signals(false);
-    trainer.graph().add_variable(
-        "learning_rate", [&] { return lr; }, [&](double v) { lr = v; }, true,
-        ValueRange().min_exclusive(0));
+    testing::add_learning_rate_variable(trainer.graph(), &lr);
     auto report = std::make_shared<ActionCallback>();
     report->before_epoch_fn = [&](ActionCallback& self) {
       result.lr_at_start.push_back(python_float_repr(lr));

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "support/errors.h"
+#include "support/model_trainer.h"
 #include "support/stat_putter.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/early_stopping.h"
@@ -35,28 +36,20 @@ using testing::stat_putter;
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// A NoOpTrainer with a small module and optimizer (what ModelSaver and SaverRestore need).
-struct ModelTrainer {
-  torch::nn::Linear net{nullptr};
-  std::unique_ptr<torch::optim::SGD> opt;
-  NoOpTrainer trainer;
+// A testing::ModelTrainer (plain SGD, signals not handled) that trains 2 steps per epoch and
+// records the epochs that began.
+struct EpochRecordingTrainer : testing::ModelTrainer {
   std::vector<int64_t> epochs;  // the epochs that began
 
-  ModelTrainer() {
-    torch::manual_seed(1);
-    net = torch::nn::Linear(torch::nn::LinearOptions(3, 2));
-    opt = std::make_unique<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.1));
-    trainer.graph().add_module("", net.ptr());
-    trainer.graph().add_optimizer("", opt.get());
-    trainer.set_handle_signals(false);
-  }
+  EpochRecordingTrainer()
+      : ModelTrainer(testing::ModelTrainerOptions().momentum(0).handle_signals(false)) {}
   // Trains 2 steps per epoch up to `max_epoch` (or until a StopTraining).
   void train(std::vector<CallbackPtr> callbacks, int64_t max_epoch,
              std::shared_ptr<SessionInit> init = nullptr) {
     auto rec = std::make_shared<ActionCallback>();
     rec->before_epoch_fn = [this](ActionCallback& self) { epochs.push_back(self.epoch_num()); };
     callbacks.insert(callbacks.begin(), rec);
-    trainer.train(callbacks, {}, 2, 1, max_epoch, std::move(init));
+    ModelTrainer::train(callbacks, 2, max_epoch, std::move(init));
   }
   int64_t last_epoch() const { return epochs.empty() ? 0 : epochs.back(); }
 };
@@ -65,7 +58,7 @@ struct ModelTrainer {
 // epoch that ran.
 int64_t stop_epoch(std::map<int64_t, double> values, std::shared_ptr<EarlyStopping> es,
                    int64_t max_epoch = 20) {
-  ModelTrainer m;
+  EpochRecordingTrainer m;
   m.train({stat_putter("val-error", std::move(values)), es}, max_epoch);
   return m.last_epoch();
 }
@@ -148,7 +141,7 @@ TEST(EarlyStopping, OnlyNewValuesAreCounted) {
 // validation has run, listing the stats that exist.
 TEST(EarlyStopping, AMisspeltStatStopsTrainingOnceTheValidationHasRun) {
   auto es = std::make_shared<EarlyStopping>("val-eror", EarlyStoppingOptions().patience(1));
-  ModelTrainer m;
+  EpochRecordingTrainer m;
   // A StopTraining would end training without an exception: the run fails instead.
   const std::string msg = message_of<CallbackError>([&] {
     m.train({stat_putter("val-error", {{2, 0.5}, {3, 0.25}}), es}, 3);
@@ -262,13 +255,13 @@ TEST_F(EarlyStoppingResumeTest, AResumedRunContinuesTheCount) {
     SCOPED_TRACE(saver_first ? "ModelSaver before EarlyStopping" : "EarlyStopping first");
     fs_clear();
     {
-      ModelTrainer uninterrupted;
+      EpochRecordingTrainer uninterrupted;
       uninterrupted.train(callbacks(make(), saver_first), 20);
       ASSERT_EQ(uninterrupted.last_epoch(), 5);
     }
     fs_clear();
     {
-      ModelTrainer run1;
+      EpochRecordingTrainer run1;
       run1.train(callbacks(make(), saver_first), 3);  // ends at epoch 3 with one check waiting
     }
     // The checkpoint of epoch 3 counted epoch 3's value, whichever ran first.
@@ -277,7 +270,7 @@ TEST_F(EarlyStoppingResumeTest, AResumedRunContinuesTheCount) {
     EXPECT_EQ(saved.at("callback/EarlyStopping/best_epoch").item<int64_t>(), 2);
     EXPECT_EQ(saved.at("callback/EarlyStopping/last_step").item<int64_t>(), 6);
 
-    ModelTrainer run2;
+    EpochRecordingTrainer run2;
     auto es = make();
     LogCapture log;
     run2.train(callbacks(es, saver_first), 20, std::make_shared<SaverRestore>(dir().string()));

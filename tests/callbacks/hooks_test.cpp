@@ -21,6 +21,7 @@
 #include "support/command.h"
 #include "support/errors.h"
 #include "support/files.h"
+#include "support/step_trainer.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/hooks.h"
 #include "trainpack/core/graph.h"
@@ -35,6 +36,7 @@ namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::message_of;
+using testing::StepTrainer;
 using testing::Trace;
 using testing::trace_line;
 
@@ -73,18 +75,6 @@ class AfterRunOnly : public StepHook {
   void after_run(const StepContext&, const RunValues&) override { ++calls; }
 };
 class EmptyHook : public StepHook {};
-
-// A trainer whose step calls `step(ctx, gs)` (gs: the global step before the increment).
-class StepTrainer : public Trainer {
- public:
-  std::function<void(StepContext&, int64_t)> step;
-  StepTrainer() { set_handle_signals(false); }
-  void run_step() override {
-    hooked_run([this](StepContext& ctx) {
-      if (step) step(ctx, global_step());
-    });
-  }
-};
 
 // ---------------------------------------------------------------------------------------------
 // HookToCallback
@@ -540,21 +530,14 @@ TEST_F(LocalDebugHookTest, OnATerminalContinueInTheConsoleKeepsTraining) {
 // A step of two hooked runs that publish different names (a GAN's discriminator and generator
 // runs): every-tensor mode learns the names of each run and never asks a run for the other's.
 TEST_F(LocalDebugHookTest, EveryTensorModeLearnsTheNamesOfEachHookedRunOfAStep) {
-  class TwoRunTrainer : public Trainer {
-   public:
-    TwoRunTrainer() { set_handle_signals(false); }
-    void run_step() override {
-      hooked_run([this](StepContext& ctx) {
-        ctx.publish("d_loss", at::full({}, static_cast<double>(global_step())));
-      });
-      if (stop_requested()) return;
-      hooked_run([this](StepContext& ctx) {
-        const double gs = static_cast<double>(global_step());
-        ctx.publish("g_loss", at::full({}, gs == 5 ? std::nan("") : gs));
-      });
-    }
+  testing::TwoRunTrainer trainer;
+  trainer.first = [](StepContext& ctx, int64_t gs) {
+    ctx.publish("d_loss", at::full({}, static_cast<double>(gs)));
   };
-  TwoRunTrainer trainer;
+  trainer.second = [](StepContext& ctx, int64_t step) {
+    const double gs = static_cast<double>(step);
+    ctx.publish("g_loss", at::full({}, gs == 5 ? std::nan("") : gs));
+  };
   auto debug = std::make_shared<LocalDebugHook>(LocalDebugHookOptions().action(DebugAction::kStop));
   testing::LogCapture log;
   trainer.train({debug}, {}, 2, 1, 3);

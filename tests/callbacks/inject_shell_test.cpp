@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/learning_rate.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/inject_shell.h"
 #include "trainpack/core/trainer.h"
@@ -388,9 +389,7 @@ class InjectShellFile : public testing::TempDirTest {
     double lr = 0.1;
     NoOpTrainer trainer;
     trainer.set_handle_signals(false);
-    trainer.graph().add_variable(
-        "learning_rate", [&] { return lr; }, [&](double v) { lr = v; }, true,
-        ValueRange().min_exclusive(0));
+    testing::add_learning_rate_variable(trainer.graph(), &lr);
     int64_t last_epoch = 0;
     auto before = std::make_shared<testing::ActionCallback>();
     before->before_epoch_fn = [&](testing::ActionCallback& self) {

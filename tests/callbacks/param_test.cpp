@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "support/errors.h"
+#include "support/learning_rate.h"
 #include "support/temp_dir.h"
 #include "trainpack/core/trainer.h"
 #include "trainpack/utils/float_repr.h"
@@ -905,11 +906,7 @@ TEST_F(HumanHyperParamSetterTest, NullParamThrows) {
 class HumanHyperParamSetterRangeTest : public HumanHyperParamSetterTest {
  protected:
   // A "learning_rate" graph variable with the learning rate's range, as SingleCostTrainer binds it.
-  void add_learning_rate() {
-    trainer_.graph().add_variable(
-        "learning_rate", [this] { return lr_; }, [this](double v) { lr_ = v; }, true,
-        ValueRange().min_exclusive(0));
-  }
+  void add_learning_rate() { testing::add_learning_rate_variable(trainer_.graph(), &lr_); }
   double lr_ = 0.5;
 };
 
@@ -920,9 +917,7 @@ TEST_F(HumanHyperParamSetterRangeTest, NanInfNegativeAndZeroLearningRatesAreRefu
     SCOPED_TRACE(bad);
     LogCapture log;
     NoOpTrainer trainer;  // a fresh trainer per value, sharing the variable
-    trainer.graph().add_variable(
-        "learning_rate", [this] { return lr_; }, [this](double v) { lr_ = v; }, true,
-        ValueRange().min_exclusive(0));
+    testing::add_learning_rate_variable(trainer.graph(), &lr_);
     write("other: 3\nlearning_rate: " + bad + "\n");
     trainer.set_handle_signals(false);
     trainer.train({std::make_shared<HumanHyperParamSetter>("learning_rate")}, {}, 1, 1, 2);
@@ -1090,9 +1085,7 @@ TEST_F(SetterRangeTest, AStatMonitorGivingANegativeValueIsRefused) {
 }
 
 TEST_F(SetterRangeTest, AGraphVarParamsRangeIsWithinTheVariables) {
-  trainer_.graph().add_variable(
-      "learning_rate", [this] { return value_; }, [this](double v) { value_ = v; }, true,
-      ValueRange().min_exclusive(0));
+  testing::add_learning_rate_variable(trainer_.graph(), &value_);
   auto p = std::make_shared<GraphVarParam>("learning_rate", ValueRange().max(0.5));
   auto setter = std::make_shared<HyperParamSetterWithFunc>(
       p, [](int64_t e, double) { return e == 0 ? 0.25 : 0.75; });
@@ -1106,9 +1099,7 @@ TEST_F(SetterRangeTest, AGraphVarParamsRangeIsWithinTheVariables) {
 }
 
 TEST_F(SetterRangeTest, AGraphVarParamWhoseRangeLeavesNoValueFailsAtSetup) {
-  trainer_.graph().add_variable(
-      "learning_rate", [this] { return value_; }, [this](double v) { value_ = v; }, true,
-      ValueRange().min_exclusive(0));
+  testing::add_learning_rate_variable(trainer_.graph(), &value_);
   auto setter = std::make_shared<HyperParamSetterWithFunc>(
       std::make_shared<GraphVarParam>("learning_rate", ValueRange().max(0)),
       [](int64_t, double x) { return x; });

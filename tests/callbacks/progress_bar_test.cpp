@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "support/step_trainer.h"
 #include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
 
@@ -384,14 +385,9 @@ TEST(ProgressBar, ZeroStepsPerEpochDrawsNothing) {
 }
 
 TEST(ProgressBar, NonScalarValueIsAnError) {
-  class MatrixTrainer : public Trainer {
-   public:
-    void run_step() override {
-      hooked_run([](StepContext& ctx) { ctx.publish("m", at::zeros({2, 3})); });
-    }
-  };
-  MatrixTrainer trainer;
-  trainer.set_handle_signals(false);
+  testing::StepTrainer trainer([](StepContext& ctx, int64_t) {
+    ctx.publish("m", at::zeros({2, 3}));
+  });
   auto bar = std::make_shared<ProgressBar>(
       ProgressBarOptions().names({"m"}).refresh_interval(0.0).sink([](std::string_view) {}));
   try {

@@ -29,6 +29,7 @@
 #include "support/errors.h"
 #include "support/files.h"
 #include "support/linear_regression.h"
+#include "support/model_trainer.h"
 #include "support/stat_putter.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/inference.h"
@@ -52,28 +53,8 @@ using testing::ActionCallback;
 using testing::FileSizeLimit;
 using testing::LogCapture;
 using testing::message_of;
+using testing::ModelTrainer;
 using testing::read_text;
-
-// A NoOpTrainer with a small module and an SGD-momentum optimizer, registered as
-// SingleCostTrainer registers them.
-struct ModelTrainer {
-  torch::nn::Linear net{torch::nn::LinearOptions(3, 2)};
-  std::unique_ptr<torch::optim::SGD> opt;
-  NoOpTrainer trainer;
-
-  ModelTrainer() {
-    torch::manual_seed(1);
-    net = torch::nn::Linear(torch::nn::LinearOptions(3, 2));
-    opt = std::make_unique<torch::optim::SGD>(net->parameters(),
-                                              torch::optim::SGDOptions(0.1).momentum(0.9));
-    trainer.graph().add_module("", net.ptr());
-    trainer.graph().add_optimizer("", opt.get());
-  }
-  void train(const std::vector<CallbackPtr>& callbacks, int64_t steps_per_epoch, int64_t max_epoch,
-             std::shared_ptr<SessionInit> init = nullptr) {
-    trainer.train(callbacks, {}, steps_per_epoch, 1, max_epoch, std::move(init));
-  }
-};
 
 // The checkpoints (`model-*`, `min-*`, `max-*` prefixes of `.data` files) and any other file in
 // `dir`, as one string: "model-2 model-4 | checkpoint". The index's swap file
@@ -291,9 +272,8 @@ TEST_F(SaverTest, AFreshRunWhereAnotherRunSavedIsRefusedAndChangesNothing) {
   const std::string before = listing(dir());
   const std::string model3 = read_text(dir() / "model-3.data");
   ModelTrainer run2;
-  const std::string what = message_of([&] {
-    run2.train({std::make_shared<ModelSaver>(options())}, 3, 2);
-  });
+  const std::string what =
+      message_of([&] { run2.train({std::make_shared<ModelSaver>(options())}, 3, 2); });
   EXPECT_NE(what.find("ModelSaver: " + dir().string() +
                       " holds the checkpoints of another run (checkpoint, model-3.data, "
                       "model-6.data), and this run starts from scratch: its saves would replace "
@@ -963,11 +943,7 @@ TEST_F(SaverTest, AnExplicitFilenameMustBeSafeAndNotACheckpointName) {
 // place, as in training (the NoOpTrainer's own steps change nothing).
 std::shared_ptr<ActionCallback> sgd_stepper(ModelTrainer* m) {
   auto cb = std::make_shared<ActionCallback>();
-  cb->trigger_step_fn = [m](ActionCallback&) {
-    m->opt->zero_grad();
-    m->net->forward(torch::ones({4, 3})).pow(2).sum().backward();
-    m->opt->step();
-  };
+  cb->trigger_step_fn = [m](ActionCallback&) { m->sgd_step(); };
   return cb;
 }
 

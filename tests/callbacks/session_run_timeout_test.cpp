@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "support/errors.h"
+#include "support/step_trainer.h"
 #include "trainpack/callbacks/steps.h"
 #include "trainpack/core/exceptions.h"
 #include "trainpack/core/trainer.h"
@@ -31,22 +32,9 @@ using ::testing::HasSubstr;
 using testing::LogCapture;
 using ::testing::MatchesRegex;
 using testing::message_of;
+using testing::StepTrainer;
 using testing::Trace;
 using testing::TraceCallback;
-
-// A trainer without a model whose hooked run calls `step` (with the global_step it runs at).
-class StepTrainer : public Trainer {
- public:
-  explicit StepTrainer(std::function<void(int64_t)> step) : step_(std::move(step)) {
-    set_handle_signals(false);
-  }
-  void run_step() override {
-    hooked_run([this](StepContext&) { step_(global_step()); });
-  }
-
- private:
-  std::function<void(int64_t)> step_;
-};
 
 // The SessionRunTimeoutError nested in the CallbackError that `train` throws; fails the test and
 // returns null when it is not one.
@@ -115,7 +103,7 @@ TEST(SessionRunTimeout, ATimeoutBeyondTenToTheTwelveMsIsAnError) {
 
 TEST(SessionRunTimeout, StepsWithinTheTimeoutNeverFail) {
   auto trace = std::make_shared<Trace>();
-  StepTrainer trainer([](int64_t) {});
+  StepTrainer trainer([](StepContext&, int64_t) {});
   trainer.train(
       {std::make_shared<SessionRunTimeout>(60000), std::make_shared<TraceCallback>(trace)}, {}, 25,
       1, 4);
@@ -127,7 +115,7 @@ TEST(SessionRunTimeout, StepsWithinTheTimeoutNeverFail) {
 // a minute, so the watchdog never ends the process.
 TEST(SessionRunTimeout, ALateStepFailsTrainingNamingTheStepAndTheTime) {
   auto trace = std::make_shared<Trace>();
-  StepTrainer trainer([](int64_t gs) {
+  StepTrainer trainer([](StepContext&, int64_t gs) {
     if (gs == 3) std::this_thread::sleep_for(std::chrono::milliseconds(300));
   });
   LogCapture log;
@@ -151,7 +139,7 @@ TEST(SessionRunTimeout, ALateStepFailsTrainingNamingTheStepAndTheTime) {
 }
 
 TEST(SessionRunTimeout, ALateRunInASecondEpochNamesItsGlobalStep) {
-  StepTrainer trainer([](int64_t gs) {
+  StepTrainer trainer([](StepContext&, int64_t gs) {
     if (gs == 7) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   });
   auto error = train_expecting_timeout(trainer, {std::make_shared<SessionRunTimeout>(50)}, 5, 3);
@@ -167,7 +155,7 @@ TEST(SessionRunTimeout, AHungRunIsEndedAfterTheGracePeriodWithExitCode124) {
   std::mutex m;
   std::condition_variable cv;
   std::vector<int> exit_codes;  // guarded by m
-  StepTrainer trainer([&](int64_t gs) {
+  StepTrainer trainer([&](StepContext&, int64_t gs) {
     if (gs != 2) return;
     std::unique_lock<std::mutex> lock(m);
     // Bounded, so that a watchdog that never fires fails the test instead of hanging it.
@@ -213,7 +201,7 @@ TEST(SessionRunTimeout, NoThreadOutlivesTraining) {
   auto probe = std::make_shared<testing::ActionCallback>();
   probe->trigger_step_fn = [&](testing::ActionCallback&) { during = threads(); };
   auto timeout = std::make_shared<SessionRunTimeout>(60000);
-  StepTrainer trainer([](int64_t) {});
+  StepTrainer trainer([](StepContext&, int64_t) {});
   trainer.train({timeout, probe}, {}, 1, 1, 1);
   EXPECT_EQ(during, before + 1);
   EXPECT_EQ(threads(), before);

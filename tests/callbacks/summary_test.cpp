@@ -23,6 +23,7 @@
 #include "support/event_reader.h"
 #include "support/files.h"
 #include "support/temp_dir.h"
+#include "support/tower_function_trainer.h"
 #include "trainpack/callbacks/graph.h"
 #include "trainpack/callbacks/json_writer.h"
 #include "trainpack/callbacks/param.h"
@@ -42,27 +43,8 @@ using ::testing::HasSubstr;
 using testing::LogCapture;
 using testing::message_of;
 using testing::read_text;
+using testing::TowerFunctionTrainer;
 using testing::Trace;
-
-// A trainer whose step runs a tower function through a main training TowerContext, as
-// SingleCostTrainer does; `tower` gets the global step before the step's increment.
-class TowerTestTrainer : public Trainer {
- public:
-  std::function<void(TowerContext&, int64_t)> tower;
-  int hooked_runs_per_step = 1;
-
-  TowerTestTrainer() { set_handle_signals(false); }
-  void start_at(int64_t global_step) { set_global_step(global_step); }
-
-  void run_step() override {
-    for (int i = 0; i < hooked_runs_per_step; ++i) {
-      hooked_run([&](StepContext& ctx) {
-        TowerContext t("tower0", /*is_training=*/true, &ctx, &tower_registry());
-        if (tower) tower(t, global_step());
-      });
-    }
-  }
-};
 
 at::Tensor scalar(double v) { return at::full({}, v, at::kFloat); }
 
@@ -136,7 +118,7 @@ class StepRecorder : public Callback {
   std::shared_ptr<Trace> trace_;
 };
 
-std::shared_ptr<Recorder> train(TowerTestTrainer& trainer, std::vector<CallbackPtr> callbacks,
+std::shared_ptr<Recorder> train(TowerFunctionTrainer& trainer, std::vector<CallbackPtr> callbacks,
                                 int64_t steps_per_epoch, int64_t max_epoch) {
   auto recorder = std::make_shared<Recorder>();
   trainer.train(callbacks, {recorder}, steps_per_epoch, 1, max_epoch);
@@ -172,7 +154,7 @@ TEST(MergeAllSummaries, ChiefOnlyButRunOnEveryRankOfADataParallelRun) {
 
 TEST(MergeAllSummaries, PutsTheDebiasedMovingAverageAtTheLastStepOfEachEpoch) {
   const std::vector<double> xs = {4, 8, 2, 6, 10, 12};
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.tower = moving_cost(xs);
   auto rec = train(trainer, {moving_average_summary(), MergeAllSummaries()}, 3, 2);
   EXPECT_EQ(rec->steps_of("cost"), (std::vector<int64_t>{3, 6}));
@@ -186,7 +168,7 @@ TEST(MergeAllSummaries, PutsTheDebiasedMovingAverageAtTheLastStepOfEachEpoch) {
 
 TEST(MergeAllSummaries, TheFirstAverageIsTheFirstValueExactly) {
   const std::vector<double> xs = {4, 8, 3};
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.tower = moving_cost(xs);
   auto rec = train(trainer, {moving_average_summary(), MergeAllSummaries()}, 1, 3);
   EXPECT_EQ(rec->steps_of("cost"), (std::vector<int64_t>{1, 2, 3}));
@@ -201,7 +183,7 @@ TEST(MergeAllSummaries, TheFirstAverageIsTheFirstValueExactly) {
 TEST(MergeAllSummaries, PeriodCountsLocalStepsAndRestartsEveryEpoch) {
   std::vector<double> xs(10);
   for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<double>(i + 1);
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.tower = moving_cost(xs);
   auto rec = train(
       trainer, {moving_average_summary(), MergeAllSummaries(MergeAllSummariesOptions().period(2))},
@@ -216,7 +198,7 @@ TEST(MergeAllSummaries, PeriodCountsLocalStepsAndRestartsEveryEpoch) {
 
 TEST(MergeAllSummaries, RunWithOpPutsInAfterRunOfTheDueStep) {
   auto trace = std::make_shared<Trace>();
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.tower = moving_cost({1, 2, 3, 4, 5, 6});
   trainer.train({moving_average_summary(), std::make_shared<StepRecorder>(trace),
                  MergeAllSummaries(MergeAllSummariesOptions().period(2))},
@@ -229,7 +211,7 @@ TEST(MergeAllSummaries, RunWithOpPutsInAfterRunOfTheDueStep) {
 TEST(MergeAllSummaries, RunAlonePutsTheDueStepsSummaryAtTriggerStepAndTrigger) {
   auto trace = std::make_shared<Trace>();
   const std::vector<double> xs = {1, 2, 3, 4, 5, 6, 7, 8};
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.tower = moving_cost(xs);
   auto cb = MergeAllSummaries(MergeAllSummariesOptions().period(2).run_alone(true));
   EXPECT_EQ(cb->name(), "MergeAllSummaries_RunAlone");
@@ -253,7 +235,7 @@ TEST(MergeAllSummaries, RunAlonePutsTheDueStepsSummaryAtTriggerStepAndTrigger) {
 TEST(MergeAllSummaries, RunAloneWithoutPeriodPutsOnlyAtEpochEnds) {
   auto trace = std::make_shared<Trace>();
   const std::vector<double> xs = {1, 2, 3, 4, 5, 6};
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.tower = moving_cost(xs);
   auto rec = std::make_shared<Recorder>(trace);
   trainer.train({moving_average_summary(), std::make_shared<StepRecorder>(trace),
@@ -269,7 +251,7 @@ TEST(MergeAllSummaries, RunAloneWithoutPeriodPutsOnlyAtEpochEnds) {
 }
 
 TEST(MergeAllSummaries, RunAloneTriggerWithoutANewDueStepPutsNothing) {
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.tower = moving_cost({1, 2});
   auto cb = MergeAllSummaries(MergeAllSummariesOptions().run_alone(true));
   auto rec = train(trainer, {moving_average_summary(), cb}, 2, 1);
@@ -279,7 +261,7 @@ TEST(MergeAllSummaries, RunAloneTriggerWithoutANewDueStepPutsNothing) {
 }
 
 TEST(MergeAllSummaries, EveryDueHookedRunIsMaterialised) {
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.hooked_runs_per_step = 2;
   trainer.tower = moving_cost({1, 2, 3, 4});
   auto rec = train(trainer, {moving_average_summary(), MergeAllSummaries()}, 2, 1);
@@ -288,7 +270,7 @@ TEST(MergeAllSummaries, EveryDueHookedRunIsMaterialised) {
 }
 
 TEST(MergeAllSummaries, WithoutMovingAverageSummaryTheAverageIsNeverUpdatedNorPut) {
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.tower = [](TowerContext& t, int64_t gs) {
     t.add_moving_summary("cost", scalar(static_cast<double>(gs)));
     t.summary_scalar("lr", scalar(0.5));
@@ -301,7 +283,7 @@ TEST(MergeAllSummaries, WithoutMovingAverageSummaryTheAverageIsNeverUpdatedNorPu
 }
 
 TEST(MergeAllSummaries, NothingRecordedPutsNothing) {
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   auto rec = train(trainer, {moving_average_summary(), MergeAllSummaries()}, 2, 2);
   EXPECT_TRUE(rec->scalars.empty());
   EXPECT_TRUE(rec->summaries.empty());
@@ -313,7 +295,7 @@ TEST(MergeAllSummaries, NormalisesScalarTagsAndSendsHistogramsAndPngImages) {
   const at::Tensor weights = at::tensor({1.0, 2.0, 3.0, 4.0}, at::kFloat);
   at::Tensor batch = at::zeros({4, 5, 7, 3}, at::kByte);
   batch.select(0, 1).fill_(200);
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.tower = [&](TowerContext& t, int64_t gs) {
     t.summary_scalar("lr", scalar(0.25));
     t.summary_histogram("w", weights);
@@ -363,7 +345,7 @@ TEST(MergeAllSummaries, NormalisesScalarTagsAndSendsHistogramsAndPngImages) {
 }
 
 TEST(MergeAllSummaries, ASummaryNotRecordedInTheDueStepIsLeftOut) {
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.tower = [](TowerContext& t, int64_t gs) {
     if (gs == 0) t.summary_histogram("early", at::ones({3}));
     t.summary_scalar("lr", scalar(1.0));
@@ -374,7 +356,7 @@ TEST(MergeAllSummaries, ASummaryNotRecordedInTheDueStepIsLeftOut) {
 }
 
 TEST(MergeAllSummaries, AnImageThatIsNotAnImageNamesTheSummary) {
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.tower = [](TowerContext& t, int64_t) { t.summary_image("img", at::zeros({5})); };
   EXPECT_EQ(message_of<CallbackError>([&] { train(trainer, {MergeAllSummaries()}, 1, 1); }),
             "Callback MergeAllSummaries_RunWithOp failed in after_run: MergeAllSummaries: image "
@@ -382,7 +364,7 @@ TEST(MergeAllSummaries, AnImageThatIsNotAnImageNamesTheSummary) {
 }
 
 TEST(MergeAllSummaries, ANanInAHistogramNamesTheSummary) {
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.tower = [](TowerContext& t, int64_t) {
     t.summary_histogram("w", at::tensor({1.0, std::nan("")}));
   };
@@ -392,7 +374,7 @@ TEST(MergeAllSummaries, ANanInAHistogramNamesTheSummary) {
 }
 
 TEST(MovingAverageSummary, ANonScalarMovingSummaryIsAnErrorNamingIt) {
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.tower = [](TowerContext& t, int64_t) { t.add_moving_summary("cost", at::ones({2})); };
   EXPECT_EQ(message_of<std::invalid_argument>([&] {
               train(trainer, {moving_average_summary(), MergeAllSummaries()}, 1, 1);
@@ -404,7 +386,7 @@ TEST(MovingAverageSummary, ANonScalarMovingSummaryIsAnErrorNamingIt) {
 // ---- logs ----
 
 TEST(MergeAllSummaries, LogsTheSizesOnceAfterTheFirstStep) {
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.tower = [](TowerContext& t, int64_t) {
     t.summary_scalar("lr", scalar(1.0));
     t.summary_histogram("w", at::ones({3}));
@@ -423,7 +405,7 @@ TEST(MergeAllSummaries, LogsTheSizesOnceAfterTheFirstStep) {
 
 TEST(MovingAverageSummary, AnotherCollectionRunsItsGraphClosuresAndLeavesTheTowerAlone) {
   int runs = 0;
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.tower = moving_cost({1, 2, 3, 4});
   trainer.graph().add_to_collection("MY_EMAS", [&] { ++runs; });
   LogCapture log;
@@ -485,7 +467,7 @@ void publish_cost_and_acc(TowerContext& t, int64_t gs) {
 }
 
 TEST(SimpleMovingAverage, PutsTheWindowMeanWhenTheGlobalStepIsAMultipleOfTheWindow) {
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.tower = publish_cost_and_acc;
   auto rec = train(
       trainer, {std::make_shared<SimpleMovingAverage>(std::vector<std::string>{"cost", "acc"}, 3)},
@@ -501,7 +483,7 @@ TEST(SimpleMovingAverage, PutsTheWindowMeanWhenTheGlobalStepIsAMultipleOfTheWind
 }
 
 TEST(SimpleMovingAverage, AveragesTheRowsHeldWhenTheWindowIsNotFullYet) {
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.start_at(2);  // e.g. resumed: global step 4 comes after two rows
   trainer.tower = publish_cost_and_acc;
   auto rec = train(
@@ -513,7 +495,7 @@ TEST(SimpleMovingAverage, AveragesTheRowsHeldWhenTheWindowIsNotFullYet) {
 }
 
 TEST(SimpleMovingAverage, EveryHookedRunAddsARow) {
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.hooked_runs_per_step = 2;
   trainer.tower = publish_cost_and_acc;
   auto rec = train(
@@ -524,7 +506,7 @@ TEST(SimpleMovingAverage, EveryHookedRunAddsARow) {
 }
 
 TEST(SimpleMovingAverage, ANonScalarTensorIsAnErrorNamingIt) {
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.tower = [](TowerContext& t, int64_t) { t.output("v", at::zeros({2, 3})); };
   EXPECT_EQ(message_of<CallbackError>([&] {
               train(trainer,
@@ -536,7 +518,7 @@ TEST(SimpleMovingAverage, ANonScalarTensorIsAnErrorNamingIt) {
 }
 
 TEST(SimpleMovingAverage, AnUnpublishedNameListsThePublishedOnes) {
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.tower = publish_cost_and_acc;
   EXPECT_THAT(message_of<std::exception>([&] {
                 train(trainer,
@@ -551,7 +533,7 @@ TEST(SimpleMovingAverage, AnUnpublishedNameListsThePublishedOnes) {
 
 TEST(RunUpdateOps, RunsTheTowersUpdateOpsOncePerStepAfterTheGraphCollection) {
   std::vector<std::string> order;
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.graph().add_to_collection(Graph::kUpdateOps, [&] { order.push_back("graph"); });
   trainer.tower = [&](TowerContext& t, int64_t gs) {
     t.add_update_op("counter", [&order, gs] { order.push_back(fmt::format("tower{}", gs)); });
@@ -566,7 +548,7 @@ TEST(RunUpdateOps, RunsTheTowersUpdateOpsOncePerStepAfterTheGraphCollection) {
 
 TEST(RunUpdateOps, AnUpdateOpRunsOnlyInTheStepsThatRecordIt) {
   int runs = 0;
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.tower = [&](TowerContext& t, int64_t gs) {
     if (gs % 2 == 1) t.add_update_op("odd", [&] { ++runs; });
     t.add_update_op("every", [&] { runs += 100; });
@@ -581,7 +563,7 @@ TEST(RunUpdateOps, AnUpdateOpRunsOnlyInTheStepsThatRecordIt) {
 
 TEST(RunUpdateOps, AnotherCollectionLeavesTheTowersUpdateOpsAlone) {
   int runs = 0;
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.tower = [&](TowerContext& t, int64_t) { t.add_update_op("u", [&] { ++runs; }); };
   train(trainer, {std::make_shared<RunUpdateOps>("OTHER")}, 2, 1);
   EXPECT_EQ(runs, 0);
@@ -599,7 +581,7 @@ TEST(SummaryDefaults, DefaultCallbacksAreTensorpacksInItsOrder) {
 
 TEST(SummaryDefaults, TrainWithDefaultsPutsTheCostAtEveryEpochEnd) {
   const std::vector<double> xs = {2, 4, 6, 8};
-  TowerTestTrainer trainer;
+  TowerFunctionTrainer trainer;
   trainer.tower = moving_cost(xs);
   auto rec = std::make_shared<Recorder>();
   trainer.train_with_defaults(
@@ -625,7 +607,7 @@ TEST_F(SummaryFilesTest, TheMovingCostLandsInStatsJsonAndTheEventFileAsCost) {
   const std::vector<double> xs = {4, 8};
   auto rec = std::make_shared<Recorder>();
   {
-    TowerTestTrainer trainer;
+    TowerFunctionTrainer trainer;
     trainer.tower = [&](TowerContext& t, int64_t gs) {
       t.add_moving_summary("cost", scalar(xs.at(static_cast<size_t>(gs))));
       t.summary_image("img", at::zeros({2, 3, 3}, at::kByte), /*max_outputs=*/1);

@@ -24,6 +24,7 @@
 #include "support/command.h"
 #include "support/errors.h"
 #include "support/files.h"
+#include "support/step_trainer.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/graph.h"
 #include "trainpack/callbacks/trigger.h"
@@ -39,19 +40,15 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::message_of;
 
-// A trainer whose step calls `step(ctx, gs)` (gs: the global step before the increment) inside
-// one hooked run, and records whether "img" was requested in each run.
-class TensorTrainer : public Trainer {
+// A StepTrainer that records whether "img" was requested in each run.
+class TensorTrainer : public testing::StepTrainer {
  public:
-  std::function<void(StepContext&, int64_t)> step;
   std::vector<bool> img_requested;
 
-  TensorTrainer() { set_handle_signals(false); }
-  void run_step() override {
-    hooked_run([this](StepContext& ctx) {
-      img_requested.push_back(ctx.is_requested("img"));
-      if (step) step(ctx, global_step());
-    });
+ protected:
+  void in_run(StepContext& ctx) override {
+    img_requested.push_back(ctx.is_requested("img"));
+    StepTrainer::in_run(ctx);
   }
 };
 

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/batches.h"
 #include "support/cuda.h"
 #include "support/linear_regression.h"
 #include "trainpack/input/dataflow.h"
@@ -27,23 +28,14 @@
 namespace trainpack {
 namespace staging_input_cuda_test {
 
-// Datapoints {x: float [2] = (i, -i), y: long i} for i in [0, 10), shuffled (seeded), in batches
-// of 2: 5 batches a pass.
-DataFlowPtr shuffled_batches() {
-  std::vector<Datapoint> points;
-  for (int64_t i = 0; i < 10; ++i) {
-    const auto v = static_cast<double>(i);
-    points.push_back({at::tensor({v, -v}, at::kFloat), at::scalar_tensor(i, at::kLong)});
-  }
-  return std::make_shared<BatchData>(
-      std::make_shared<DataFromList>(points, DataFromListOptions().shuffle(true).seed(5)), 2);
-}
-const InputSignature kBatchSignature = {InputDesc("x", {-1, 2}), InputDesc("y", {-1}, at::kLong)};
+using testing::expect_same_batches;
+using testing::kXYBatchSignature;
+using testing::shuffled_xy_batches;
 
-// The first `n` batches of the flow, on the host (FeedInput on the CPU, no staging).
+// The first `n` batches of shuffled_xy_batches(), on the host (FeedInput on the CPU, no staging).
 std::vector<std::vector<at::Tensor>> host_batches(int64_t n) {
-  FeedInput feed(shuffled_batches());
-  for (const auto& cb : feed.setup(kBatchSignature, c10::Device(c10::kCPU))) cb->before_train();
+  FeedInput feed(shuffled_xy_batches());
+  for (const auto& cb : feed.setup(kXYBatchSignature, c10::Device(c10::kCPU))) cb->before_train();
   std::vector<std::vector<at::Tensor>> out;
   for (int64_t k = 0; k < n; ++k) out.push_back(feed.next_batch());
   return out;
@@ -98,20 +90,6 @@ std::vector<std::vector<at::Tensor>> take_on_gpu(StagingInput& input, int64_t n,
   return clones;
 }
 
-void expect_same_batches(const std::vector<std::vector<at::Tensor>>& a,
-                         const std::vector<std::vector<at::Tensor>>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t k = 0; k < a.size(); ++k) {
-    ASSERT_EQ(a[k].size(), b[k].size()) << "batch " << k;
-    for (size_t c = 0; c < a[k].size(); ++c) {
-      EXPECT_EQ(a[k][c].scalar_type(), b[k][c].scalar_type()) << "batch " << k;
-      EXPECT_TRUE(a[k][c].equal(b[k][c])) << "batch " << k << " component " << c << ":\n"
-                                          << a[k][c] << "\nvs\n"
-                                          << b[k][c];
-    }
-  }
-}
-
 class StagingInputCuda : public ::testing::TestWithParam<int64_t> {};
 
 INSTANTIATE_TEST_SUITE_P(StagingInputCuda, StagingInputCuda, ::testing::Values(1, 3),
@@ -122,9 +100,9 @@ INSTANTIATE_TEST_SUITE_P(StagingInputCuda, StagingInputCuda, ::testing::Values(1
 TEST_P(StagingInputCuda, QueueInputsBatchesComeOutOnTheDeviceWithoutAHostSync) {
   TRAINPACK_REQUIRE_CUDA();
   const int64_t nr = GetParam();
-  auto queue = std::make_shared<QueueInput>(shuffled_batches(), QueueInputOptions().capacity(4));
+  auto queue = std::make_shared<QueueInput>(shuffled_xy_batches(), QueueInputOptions().capacity(4));
   StagingInput input(queue, StagingInputOptions().nr_stage(nr));
-  const auto callbacks = input.setup(kBatchSignature, c10::Device(c10::kCUDA, 0));
+  const auto callbacks = input.setup(kXYBatchSignature, c10::Device(c10::kCUDA, 0));
   EXPECT_EQ(queue->device(), c10::Device(c10::kCPU));  // the wrapped source copies nothing
   EXPECT_TRUE(queue->pin_host_batches());
   for (const auto& cb : callbacks) cb->before_train();  // starts QueueInput's thread
@@ -140,9 +118,9 @@ TEST_P(StagingInputCuda, QueueInputsBatchesComeOutOnTheDeviceWithoutAHostSync) {
 
 TEST_P(StagingInputCuda, FeedInputsBatchesArePinnedAndCopiedToo) {
   TRAINPACK_REQUIRE_CUDA();
-  StagingInput input(std::make_shared<FeedInput>(shuffled_batches()),
+  StagingInput input(std::make_shared<FeedInput>(shuffled_xy_batches()),
                      StagingInputOptions().nr_stage(GetParam()));
-  const auto callbacks = input.setup(kBatchSignature, c10::Device(c10::kCUDA, 0));
+  const auto callbacks = input.setup(kXYBatchSignature, c10::Device(c10::kCUDA, 0));
   for (const auto& cb : callbacks) cb->before_train();
   const auto got = take_on_gpu(input, 7, /*sync_error=*/false);
   for (const auto& cb : callbacks) cb->after_train();
@@ -151,9 +129,9 @@ TEST_P(StagingInputCuda, FeedInputsBatchesArePinnedAndCopiedToo) {
 
 TEST(StagingInputCudaPinning, QueueInputPinsOnItsThreadWhenAsked) {
   TRAINPACK_REQUIRE_CUDA();
-  QueueInput queue(shuffled_batches());
+  QueueInput queue(shuffled_xy_batches());
   queue.set_pin_host_batches(true);
-  queue.setup(kBatchSignature, c10::Device(c10::kCPU));
+  queue.setup(kXYBatchSignature, c10::Device(c10::kCPU));
   queue.start();
   const std::vector<at::Tensor> batch = queue.next_batch();
   queue.stop();

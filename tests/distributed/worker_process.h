@@ -3,10 +3,8 @@
 #pragma once
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -22,8 +20,10 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "support/child_process.h"
 #include "support/files.h"
 
 extern char** environ;
@@ -92,40 +92,15 @@ class WorkerProcess {
       vars.push_back(var);
     }
     for (const auto& [name, value] : env) vars.push_back(name + "=" + value);
-    std::vector<std::string> argv_s{program};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv, envp;
-    for (auto& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    for (auto& v : vars) envp.push_back(v.data());
-    envp.push_back(nullptr);
-    const std::string err = stderr_file_.string();
-    int fds[2];
-    if (::pipe(fds) != 0) {
-      ADD_FAILURE() << "pipe: " << std::strerror(errno);
-      return;
-    }
+    std::vector<std::string> argv{program};
+    argv.insert(argv.end(), args.begin(), args.end());
+    SpawnOptions options;
+    options.stderr_file = stderr_file_.string();
+    options.env = std::move(vars);
     started_ = SteadyClock::now();
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::close(fds[0]);
-      ::dup2(fds[1], STDOUT_FILENO);
-      ::close(fds[1]);
-      const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (e >= 0) {
-        ::dup2(e, STDERR_FILENO);
-        ::close(e);
-      }
-      ::execve(program.c_str(), argv.data(), envp.data());
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    if (pid_ < 0) {
-      ADD_FAILURE() << "fork: " << std::strerror(errno);
-      ::close(fds[0]);
-      return;
-    }
-    out_fd_ = fds[0];
+    const Spawned child = spawn(argv, options);
+    pid_ = child.pid;
+    out_fd_ = child.out_fd;
   }
   ~WorkerProcess() {
     if (pid_ > 0 && !reaped_) {
@@ -209,24 +184,15 @@ class WorkerProcess {
           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now())
               .count();
       if (left <= 0) return false;
-      pollfd p{out_fd_, POLLIN, 0};
-      const int ready = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 100)));
-      if (ready < 0 && errno == EINTR) continue;
-      if (ready <= 0) continue;
-      char buf[4096];
-      const ssize_t n = ::read(out_fd_, buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
+      const ReadResult r =
+          read_available(out_fd_, static_cast<int>(std::min<int64_t>(left, 100)), &pending_);
+      if (r == ReadResult::kNothing) continue;
+      if (r == ReadResult::kEnd) {
         ::close(out_fd_);
         out_fd_ = -1;
         return false;
       }
-      pending_.append(buf, static_cast<size_t>(n));
-      size_t eol;
-      while ((eol = pending_.find('\n')) != std::string::npos) {
-        lines_.push_back(pending_.substr(0, eol));
-        pending_.erase(0, eol + 1);
-      }
+      for (std::string& line : take_lines(&pending_)) lines_.push_back(std::move(line));
       return true;
     }
   }

@@ -30,15 +30,8 @@ using testing::ActionCallback;
 using testing::LogCapture;
 using testing::message_of;
 
-enum class Kind { kFeed, kQueue };
-void PrintTo(Kind kind, std::ostream* os) {
-  *os << (kind == Kind::kFeed ? "FeedInput" : "QueueInput");
-}
-
-InputSourcePtr make_source(Kind kind, DataFlowPtr ds, int64_t capacity = 50) {
-  if (kind == Kind::kFeed) return std::make_shared<FeedInput>(std::move(ds));
-  return std::make_shared<QueueInput>(std::move(ds), QueueInputOptions().capacity(capacity));
-}
+using Kind = testing::SourceKind;
+using testing::make_source;
 
 // True if the source's prefetch thread is running (always false for a FeedInput).
 bool running(const InputSourcePtr& source) {

@@ -19,6 +19,7 @@
 
 #include <ATen/ATen.h>
 
+#include "support/batches.h"
 #include "support/errors.h"
 #include "support/source_trainer.h"
 #include "trainpack/core/state.h"
@@ -31,22 +32,18 @@
 namespace trainpack {
 namespace resume_position_test {
 
+using testing::expect_same_batches;
+using testing::kXYBatchSignature;
 using testing::SourceTrainer;
 using testing::wait_until;
+using testing::xy_points;
 
 using testing::ActionCallback;
 using ::testing::HasSubstr;
 using testing::message_of;
 
-enum class Kind { kFeed, kQueue };
-void PrintTo(Kind kind, std::ostream* os) {
-  *os << (kind == Kind::kFeed ? "FeedInput" : "QueueInput");
-}
-
-InputSourcePtr make_source(Kind kind, DataFlowPtr ds, int64_t capacity = 50) {
-  if (kind == Kind::kFeed) return std::make_shared<FeedInput>(std::move(ds));
-  return std::make_shared<QueueInput>(std::move(ds), QueueInputOptions().capacity(capacity));
-}
+using Kind = testing::SourceKind;
+using testing::make_source;
 
 CallbackState position_state(int64_t pass, int64_t position) {
   return {{"pass", at::scalar_tensor(pass, at::kLong)},
@@ -71,31 +68,6 @@ std::vector<std::vector<at::Tensor>> take(Kind kind, DataFlowPtr flow, const Inp
   if (state != nullptr) *state = trainer.position_callback().state();
   return trainer.batches;
 }
-
-void expect_same_batches(const std::vector<std::vector<at::Tensor>>& a,
-                         const std::vector<std::vector<at::Tensor>>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t k = 0; k < a.size(); ++k) {
-    ASSERT_EQ(a[k].size(), b[k].size()) << "batch " << k;
-    for (size_t c = 0; c < a[k].size(); ++c) {
-      EXPECT_EQ(a[k][c].scalar_type(), b[k][c].scalar_type()) << "batch " << k;
-      EXPECT_TRUE(a[k][c].equal(b[k][c])) << "batch " << k << " component " << c << ":\n"
-                                          << a[k][c] << "\nvs\n"
-                                          << b[k][c];
-    }
-  }
-}
-
-// Datapoints {x: float [2] = (i, -i), y: long i} for i in [0, n).
-std::vector<Datapoint> points(int64_t n) {
-  std::vector<Datapoint> out;
-  for (int64_t i = 0; i < n; ++i) {
-    const auto v = static_cast<double>(i);
-    out.push_back({at::tensor({v, -v}, at::kFloat), at::scalar_tensor(i, at::kLong)});
-  }
-  return out;
-}
-const InputSignature kBatchSignature = {InputDesc("x", {-1, 2}), InputDesc("y", {-1}, at::kLong)};
 
 // A flow that counts the datapoints its inner list produces (to show that seek reads none).
 class CountingList : public DataFromList {
@@ -127,15 +99,16 @@ TEST_P(ResumableSources, ResumedAtAnyStepDeliversTheBatchesOfAnUninterruptedSour
   // each pass in its own order.
   auto flow = [] {
     return std::make_shared<BatchData>(
-        std::make_shared<DataFromList>(points(10), DataFromListOptions().shuffle(true).seed(3)), 3);
+        std::make_shared<DataFromList>(xy_points(10), DataFromListOptions().shuffle(true).seed(3)),
+        3);
   };
   const int64_t total = 14;
-  const auto full = take(GetParam(), flow(), kBatchSignature, total, std::nullopt);
+  const auto full = take(GetParam(), flow(), kXYBatchSignature, total, std::nullopt);
   ASSERT_EQ(full.size(), 14u);
   for (int64_t k : {0, 1, 2, 3, 4, 6, 7, 9, 13}) {
     SCOPED_TRACE(k);
     CallbackState state;
-    const auto first = take(GetParam(), flow(), kBatchSignature, k, std::nullopt, &state);
+    const auto first = take(GetParam(), flow(), kXYBatchSignature, k, std::nullopt, &state);
     // The pass of the last batch consumed and the batches consumed in it; after the last batch of
     // a pass (k = 3, 6, 9), the position is the pass's size.
     const std::pair<int64_t, int64_t> expected = k == 0
@@ -146,7 +119,7 @@ TEST_P(ResumableSources, ResumedAtAnyStepDeliversTheBatchesOfAnUninterruptedSour
     EXPECT_EQ(state.at("pass").dim(), 0);
 
     CallbackState end;
-    const auto rest = take(GetParam(), flow(), kBatchSignature, total - k, state, &end);
+    const auto rest = take(GetParam(), flow(), kXYBatchSignature, total - k, state, &end);
     std::vector<std::vector<at::Tensor>> expected_rest(full.begin() + k, full.end());
     expect_same_batches(rest, expected_rest);
     EXPECT_EQ(as_pair(end), std::make_pair(int64_t{4}, int64_t{2}));  // as after 14 batches
@@ -154,8 +127,8 @@ TEST_P(ResumableSources, ResumedAtAnyStepDeliversTheBatchesOfAnUninterruptedSour
 }
 
 TEST_P(ResumableSources, ResumingReadsNoneOfTheSkippedDatapoints) {
-  auto list = std::make_shared<CountingList>(points(12));
-  const auto batches = take(GetParam(), std::make_shared<BatchData>(list, 2), kBatchSignature, 2,
+  auto list = std::make_shared<CountingList>(xy_points(12));
+  const auto batches = take(GetParam(), std::make_shared<BatchData>(list, 2), kXYBatchSignature, 2,
                             position_state(3, 5));
   // Pass 3 was seeked to batch 5 (datapoint 10): its last batch, then pass 4's first.
   ASSERT_EQ(batches.size(), 2u);
@@ -171,17 +144,18 @@ TEST_P(ResumableSources, APositionEqualToThePassSizeContinuesWithTheNextPass) {
   // With remainder: batches of 3, 3 and 1 datapoints; position 3 is the end of the pass.
   auto flow = [] {
     return std::make_shared<BatchData>(
-        std::make_shared<DataFromList>(points(7), DataFromListOptions().shuffle(true).seed(11)), 3,
+        std::make_shared<DataFromList>(xy_points(7), DataFromListOptions().shuffle(true).seed(11)),
+        3,
         /*remainder=*/true);
   };
-  const auto full = take(GetParam(), flow(), kBatchSignature, 8, std::nullopt);
+  const auto full = take(GetParam(), flow(), kXYBatchSignature, 8, std::nullopt);
   ASSERT_EQ(full[2][1].numel(), 1);  // the short batch
   for (int64_t k : {2, 3, 5, 6}) {
     SCOPED_TRACE(k);
     CallbackState state;
-    take(GetParam(), flow(), kBatchSignature, k, std::nullopt, &state);
+    take(GetParam(), flow(), kXYBatchSignature, k, std::nullopt, &state);
     EXPECT_EQ(as_pair(state), std::make_pair((k - 1) / 3, (k - 1) % 3 + 1));
-    const auto rest = take(GetParam(), flow(), kBatchSignature, 8 - k, state);
+    const auto rest = take(GetParam(), flow(), kXYBatchSignature, 8 - k, state);
     expect_same_batches(rest, std::vector<std::vector<at::Tensor>>(full.begin() + k, full.end()));
   }
 }
@@ -189,19 +163,19 @@ TEST_P(ResumableSources, APositionEqualToThePassSizeContinuesWithTheNextPass) {
 TEST_P(ResumableSources, MapDataOverAListResumesToo) {
   auto flow = [] {
     return std::make_shared<MapData>(
-        std::make_shared<BatchData>(
-            std::make_shared<DataFromList>(points(9), DataFromListOptions().shuffle(true).seed(5)),
-            2),
+        std::make_shared<BatchData>(std::make_shared<DataFromList>(
+                                        xy_points(9), DataFromListOptions().shuffle(true).seed(5)),
+                                    2),
         [](Datapoint dp) -> std::optional<Datapoint> {
           dp[0] = dp[0] * 2;
           return dp;
         });
   };
-  const auto full = take(GetParam(), flow(), kBatchSignature, 11, std::nullopt);
+  const auto full = take(GetParam(), flow(), kXYBatchSignature, 11, std::nullopt);
   CallbackState state;
-  take(GetParam(), flow(), kBatchSignature, 6, std::nullopt, &state);
+  take(GetParam(), flow(), kXYBatchSignature, 6, std::nullopt, &state);
   EXPECT_EQ(as_pair(state), std::make_pair(int64_t{1}, int64_t{2}));
-  expect_same_batches(take(GetParam(), flow(), kBatchSignature, 5, state),
+  expect_same_batches(take(GetParam(), flow(), kXYBatchSignature, 5, state),
                       std::vector<std::vector<at::Tensor>>(full.begin() + 6, full.end()));
 }
 
@@ -224,7 +198,7 @@ TEST_P(ResumableSources, AFlowThatCannotSeekStartsFromItsBeginningWithAWarning) 
   const std::string who = source_name();
   {
     testing::LogCapture log;
-    const auto batches = take(GetParam(), generator(), kBatchSignature, 2, position_state(1, 2));
+    const auto batches = take(GetParam(), generator(), kXYBatchSignature, 2, position_state(1, 2));
     ASSERT_EQ(batches.size(), 2u);
     EXPECT_TRUE(batches[0][1].equal(at::tensor({0}, at::kLong)));
     EXPECT_TRUE(batches[1][1].equal(at::tensor({1}, at::kLong)));
@@ -237,7 +211,7 @@ TEST_P(ResumableSources, AFlowThatCannotSeekStartsFromItsBeginningWithAWarning) 
   {
     testing::LogCapture log;
     const auto batches = take(GetParam(), std::make_shared<BatchData>(generator(false), 2),
-                              kBatchSignature, 1, position_state(0, 1));
+                              kXYBatchSignature, 1, position_state(0, 1));
     ASSERT_EQ(batches.size(), 1u);
     EXPECT_TRUE(batches[0][1].equal(at::tensor({0, 1}, at::kLong)));
     EXPECT_TRUE(
@@ -247,7 +221,7 @@ TEST_P(ResumableSources, AFlowThatCannotSeekStartsFromItsBeginningWithAWarning) 
   {
     // The start of the data needs no seek: no warning.
     testing::LogCapture log;
-    take(GetParam(), generator(), kBatchSignature, 1, position_state(0, 0));
+    take(GetParam(), generator(), kXYBatchSignature, 1, position_state(0, 0));
     EXPECT_FALSE(log.contains("cannot seek"));
   }
   // Called directly, resume_at refuses the flow, naming it.
@@ -267,9 +241,10 @@ TEST_P(ResumableSources, AFlowThatCannotSeekStartsFromItsBeginningWithAWarning) 
 }
 
 TEST_P(ResumableSources, AStateThatDoesNotFitIsRefusedNamingTheEntry) {
-  SourceTrainer trainer(make_source(GetParam(), std::make_shared<BatchData>(
-                                                    std::make_shared<DataFromList>(points(10)), 3)),
-                        kBatchSignature);
+  SourceTrainer trainer(
+      make_source(GetParam(),
+                  std::make_shared<BatchData>(std::make_shared<DataFromList>(xy_points(10)), 3)),
+      kXYBatchSignature);
   trainer.setup_callbacks({}, {});
   Callback& cb = trainer.position_callback();
   const std::string who = source_name();
@@ -305,7 +280,7 @@ TEST_P(ResumableSources, AStateThatDoesNotFitIsRefusedNamingTheEntry) {
 TEST(ResumePosition, QueueInputCountsTheBatchesConsumedNotThosePrefetched) {
   // A slow consumer: before each step's batch, the producer has filled the queue (capacity 50).
   const int64_t steps = 5;
-  auto source = std::make_shared<QueueInput>(std::make_shared<DataFromList>(points(200)));
+  auto source = std::make_shared<QueueInput>(std::make_shared<DataFromList>(xy_points(200)));
   SourceTrainer trainer(source, {InputDesc("x", {2}), InputDesc("y", {}, at::kLong)});
   auto slow = std::make_shared<ActionCallback>();
   std::optional<CallbackState> at_last_step;
@@ -325,7 +300,7 @@ TEST(ResumePosition, QueueInputCountsTheBatchesConsumedNotThosePrefetched) {
   EXPECT_EQ(source->consumed().position, 5);
 
   // Resumed from it, the next batch is datapoint 5 (not 55).
-  const auto rest = take(Kind::kQueue, std::make_shared<DataFromList>(points(200)),
+  const auto rest = take(Kind::kQueue, std::make_shared<DataFromList>(xy_points(200)),
                          {InputDesc("x", {2}), InputDesc("y", {}, at::kLong)}, 3, *at_last_step);
   ASSERT_EQ(rest.size(), 3u);
   EXPECT_EQ(rest[0][1].item<int64_t>(), 5);
@@ -333,7 +308,7 @@ TEST(ResumePosition, QueueInputCountsTheBatchesConsumedNotThosePrefetched) {
 }
 
 TEST(ResumePosition, ResumeAtIsRefusedOnceTheSourceHasStarted) {
-  auto queue = std::make_shared<QueueInput>(std::make_shared<DataFromList>(points(4)));
+  auto queue = std::make_shared<QueueInput>(std::make_shared<DataFromList>(xy_points(4)));
   {
     SourceTrainer trainer(queue, {InputDesc("x", {2}), InputDesc("y", {}, at::kLong)});
     trainer.train({}, {}, 2, 1, 1);
@@ -343,7 +318,7 @@ TEST(ResumePosition, ResumeAtIsRefusedOnceTheSourceHasStarted) {
             }),
             "QueueInput::resume_at called after start(); a restore happens before training");
 
-  auto feed = std::make_shared<FeedInput>(std::make_shared<DataFromList>(points(4)));
+  auto feed = std::make_shared<FeedInput>(std::make_shared<DataFromList>(xy_points(4)));
   SourceTrainer trainer(feed, {InputDesc("x", {2}), InputDesc("y", {}, at::kLong)});
   trainer.train({}, {}, 2, 1, 1);
   EXPECT_EQ(feed->consumed().position, 2);
@@ -357,8 +332,8 @@ TEST(ResumePosition, QueueInputStateHoldsTheQueueSizeAverage) {
   const InputSignature sig = {InputDesc("x", {2}), InputDesc("y", {}, at::kLong)};
   CallbackState saved;
   {
-    SourceTrainer trainer(std::make_shared<QueueInput>(std::make_shared<DataFromList>(points(20))),
-                          sig);
+    SourceTrainer trainer(
+        std::make_shared<QueueInput>(std::make_shared<DataFromList>(xy_points(20))), sig);
     trainer.train({}, {}, 6, 1, 1);
     ASSERT_EQ(trainer.source_callbacks.at(1)->name(), "QueueInput/queue_size");
     EXPECT_TRUE(trainer.source_callbacks.at(1)->state().empty());  // kept by "QueueInput"
@@ -366,7 +341,7 @@ TEST(ResumePosition, QueueInputStateHoldsTheQueueSizeAverage) {
   }
   EXPECT_EQ(saved.at("queue_size_updates").item<int64_t>(), 6);
   EXPECT_EQ(saved.at("queue_size_biased").scalar_type(), at::kDouble);
-  SourceTrainer trainer(std::make_shared<QueueInput>(std::make_shared<DataFromList>(points(20))),
+  SourceTrainer trainer(std::make_shared<QueueInput>(std::make_shared<DataFromList>(xy_points(20))),
                         sig);
   trainer.setup_callbacks({}, {});
   trainer.position_callback().load_state(saved);
@@ -391,18 +366,19 @@ TEST(ResumePosition, QueueInputStateHoldsTheQueueSizeAverage) {
 TEST_P(ResumableSources, ThroughTheTrainingState) {
   auto flow = [] {
     return std::make_shared<BatchData>(
-        std::make_shared<DataFromList>(points(10), DataFromListOptions().shuffle(true).seed(9)), 2);
+        std::make_shared<DataFromList>(xy_points(10), DataFromListOptions().shuffle(true).seed(9)),
+        2);
   };
-  const auto full = take(GetParam(), flow(), kBatchSignature, 12, std::nullopt);
+  const auto full = take(GetParam(), flow(), kXYBatchSignature, 12, std::nullopt);
   TensorMap state;
   {
-    SourceTrainer trainer(make_source(GetParam(), flow()), kBatchSignature);
+    SourceTrainer trainer(make_source(GetParam(), flow()), kXYBatchSignature);
     trainer.train({}, {}, 7, 1, 1);
     state = collect_training_state(trainer);
   }
   EXPECT_EQ(state.at("callback/" + source_name() + "/pass").item<int64_t>(), 1);
   EXPECT_EQ(state.at("callback/" + source_name() + "/position").item<int64_t>(), 2);
-  SourceTrainer trainer(make_source(GetParam(), flow()), kBatchSignature);
+  SourceTrainer trainer(make_source(GetParam(), flow()), kXYBatchSignature);
   trainer.setup_callbacks({}, {});
   restore_training_state(trainer, state, RestoreOptions().restore_counters(false));
   trainer.initialize();

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/batches.h"
 #include "support/errors.h"
 #include "support/linear_regression.h"
 #include "support/source_trainer.h"
@@ -32,46 +33,23 @@
 namespace trainpack {
 namespace staging_input_test {
 
+using testing::expect_same_batches;
+using testing::kXYBatchSignature;
+using testing::shuffled_xy_batches;
 using testing::SourceTrainer;
 using testing::wait_until;
+using testing::xy_points;
 
 using testing::message_of;
 
-// Datapoints {x: float [2] = (i, -i), y: long i} for i in [0, n).
-std::vector<Datapoint> points(int64_t n) {
-  std::vector<Datapoint> out;
-  for (int64_t i = 0; i < n; ++i) {
-    const auto v = static_cast<double>(i);
-    out.push_back({at::tensor({v, -v}, at::kFloat), at::scalar_tensor(i, at::kLong)});
-  }
-  return out;
-}
+// The signature of single xy_points (unbatched).
 const InputSignature kPointSignature = {InputDesc("x", {2}), InputDesc("y", {}, at::kLong)};
-const InputSignature kBatchSignature = {InputDesc("x", {-1, 2}), InputDesc("y", {-1}, at::kLong)};
-
-// 10 shuffled points in batches of 2: 5 batches a pass, each pass in its own order.
-DataFlowPtr shuffled_batches() {
-  return std::make_shared<BatchData>(
-      std::make_shared<DataFromList>(points(10), DataFromListOptions().shuffle(true).seed(5)), 2);
-}
 
 std::shared_ptr<StagingInput> staged_queue(DataFlowPtr flow, int64_t nr_stage,
                                            int64_t capacity = 50) {
   return std::make_shared<StagingInput>(
       std::make_shared<QueueInput>(std::move(flow), QueueInputOptions().capacity(capacity)),
       StagingInputOptions().nr_stage(nr_stage));
-}
-
-void expect_same_batches(const std::vector<std::vector<at::Tensor>>& a,
-                         const std::vector<std::vector<at::Tensor>>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t k = 0; k < a.size(); ++k) {
-    ASSERT_EQ(a[k].size(), b[k].size()) << "batch " << k;
-    for (size_t c = 0; c < a[k].size(); ++c) {
-      EXPECT_EQ(a[k][c].scalar_type(), b[k][c].scalar_type()) << "batch " << k;
-      EXPECT_TRUE(a[k][c].equal(b[k][c])) << "batch " << k << " component " << c;
-    }
-  }
 }
 
 // The batches of `steps` steps (one epoch) of a trainer over `source`.
@@ -132,7 +110,7 @@ INSTANTIATE_TEST_SUITE_P(StagingInput, StagingDepth, ::testing::Values(1, 3),
 TEST_P(StagingDepth, OnTheCpuTheBatchesAreTheWrappedSourcesOwnTensors) {
   // DataFromList hands out the tensors it holds (those of `stored`): the same objects come out
   // of StagingInput, not copies.
-  const std::vector<Datapoint> stored = points(4);
+  const std::vector<Datapoint> stored = xy_points(4);
   auto input = std::make_shared<StagingInput>(
       std::make_shared<FeedInput>(std::make_shared<DataFromList>(stored)),
       StagingInputOptions().nr_stage(GetParam()));
@@ -145,16 +123,17 @@ TEST_P(StagingDepth, OnTheCpuTheBatchesAreTheWrappedSourcesOwnTensors) {
 }
 
 TEST_P(StagingDepth, DeliversTheBatchesOfThePlainSource) {
-  const auto plain = take(std::make_shared<QueueInput>(shuffled_batches()), kBatchSignature, 13);
-  const auto staged = take(staged_queue(shuffled_batches(), GetParam()), kBatchSignature, 13);
+  const auto plain =
+      take(std::make_shared<QueueInput>(shuffled_xy_batches()), kXYBatchSignature, 13);
+  const auto staged = take(staged_queue(shuffled_xy_batches(), GetParam()), kXYBatchSignature, 13);
   expect_same_batches(staged, plain);
 }
 
 TEST_P(StagingDepth, ConsumedIsThePositionOfTheTakenBatchesNotOfThoseAhead) {
   const int64_t nr = GetParam();
-  auto queue = std::make_shared<QueueInput>(shuffled_batches(), QueueInputOptions().capacity(4));
+  auto queue = std::make_shared<QueueInput>(shuffled_xy_batches(), QueueInputOptions().capacity(4));
   auto input = std::make_shared<StagingInput>(queue, StagingInputOptions().nr_stage(nr));
-  const auto callbacks = input->setup(kBatchSignature, c10::Device(c10::kCPU));
+  const auto callbacks = input->setup(kXYBatchSignature, c10::Device(c10::kCPU));
   EXPECT_EQ(as_pair(input->consumed()), std::make_pair(int64_t{0}, int64_t{0}));
   queue->start();
   for (int64_t k = 1; k <= 7; ++k) {
@@ -177,13 +156,13 @@ TEST_P(StagingDepth, ConsumedIsThePositionOfTheTakenBatchesNotOfThoseAhead) {
 
 TEST_P(StagingDepth, ResumesAtTheExactBatchThroughTheTrainingState) {
   const int64_t nr = GetParam();
-  const auto full = take(staged_queue(shuffled_batches(), nr), kBatchSignature, 14);
+  const auto full = take(staged_queue(shuffled_xy_batches(), nr), kXYBatchSignature, 14);
   ASSERT_EQ(full.size(), 14u);
   for (int64_t k : {1, 4, 5, 9}) {
     SCOPED_TRACE(k);
     TensorMap state;
     {
-      SourceTrainer trainer(staged_queue(shuffled_batches(), nr), kBatchSignature);
+      SourceTrainer trainer(staged_queue(shuffled_xy_batches(), nr), kXYBatchSignature);
       trainer.train({}, {}, k, 1, 1);
       state = collect_training_state(trainer);
     }
@@ -192,7 +171,7 @@ TEST_P(StagingDepth, ResumesAtTheExactBatchThroughTheTrainingState) {
     EXPECT_EQ(state.at("callback/StagingInput/position").item<int64_t>(), position);
     EXPECT_EQ(state.at("callback/QueueInput/pass").item<int64_t>(), pass);
     EXPECT_EQ(state.at("callback/QueueInput/position").item<int64_t>(), position);
-    SourceTrainer trainer(staged_queue(shuffled_batches(), nr), kBatchSignature);
+    SourceTrainer trainer(staged_queue(shuffled_xy_batches(), nr), kXYBatchSignature);
     trainer.setup_callbacks({}, {});
     restore_training_state(trainer, state, RestoreOptions().restore_counters(false));
     trainer.initialize();
@@ -259,7 +238,7 @@ TEST_P(StagingDepth, AnExceptionInAQueueInputsDataflowComesAfterTheStagedBatches
 TEST(StagingInput, NrStageBelowOneAndANullSourceAreErrors) {
   for (int64_t nr : {0, -2}) {
     EXPECT_EQ(message_of<std::invalid_argument>([&] {
-                StagingInput(std::make_shared<QueueInput>(shuffled_batches()),
+                StagingInput(std::make_shared<QueueInput>(shuffled_xy_batches()),
                              StagingInputOptions().nr_stage(nr));
               }),
               "StagingInput: nr_stage must be >= 1, got " + std::to_string(nr) +
@@ -268,15 +247,16 @@ TEST(StagingInput, NrStageBelowOneAndANullSourceAreErrors) {
   EXPECT_EQ(message_of<std::invalid_argument>([] { StagingInput(nullptr); }),
             "StagingInput: the input source is null; pass one, e.g. "
             "std::make_shared<QueueInput>(batches)");
-  EXPECT_EQ(StagingInput(std::make_shared<QueueInput>(shuffled_batches())).options().nr_stage(), 1);
+  EXPECT_EQ(StagingInput(std::make_shared<QueueInput>(shuffled_xy_batches())).options().nr_stage(),
+            1);
 }
 
 TEST(StagingInput, ACudaDeviceWithoutAGpuFailsAtSetup) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "a GPU is available on this machine";
-  auto queue = std::make_shared<QueueInput>(shuffled_batches());
+  auto queue = std::make_shared<QueueInput>(shuffled_xy_batches());
   StagingInput input(queue);
   EXPECT_EQ(message_of<std::runtime_error>(
-                [&] { input.setup(kBatchSignature, c10::Device(c10::kCUDA, 0)); }),
+                [&] { input.setup(kXYBatchSignature, c10::Device(c10::kCUDA, 0)); }),
             "StagingInput: the device is cuda:0, but no GPU is available "
             "(torch::cuda::is_available() is false); use the CPU device (c10::Device(c10::kCPU))");
   EXPECT_FALSE(input.setup_done());
@@ -284,22 +264,22 @@ TEST(StagingInput, ACudaDeviceWithoutAGpuFailsAtSetup) {
 }
 
 TEST(StagingInput, AWrappedSourceThatWasSetUpIsAnError) {
-  auto queue = std::make_shared<QueueInput>(shuffled_batches());
-  queue->setup(kBatchSignature, c10::Device(c10::kCPU));
+  auto queue = std::make_shared<QueueInput>(shuffled_xy_batches());
+  queue->setup(kXYBatchSignature, c10::Device(c10::kCPU));
   StagingInput input(queue);
   EXPECT_EQ(
-      message_of<std::logic_error>([&] { input.setup(kBatchSignature, c10::Device(c10::kCPU)); }),
+      message_of<std::logic_error>([&] { input.setup(kXYBatchSignature, c10::Device(c10::kCPU)); }),
       "StagingInput: the input source QueueInput was set up already; StagingInput sets it "
       "up itself (on the CPU, so that it copies nothing): give it a source that was not "
       "set up");
 }
 
 TEST(StagingInput, ItsCallbacksAreTheWrappedSourcesThenItsOwn) {
-  auto queue = std::make_shared<QueueInput>(shuffled_batches(), QueueInputOptions().capacity(3));
+  auto queue = std::make_shared<QueueInput>(shuffled_xy_batches(), QueueInputOptions().capacity(3));
   auto input = std::make_shared<StagingInput>(queue, StagingInputOptions().nr_stage(2));
   EXPECT_EQ(input->size(), 5);
   EXPECT_EQ(input->name(), "StagingInput");
-  SourceTrainer trainer(input, kBatchSignature);
+  SourceTrainer trainer(input, kXYBatchSignature);
   std::vector<std::string> names;
   for (const auto& cb : trainer.source_callbacks) {
     names.push_back(cb->name());
@@ -325,8 +305,8 @@ TEST(StagingInput, ItsCallbacksAreTheWrappedSourcesThenItsOwn) {
 }
 
 TEST(StagingInput, ResumeAtDelegatesToTheWrappedSourceBeforeTheFirstBatch) {
-  const auto full = take(staged_queue(shuffled_batches(), 2), kBatchSignature, 12);
-  auto input = staged_queue(shuffled_batches(), 2);
+  const auto full = take(staged_queue(shuffled_xy_batches(), 2), kXYBatchSignature, 12);
+  auto input = staged_queue(shuffled_xy_batches(), 2);
   EXPECT_EQ(message_of<std::invalid_argument>([&] {
               input->resume_at({0, 6});
             }),
@@ -334,7 +314,7 @@ TEST(StagingInput, ResumeAtDelegatesToTheWrappedSourceBeforeTheFirstBatch) {
             "has 5 batches; the checkpoint was saved with another dataflow (batch size or data)");
   input->resume_at({1, 2});
   EXPECT_EQ(as_pair(input->consumed()), std::make_pair(int64_t{1}, int64_t{2}));
-  SourceTrainer trainer(input, kBatchSignature);
+  SourceTrainer trainer(input, kXYBatchSignature);
   trainer.train({}, {}, 5, 1, 1);
   expect_same_batches(trainer.batches,
                       std::vector<std::vector<at::Tensor>>(full.begin() + 7, full.end()));
@@ -351,14 +331,15 @@ TEST(StagingInput, ResumeAtDelegatesToTheWrappedSourceBeforeTheFirstBatch) {
 // other, and StagingInput's own entries restore the position when the wrapped source's are
 // missing.
 TEST(StagingInput, CheckpointsMoveBetweenStagedAndPlainSources) {
-  const auto full = take(std::make_shared<QueueInput>(shuffled_batches()), kBatchSignature, 12);
+  const auto full =
+      take(std::make_shared<QueueInput>(shuffled_xy_batches()), kXYBatchSignature, 12);
   auto state_after = [](InputSourcePtr source, int64_t steps) {
-    SourceTrainer trainer(std::move(source), kBatchSignature);
+    SourceTrainer trainer(std::move(source), kXYBatchSignature);
     trainer.train({}, {}, steps, 1, 1);
     return collect_training_state(trainer);
   };
   auto rest_from = [](InputSourcePtr source, const TensorMap& state, int64_t steps) {
-    SourceTrainer trainer(std::move(source), kBatchSignature);
+    SourceTrainer trainer(std::move(source), kXYBatchSignature);
     trainer.setup_callbacks({}, {});
     restore_training_state(trainer, state, RestoreOptions().restore_counters(false));
     trainer.initialize();
@@ -370,24 +351,24 @@ TEST(StagingInput, CheckpointsMoveBetweenStagedAndPlainSources) {
   };
   {
     SCOPED_TRACE("staged -> plain");
-    const TensorMap state = state_after(staged_queue(shuffled_batches(), 3), 6);
-    expect_same_batches(rest_from(std::make_shared<QueueInput>(shuffled_batches()), state, 6),
+    const TensorMap state = state_after(staged_queue(shuffled_xy_batches(), 3), 6);
+    expect_same_batches(rest_from(std::make_shared<QueueInput>(shuffled_xy_batches()), state, 6),
                         rest(6));
   }
   {
     SCOPED_TRACE("plain -> staged");
-    const TensorMap state = state_after(std::make_shared<QueueInput>(shuffled_batches()), 3);
-    expect_same_batches(rest_from(staged_queue(shuffled_batches(), 3), state, 9), rest(3));
+    const TensorMap state = state_after(std::make_shared<QueueInput>(shuffled_xy_batches()), 3);
+    expect_same_batches(rest_from(staged_queue(shuffled_xy_batches(), 3), state, 9), rest(3));
   }
   {
     SCOPED_TRACE("staged, only StagingInput's entries");
-    TensorMap state = state_after(staged_queue(shuffled_batches(), 1), 8);
+    TensorMap state = state_after(staged_queue(shuffled_xy_batches(), 1), 8);
     state.erase("callback/QueueInput/pass");
     state.erase("callback/QueueInput/position");
     state.erase("callback/QueueInput/queue_size_biased");
     state.erase("callback/QueueInput/queue_size_updates");
     state.erase("callback/QueueInput/dataflow");
-    expect_same_batches(rest_from(staged_queue(shuffled_batches(), 2), state, 4), rest(8));
+    expect_same_batches(rest_from(staged_queue(shuffled_xy_batches(), 2), state, 4), rest(8));
   }
 }
 

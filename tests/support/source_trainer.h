@@ -1,9 +1,12 @@
-// Test support for input sources: a trainer whose step takes one batch from a source, and a
-// hang-guarded wait for what another thread (QueueInput's) does.
+// Test support for input sources: a FeedInput or a QueueInput made alike, a trainer whose step
+// takes one batch from a source, and a hang-guarded wait for what another thread (QueueInput's)
+// does.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
+#include <ostream>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -13,6 +16,19 @@
 
 namespace trainpack {
 namespace testing {
+
+// The two sources that read a dataflow: FeedInput (on the trainer's thread) and QueueInput (on a
+// thread of its own). A test parameter, printed by its class name.
+enum class SourceKind { kFeed, kQueue };
+inline void PrintTo(SourceKind kind, std::ostream* os) {
+  *os << (kind == SourceKind::kFeed ? "FeedInput" : "QueueInput");
+}
+
+// A source of `kind` over `ds` (a QueueInput holding up to `capacity` datapoints).
+inline InputSourcePtr make_source(SourceKind kind, DataFlowPtr ds, int64_t capacity = 50) {
+  if (kind == SourceKind::kFeed) return std::make_shared<FeedInput>(std::move(ds));
+  return std::make_shared<QueueInput>(std::move(ds), QueueInputOptions().capacity(capacity));
+}
 
 // Waits until `pred` holds; false after a minute (a hang guard, not a timing assertion).
 template <typename Pred>

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include "support/step_trainer.h"
 #include "trainpack/core/trainer.h"
 #include "trainpack/testing.h"
 
@@ -13,6 +14,7 @@ namespace hooked_run_test {
 
 using ::testing::HasSubstr;
 using testing::Trace;
+using testing::TwoRunTrainer;
 
 // Publishes "step" (the global step before the increment, as a tensor) and "twice" each step.
 class PublishingTrainer : public Trainer {
@@ -146,16 +148,6 @@ TEST(HookedRun, CallbacksRegisteredBeforeTheStepCounterSeeTheOldStepInAfterRun) 
   EXPECT_THAT(*late_trace, ::testing::Contains("late:after_run ep=1 ls=0 gs=1"));
   EXPECT_THAT(*early_trace, ::testing::Contains("early:trigger_step ep=1 ls=0 gs=1"));
 }
-
-// A run_step with two hooked runs (a GAN-style trainer): the step counter moves twice per step.
-class TwoRunTrainer : public Trainer {
- public:
-  void run_step() override {
-    hooked_run([](StepContext&) {});
-    if (stop_requested()) return;
-    hooked_run([](StepContext&) {});
-  }
-};
 
 TEST(HookedRun, TwoHookedRunsPerStepAdvanceTheGlobalStepTwice) {
   TwoRunTrainer trainer;

@@ -4,8 +4,6 @@
 // training or writing a checkpoint -- and then left to finish, it ends with bitwise the
 // parameters of a run never killed; every restart resumes from the newest valid checkpoint (never
 // behind a save that it had reported complete) and starts from scratch only when there is none.
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -17,7 +15,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -32,6 +29,7 @@
 
 #include <ATen/ATen.h>
 
+#include "support/child_process.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/json_writer.h"
 #include "trainpack/train/config.h"
@@ -68,36 +66,14 @@ struct ChildRun {
 ChildRun run_child(const fs::path& log_dir, const fs::path& stderr_file,
                    std::optional<KillPlan> kill) {
   ChildRun run;
-  int fds[2];
-  if (::pipe(fds) != 0) {
-    ADD_FAILURE() << "pipe: " << std::strerror(errno);
-    return run;
-  }
-  // Everything the child needs, prepared before fork (after it, only async-signal-safe calls).
-  const std::string program = TRAINPACK_RESUME_CHILD;
-  const std::string dir = log_dir.string();
-  const std::string err = stderr_file.string();
-  std::vector<char*> argv = {const_cast<char*>(program.c_str()), const_cast<char*>(dir.c_str()),
-                             nullptr};
+  testing::SpawnOptions options;
+  options.stderr_file = stderr_file.string();
+  options.append_stderr = true;
   const Clock::time_point spawned = Clock::now();
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    ADD_FAILURE() << "fork: " << std::strerror(errno);
-    return run;
-  }
-  if (pid == 0) {
-    ::close(fds[0]);
-    ::dup2(fds[1], STDOUT_FILENO);
-    ::close(fds[1]);
-    const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (e >= 0) {
-      ::dup2(e, STDERR_FILENO);
-      ::close(e);
-    }
-    ::execv(program.c_str(), argv.data());
-    ::_exit(127);
-  }
-  ::close(fds[1]);
+  const testing::Spawned child =
+      testing::spawn({TRAINPACK_RESUME_CHILD, log_dir.string()}, options);
+  if (child.pid < 0) return run;
+  const pid_t pid = child.pid;
 
   std::optional<Clock::time_point> kill_at;
   if (kill && kill->from == KillPlan::From::kSpawn) {
@@ -107,8 +83,7 @@ ChildRun run_child(const fs::path& log_dir, const fs::path& stderr_file,
   const Clock::time_point give_up = spawned + std::chrono::seconds(60);
   std::optional<Clock::time_point> started;
   std::string pending;
-  bool open = true;
-  while (open) {
+  for (;;) {
     const Clock::time_point now = Clock::now();
     if (!run.kill_sent && ((kill_at && now >= *kill_at) || now >= give_up)) {
       ::kill(pid, SIGKILL);
@@ -121,22 +96,10 @@ ChildRun run_child(const fs::path& log_dir, const fs::path& stderr_file,
           std::chrono::duration_cast<std::chrono::microseconds>(*kill_at - now).count();
       timeout_ms = static_cast<int>(std::clamp<int64_t>((left + 999) / 1000, 0, 100));
     }
-    pollfd p{fds[0], POLLIN, 0};
-    const int ready = ::poll(&p, 1, timeout_ms);
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) continue;
-    char buf[4096];
-    const ssize_t n = ::read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      open = false;
+    if (testing::read_available(child.out_fd, timeout_ms, &pending) == testing::ReadResult::kEnd) {
       break;
     }
-    pending.append(buf, static_cast<size_t>(n));
-    size_t eol;
-    while ((eol = pending.find('\n')) != std::string::npos) {
-      const std::string line = pending.substr(0, eol);
-      pending.erase(0, eol + 1);
+    for (const std::string& line : testing::take_lines(&pending)) {
       run.lines.push_back(line);
       if (line.rfind("start ", 0) == 0 && !started) {
         started = Clock::now();
@@ -148,7 +111,7 @@ ChildRun run_child(const fs::path& log_dir, const fs::path& stderr_file,
       }
     }
   }
-  ::close(fds[0]);
+  ::close(child.out_fd);
   while (::waitpid(pid, &run.status, 0) < 0 && errno == EINTR) {
   }
   if (started) run.seconds_running = std::chrono::duration<double>(Clock::now() - *started).count();

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "support/errors.h"
+#include "support/model_trainer.h"
 #include "support/temp_dir.h"
 #include "trainpack/core/optimizer_state.h"
 #include "trainpack/core/session_init.h"
@@ -23,40 +24,15 @@ namespace trainpack {
 namespace state_test {
 
 using testing::LogCapture;
+using testing::ModelTrainer;
 using testing::Trace;
 using testing::TraceCallback;
 
-// A NoOpTrainer with a small module, an SGD-momentum optimizer and the learning rate variable,
-// registered as SingleCostTrainer registers them.
-struct ModelTrainer {
-  torch::nn::Linear net{torch::nn::LinearOptions(3, 2)};
-  torch::nn::BatchNorm1d bn{2};
-  std::shared_ptr<torch::nn::Sequential> seq;
-  std::unique_ptr<torch::optim::SGD> opt;
-  NoOpTrainer trainer;
-
-  explicit ModelTrainer(uint64_t seed) {
-    torch::manual_seed(seed);
-    seq = std::make_shared<torch::nn::Sequential>(net, bn);
-    opt = std::make_unique<torch::optim::SGD>((*seq)->parameters(),
-                                              torch::optim::SGDOptions(0.1).momentum(0.9));
-    trainer.graph().add_module("", seq->ptr());
-    trainer.graph().add_optimizer("", opt.get());
-    torch::optim::SGD* o = opt.get();
-    trainer.graph().add_variable(
-        "learning_rate", [o] { return o->param_groups().front().options().get_lr(); },
-        [o](double lr) {
-          for (auto& g : o->param_groups()) g.options().set_lr(lr);
-        });
-  }
-  // One optimizer step on a fixed batch (so that momentum buffers exist).
-  void sgd_step() {
-    auto x = torch::ones({4, 3});
-    opt->zero_grad();
-    (*seq)->forward(x).pow(2).sum().backward();
-    opt->step();
-  }
-};
+// A testing::ModelTrainer seeded with `seed` whose Linear is followed by a BatchNorm (its running
+// statistics are state too), with an SGD-momentum optimizer and the learning rate variable.
+testing::ModelTrainerOptions with_batch_norm(uint64_t seed) {
+  return testing::ModelTrainerOptions().seed(seed).batch_norm(true).learning_rate_variable(true);
+}
 
 // A callback with a state: a counter of the epochs it saw.
 class CountingCallback : public Callback {
@@ -72,7 +48,7 @@ class CountingCallback : public Callback {
 };
 
 TEST(TrainingState, CollectsModulesOptimizerVariablesCountersRngAndCallbackStates) {
-  ModelTrainer m(1);
+  ModelTrainer m(with_batch_norm(1));
   m.sgd_step();
   auto a = std::make_shared<CountingCallback>();
   auto b = std::make_shared<CountingCallback>();
@@ -146,7 +122,7 @@ TEST(TrainingState, ResumePointFollowsTheSteps) {
 }
 
 TEST(TrainingState, RestoreRoundTripsWeightsOptimizerVariablesRngAndCallbacks) {
-  ModelTrainer source(1);
+  ModelTrainer source(with_batch_norm(1));
   source.sgd_step();
   auto counter = std::make_shared<CountingCallback>();
   source.trainer.train({counter}, {}, 2, 1, 3);
@@ -155,7 +131,7 @@ TEST(TrainingState, RestoreRoundTripsWeightsOptimizerVariablesRngAndCallbacks) {
   const at::Tensor next_random = torch::rand({5});  // what the CPU generator gives next
   // Restored into a trainer with other weights: everything comes back, and the loop continues
   // at epoch 4.
-  ModelTrainer target(2);
+  ModelTrainer target(with_batch_norm(2));
   ASSERT_FALSE(torch::equal(target.net->weight, source.net->weight));
   auto restored_counter = std::make_shared<CountingCallback>();
   auto trace = std::make_shared<Trace>();
@@ -213,10 +189,10 @@ TEST(TrainingState, ResumePointErrors) {
 // require_all (what auto-resume asks for): a map that lacks any parameter is refused, naming it,
 // and nothing is restored.
 TEST(TrainingState, RequireAllRefusesAMapThatLacksAParameter) {
-  ModelTrainer source(1);
+  ModelTrainer source(with_batch_norm(1));
   TensorMap state = collect_training_state(source.trainer);
   state.erase("0.bias");
-  ModelTrainer target(2);
+  ModelTrainer target(with_batch_norm(2));
   const TensorMap before = collect_training_state(target.trainer);
   try {
     restore_training_state(target.trainer, state,
@@ -234,7 +210,7 @@ TEST(TrainingState, RequireAllRefusesAMapThatLacksAParameter) {
 }
 
 TEST(TrainingState, PartialRestoreReportsMissingUnusedAndIgnoredNames) {
-  ModelTrainer source(1);
+  ModelTrainer source(with_batch_norm(1));
   source.sgd_step();  // BatchNorm in training mode moves its running mean
   ASSERT_FALSE(torch::equal(source.bn->running_mean, torch::zeros({2})));
   TensorMap state = collect_training_state(source.trainer);
@@ -246,7 +222,7 @@ TEST(TrainingState, PartialRestoreReportsMissingUnusedAndIgnoredNames) {
   // Entries the trainer has no place for but that match an ignore pattern: ignored, not unused.
   state["old/head.weight"] = torch::zeros({2});
   state["callback/GoneCallback/x"] = torch::zeros({});
-  ModelTrainer target(2);
+  ModelTrainer target(with_batch_norm(2));
   LogCapture log;
   const RestoreReport r = restore_training_state(
       target.trainer, state,
@@ -271,10 +247,10 @@ TEST(TrainingState, PartialRestoreReportsMissingUnusedAndIgnoredNames) {
 
 TEST(TrainingState, EntryNamesFromTheFileAreLoggedWithTheirControlBytesEscaped) {
   // A checkpoint is a file someone may have written: its names reach the log, not the terminal.
-  ModelTrainer source(2);
+  ModelTrainer source(with_batch_norm(2));
   TensorMap state = collect_training_state(source.trainer);
   state["evil\x1b]52;c;aGk=\x07name"] = torch::zeros({2});
-  ModelTrainer target(2);
+  ModelTrainer target(with_batch_norm(2));
   LogCapture log;
   const RestoreReport r =
       restore_training_state(target.trainer, state, RestoreOptions().source("the test map"));
@@ -284,10 +260,10 @@ TEST(TrainingState, EntryNamesFromTheFileAreLoggedWithTheirControlBytesEscaped) 
 }
 
 TEST(TrainingState, ShapeMismatchNamesTheEntryAndChangesNothing) {
-  ModelTrainer source(1);
+  ModelTrainer source(with_batch_norm(1));
   TensorMap state = collect_training_state(source.trainer);
   state["0.weight"] = torch::zeros({5, 5});
-  ModelTrainer target(2);
+  ModelTrainer target(with_batch_norm(2));
   const at::Tensor bias_before = target.net->bias.clone();
   try {
     restore_training_state(target.trainer, state);
@@ -303,14 +279,14 @@ TEST(TrainingState, ShapeMismatchNamesTheEntryAndChangesNothing) {
 // Another model's checkpoint: a restore that matches fewer than half of the parameter tensors
 // is refused, naming the source and the names, and applies nothing (its counters included).
 TEST(TrainingState, AMapOfAnotherModelIsRefusedAndAppliesNothing) {
-  ModelTrainer source(1);
+  ModelTrainer source(with_batch_norm(1));
   source.trainer.train({}, {}, 2, 1, 2);
   TensorMap foreign;
   for (const auto& [name, tensor] : collect_training_state(source.trainer)) {
     const bool model = is_model_entry(name);
     foreign[model ? "encoder/" + name : name] = tensor;
   }
-  ModelTrainer target(2);
+  ModelTrainer target(with_batch_norm(2));
   const at::Tensor weight_before = target.net->weight.clone();
   try {
     restore_training_state(target.trainer, foreign, RestoreOptions().source("checkpoint x/y"));
@@ -361,7 +337,7 @@ TEST(TrainingState, AMapOfAnotherModelIsRefusedAndAppliesNothing) {
 }
 
 TEST(TrainingState, CountersOutOfRangeAreRefusedNamingTheSourceAndTheValue) {
-  ModelTrainer source(1);
+  ModelTrainer source(with_batch_norm(1));
   const TensorMap good = collect_training_state(source.trainer);
   const std::vector<std::pair<std::string, int64_t>> bad{
       {"trainer/global_step", std::numeric_limits<int64_t>::max()},
@@ -372,7 +348,7 @@ TEST(TrainingState, CountersOutOfRangeAreRefusedNamingTheSourceAndTheValue) {
     SCOPED_TRACE(entry);
     TensorMap state = good;
     state[entry] = at::scalar_tensor(value, at::kLong);
-    ModelTrainer target(2);
+    ModelTrainer target(with_batch_norm(2));
     try {
       restore_training_state(target.trainer, state, RestoreOptions().source("checkpoint a/b"));
       FAIL() << "expected std::invalid_argument";
@@ -390,14 +366,14 @@ TEST(TrainingState, CountersOutOfRangeAreRefusedNamingTheSourceAndTheValue) {
 
 TEST(TrainingState, NonFiniteWeightsAreNamedAndSaverRestoreWarns) {
   testing::ScopedTempDir tmp("nan_restore");
-  ModelTrainer source(1);
+  ModelTrainer source(with_batch_norm(1));
   TensorMap state = collect_training_state(source.trainer);
   state["0.bias"] = state["0.bias"].clone();
   state["0.bias"][0] = std::numeric_limits<float>::infinity();
   EXPECT_EQ(non_finite_model_entries(state), std::vector<std::string>{"0.bias"});
   const std::string prefix = (tmp.path() / "model-0").string();
   write_checkpoint(prefix, state, CheckpointWriteOptions().fsync(false));
-  ModelTrainer target(2);
+  ModelTrainer target(with_batch_norm(2));
   LogCapture log;
   SaverRestore(prefix).run_init(target.trainer);
   EXPECT_TRUE(log.contains("checkpoint " + prefix +
@@ -405,20 +381,20 @@ TEST(TrainingState, NonFiniteWeightsAreNamedAndSaverRestoreWarns) {
 }
 
 TEST(TrainingState, WeightsOnlyRestoreLeavesTheCountersAlone) {
-  ModelTrainer source(1);
+  ModelTrainer source(with_batch_norm(1));
   source.trainer.train({}, {}, 2, 1, 2);
   const TensorMap state = collect_training_state(source.trainer);
-  ModelTrainer target(2);
+  ModelTrainer target(with_batch_norm(2));
   restore_training_state(target.trainer, state, RestoreOptions().restore_counters(false));
   EXPECT_FALSE(target.trainer.restored_resume_point().has_value());
   EXPECT_TRUE(torch::equal(target.net->weight, source.net->weight));
 }
 
 TEST(ChainInitTest, RunsInOrderAndRejectsNull) {
-  ModelTrainer source(1);
+  ModelTrainer source(with_batch_norm(1));
   TensorMap first = collect_training_state(source.trainer);
   TensorMap second = {{"0.bias", torch::full({2}, 3.0)}};
-  ModelTrainer target(2);
+  ModelTrainer target(with_batch_norm(2));
   // One tensor of four: a partial restore, which has to be asked for.
   ChainInit chain({std::make_shared<DictRestore>(first),
                    std::make_shared<DictRestore>(second, SaverRestoreOptions().partial(true))});

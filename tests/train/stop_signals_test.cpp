@@ -3,8 +3,6 @@
 // step, the log line and the exit status 128 + signal; SIGALRM is announced before its default
 // action; the set of stop signals is the trainer's to change. The child is
 // tests/train/resume_child (trainpack_resume_child --stop-test).
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -15,15 +13,16 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "support/child_process.h"
 #include "support/sanitizers.h"
 #include "support/temp_dir.h"
 #include "trainpack/core/trainer.h"
@@ -52,34 +51,12 @@ struct ChildRun {
 ChildRun run_and_signal(const fs::path& dir, int sig) {
   ChildRun run;
   const fs::path err_file = dir / "child-stderr.txt";
-  int fds[2];
-  if (::pipe(fds) != 0) {
-    ADD_FAILURE() << "pipe: " << std::strerror(errno);
-    return run;
-  }
-  const std::string program = TRAINPACK_RESUME_CHILD;
-  const std::string log_dir = (dir / "log").string();
-  const std::string err = err_file.string();
-  std::vector<char*> argv = {const_cast<char*>(program.c_str()), const_cast<char*>(log_dir.c_str()),
-                             const_cast<char*>("--stop-test"), nullptr};
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    ADD_FAILURE() << "fork: " << std::strerror(errno);
-    return run;
-  }
-  if (pid == 0) {
-    ::close(fds[0]);
-    ::dup2(fds[1], STDOUT_FILENO);
-    ::close(fds[1]);
-    const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (e >= 0) {
-      ::dup2(e, STDERR_FILENO);
-      ::close(e);
-    }
-    ::execv(program.c_str(), argv.data());
-    ::_exit(127);
-  }
-  ::close(fds[1]);
+  testing::SpawnOptions options;
+  options.stderr_file = err_file.string();
+  const testing::Spawned child =
+      testing::spawn({TRAINPACK_RESUME_CHILD, (dir / "log").string(), "--stop-test"}, options);
+  if (child.pid < 0) return run;
+  const pid_t pid = child.pid;
   const Clock::time_point give_up = Clock::now() + std::chrono::seconds(60);
   bool sent = false;
   std::string pending;
@@ -88,26 +65,16 @@ ChildRun run_and_signal(const fs::path& dir, int sig) {
       ::kill(pid, SIGKILL);
       run.hung = true;
     }
-    pollfd p{fds[0], POLLIN, 0};
-    const int ready = ::poll(&p, 1, 100);
-    if (ready < 0 && errno != EINTR) break;
-    if (ready <= 0) continue;
-    char buf[4096];
-    const ssize_t n = ::read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    pending.append(buf, static_cast<size_t>(n));
-    size_t eol;
-    while ((eol = pending.find('\n')) != std::string::npos) {
-      run.lines.push_back(pending.substr(0, eol));
-      pending.erase(0, eol + 1);
+    if (testing::read_available(child.out_fd, 100, &pending) == testing::ReadResult::kEnd) break;
+    for (std::string& line : testing::take_lines(&pending)) {
+      run.lines.push_back(std::move(line));
       if (!sent && run.lines.back() == "step 3") {
         ::kill(pid, sig);
         sent = true;
       }
     }
   }
-  ::close(fds[0]);
+  ::close(child.out_fd);
   while (::waitpid(pid, &run.status, 0) < 0 && errno == EINTR) {
   }
   std::ifstream in(err_file);

@@ -18,6 +18,7 @@
 
 #include "support/errors.h"
 #include "support/files.h"
+#include "support/model_trainer.h"
 #include "support/stat_putter.h"
 #include "support/temp_dir.h"
 #include "trainpack/callbacks/saver.h"
@@ -33,16 +34,12 @@ namespace fs = std::filesystem;
 using testing::ActionCallback;
 using testing::FileSizeLimit;
 using testing::LogCapture;
+using testing::ModelTrainer;
 
-// A NoOpTrainer with a small module, so that a checkpoint is far larger than a few hundred bytes.
-struct ModelTrainer {
-  torch::nn::Linear net{torch::nn::LinearOptions(3, 2)};
-  NoOpTrainer trainer;
-  ModelTrainer() {
-    trainer.graph().add_module("", net.ptr());
-    trainer.set_handle_signals(false);
-  }
-};
+// A testing::ModelTrainer without an optimizer, signals not handled: its module makes a checkpoint
+// far larger than a few hundred bytes.
+const testing::ModelTrainerOptions kModelOnly =
+    testing::ModelTrainerOptions().optimizer(false).handle_signals(false);
 
 // Counts the after_train calls it sees.
 std::shared_ptr<ActionCallback> after_train_counter(int* count) {
@@ -145,7 +142,7 @@ TEST_F(WriteFailuresTest, TorchrunsErrorFileGetsTheFailure) {
 }
 
 TEST_F(WriteFailuresTest, NoFailureNoError) {
-  ModelTrainer m;
+  ModelTrainer m(kModelOnly);
   EXPECT_NO_THROW(m.trainer.train({std::make_shared<ModelSaver>(options())}, {}, 1, 1, 2));
   EXPECT_EQ(m.trainer.write_failure_count(), 0);
   EXPECT_EQ(m.trainer.write_failure_summary(), "");
@@ -165,7 +162,7 @@ TEST_F(WriteFailuresTest, AnErrorThatEndedTrainingWinsAndTheFailuresAreLogged) {
 }
 
 TEST_F(WriteFailuresTest, AFailedCheckpointSaveFailsTheRunAfterTrainingWentOn) {
-  ModelTrainer m;
+  ModelTrainer m(kModelOnly);
   std::unique_ptr<FileSizeLimit> limit;
   int after_trains = 0;
   LogCapture log;
@@ -193,7 +190,7 @@ TEST_F(WriteFailuresTest, AReadOnlyDirectoryFailsTheRun) {
   if (geteuid() == 0)
     GTEST_SKIP() << "root ignores directory permissions (the size limit tests "
                     "cover root)";
-  ModelTrainer m;
+  ModelTrainer m(kModelOnly);
   auto saver = std::make_shared<ModelSaver>(options());
   fs::permissions(dir(), fs::perms::owner_read | fs::perms::owner_exec);
   int after_trains = 0;
@@ -209,7 +206,7 @@ TEST_F(WriteFailuresTest, AReadOnlyDirectoryFailsTheRun) {
 }
 
 TEST_F(WriteFailuresTest, AFailedSaveAtASignalIsReportedAndTheSignalKept) {
-  ModelTrainer m;
+  ModelTrainer m(kModelOnly);
   m.trainer.set_handle_signals(true);
   std::unique_ptr<FileSizeLimit> limit;
   auto raiser = std::make_shared<ActionCallback>();
@@ -238,7 +235,7 @@ TEST_F(WriteFailuresTest, MinSaverAfterAFailedFirstSaveSaysSoAndTrainingGoesOn) 
   // The first save fails, so there is no index at all: MinSaver says that the save failed
   // (rather than "Do you forget to use ModelSaver?", which would stop training), reports its copy
   // as not written, and copies the next new minimum.
-  ModelTrainer m;
+  ModelTrainer m(kModelOnly);
   std::unique_ptr<FileSizeLimit> limit;
   auto min = std::make_shared<MinSaver>(
       "val-error", MinSaverOptions().checkpoint_dir(dir().string()).fsync(false));
@@ -269,7 +266,7 @@ TEST_F(WriteFailuresTest, MinSaverAfterAFailedFirstSaveSaysSoAndTrainingGoesOn) 
 
 TEST_F(WriteFailuresTest, MinSaverAfterALaterFailedSaveSaysSo) {
   // The index names model-2 when the save of model-4 fails.
-  ModelTrainer m;
+  ModelTrainer m(kModelOnly);
   std::unique_ptr<FileSizeLimit> limit;
   auto max = std::make_shared<MaxSaver>(
       "accuracy", MaxSaverOptions().checkpoint_dir(dir().string()).fsync(false));

@@ -1,7 +1,6 @@
 // configure_runtime: threads, malloc, BLAS and OpenMP's waiting in one call.
 #include "trainpack/utils/runtime.h"
 
-#include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -29,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/child_process.h"
 #include "trainpack/testing.h"
 
 namespace trainpack {
@@ -204,35 +204,20 @@ struct LimitedRun {
 LimitedRun run_limited(int resource, long long limit, const std::vector<std::string>& args,
                        double deadline_s = 20) {
   LimitedRun run;
-  int fds[2];
-  if (::pipe(fds) != 0) {
-    ADD_FAILURE() << "pipe: " << std::strerror(errno);
-    return run;
-  }
-  const std::string program = TRAINPACK_RUNTIME_CHILD;
-  std::vector<char*> argv{const_cast<char*>(program.c_str())};
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  const auto start = std::chrono::steady_clock::now();
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    ADD_FAILURE() << "fork: " << std::strerror(errno);
-    return run;
-  }
-  if (pid == 0) {
-    ::dup2(fds[1], STDOUT_FILENO);
-    ::dup2(fds[1], STDERR_FILENO);
-    ::close(fds[0]);
-    ::close(fds[1]);
+  std::vector<std::string> argv{TRAINPACK_RUNTIME_CHILD};
+  argv.insert(argv.end(), args.begin(), args.end());
+  testing::SpawnOptions options;  // stderr into the pipe too
+  options.before_exec = [resource, limit] {
     if (limit >= 0) {
       struct rlimit l {};
       l.rlim_cur = l.rlim_max = static_cast<rlim_t>(limit);
       if (::setrlimit(resource, &l) != 0) ::_exit(126);
     }
-    ::execv(program.c_str(), argv.data());
-    ::_exit(127);
-  }
-  ::close(fds[1]);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const testing::Spawned child = testing::spawn(argv, options);
+  if (child.pid < 0) return run;
+  const pid_t pid = child.pid;
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
@@ -241,17 +226,9 @@ LimitedRun run_limited(int resource, long long limit, const std::vector<std::str
       ::kill(pid, SIGKILL);
       run.killed = true;
     }
-    pollfd p{fds[0], POLLIN, 0};
-    const int ready = ::poll(&p, 1, 100);
-    if (ready < 0 && errno != EINTR) break;
-    if (ready <= 0) continue;
-    char buf[4096];
-    const ssize_t n = ::read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    run.output.append(buf, static_cast<size_t>(n));
+    if (testing::read_available(child.out_fd, 100, &run.output) == testing::ReadResult::kEnd) break;
   }
-  ::close(fds[0]);
+  ::close(child.out_fd);
   while (::waitpid(pid, &run.status, 0) < 0 && errno == EINTR) {
   }
   run.seconds = elapsed();

@@ -28,6 +28,7 @@
 #include "trainpack/utils/logger.h"
 
 #include "programs/programs.h"
+#include "support/learning_rate.h"
 
 namespace shell_child {
 
@@ -74,9 +75,7 @@ int shell_child_main(int argc, char** argv) {
     const int64_t max_epoch = std::atoll(argv[5]);
     double lr = 0.1;
     NoOpTrainer trainer;
-    trainer.graph().add_variable(
-        "learning_rate", [&] { return lr; }, [&](double v) { lr = v; }, true,
-        ValueRange().min_exclusive(0));
+    trainpack::testing::add_learning_rate_variable(trainer.graph(), &lr);
     CallbackPtr shell = std::make_shared<InjectShell>(file, argv[3]);
     if (argc == 7) {
       shell = std::make_shared<PeriodicTrigger>(
