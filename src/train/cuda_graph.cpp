@@ -6,15 +6,16 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/optimizer.h>
 #include <torch/optim/sgd.h>
-#include <torch/version.h>
 
 #include <stdexcept>
 #include <tuple>
+#include <type_traits>
 #include <typeinfo>
 #include <utility>
 
 #include "trainpack/core/step_context.h"
 #include "trainpack/core/tower_registry.h"
+#include "trainpack/detail/torch_compat.h"
 #include "trainpack/utils/demangle.h"
 #include "trainpack/utils/logger.h"
 
@@ -30,14 +31,6 @@
 #endif
 
 namespace trainpack {
-
-namespace {
-
-// Whether this LibTorch has ATen's fused Adam and AdamW kernels (_fused_adam_, _fused_adamw_:
-// 2.0 on; 1.13 has the first only), which take the step counts as device tensors.
-constexpr bool kFusedAdam = TORCH_VERSION_MAJOR >= 2;
-
-}  // namespace
 
 CudaGraphOptimizer cuda_graph_optimizer_kind(const torch::optim::Optimizer& optimizer) {
   if (dynamic_cast<const torch::optim::SGD*>(&optimizer)) return CudaGraphOptimizer::kSgd;
@@ -61,12 +54,12 @@ std::string cuda_graph_refusal(const torch::optim::Optimizer& optimizer, bool lo
         "torch::optim::SGD, Adam or AdamW with a CUDA graph, or train this optimizer without one",
         type_name(typeid(optimizer)));
   }
-  if (kind != CudaGraphOptimizer::kSgd && !kFusedAdam) {
+  if (kind != CudaGraphOptimizer::kSgd && !compat::kHasFusedAdam) {
     return fmt::format(
         "the optimizer {} is captured through ATen's fused Adam kernels, which this LibTorch "
-        "{}.{} lacks (2.0 and later have them); use torch::optim::SGD with a CUDA graph, or a "
-        "newer LibTorch",
-        type_name(typeid(optimizer)), TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR);
+        "{} lacks (2.0 and later have them); use torch::optim::SGD with a CUDA graph, or a newer "
+        "LibTorch",
+        type_name(typeid(optimizer)), compat::torch_version());
   }
   if (loss_scaling) {
     return "float16's dynamic loss scaling decides on the host, every step, whether the step is "
@@ -273,8 +266,9 @@ struct CudaGraphStep::Impl {
       g.eps = h.at(3);
       g.weight_decay = h.at(4);
       g.amsgrad = h.at(5) != 0.0;
+      using StateMap = std::decay_t<decltype(optimizer.state())>;
       for (auto& p : group.params()) {
-        auto found = optimizer.state().find(p.unsafeGetTensorImpl());
+        auto found = optimizer.state().find(compat::optimizer_state_key<StateMap>(p));
         // A parameter the warm-up steps never updated (no gradient) has no state: like Adam's
         // own step, the captured one leaves it alone.
         if (found == optimizer.state().end()) continue;
@@ -307,19 +301,16 @@ struct CudaGraphStep::Impl {
       for (const auto& p : g.params) g.grads.push_back(p.grad());
       if (g.params.empty()) continue;
       at::_foreach_add_(g.steps, 1);
-#if TORCH_VERSION_MAJOR >= 2  // kFusedAdam; cuda_graph_refusal refuses Adam on older ones
-      {
-        if (kind == CudaGraphOptimizer::kAdam) {
-          at::_fused_adam_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, g.max_exp_avg_sqs, g.steps,
-                           g.lr, g.beta1, g.beta2, g.weight_decay, g.eps, g.amsgrad,
-                           /*maximize=*/false);
-        } else {
-          at::_fused_adamw_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, g.max_exp_avg_sqs,
+      // compat::kHasFusedAdam: cuda_graph_refusal refuses Adam and AdamW on older LibTorches.
+      if (kind == CudaGraphOptimizer::kAdam) {
+        compat::fused_adam_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, g.max_exp_avg_sqs,
                             g.steps, g.lr, g.beta1, g.beta2, g.weight_decay, g.eps, g.amsgrad,
                             /*maximize=*/false);
-        }
+      } else {
+        compat::fused_adamw_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, g.max_exp_avg_sqs,
+                             g.steps, g.lr, g.beta1, g.beta2, g.weight_decay, g.eps, g.amsgrad,
+                             /*maximize=*/false);
       }
-#endif
     }
   }
 

@@ -1,12 +1,12 @@
 // The CUDA graph option on the CPU: what is refused (and the message), the fallback to eager with
 // one warning, the same parameters as a run without the option; the pieces a capture relies on
 // (StepContext's publish recorder, TowerRegistry's step record). tests/cuda/ runs the graph
-// itself on a GPU.
+// itself on a GPU; the fused Adam kernels' wrappers are tested in
+// tests/detail/torch_compat_test.cpp.
 #include "trainpack/train/cuda_graph.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-#include <torch/version.h>
 
 #include <memory>
 #include <string>
@@ -16,6 +16,7 @@
 #include "support/linear_regression.h"
 #include "trainpack/core/step_context.h"
 #include "trainpack/core/tower_registry.h"
+#include "trainpack/detail/torch_compat.h"
 #include "trainpack/testing.h"
 #include "trainpack/train/config.h"
 #include "trainpack/train/single_cost.h"
@@ -40,9 +41,6 @@ class AdamRegression : public LinearRegressionModel {
     return std::make_unique<torch::optim::Adam>(net->parameters(), 0.05);
   }
 };
-
-// ATen's fused Adam kernels, through which a graph captures Adam and AdamW.
-constexpr bool kFusedAdam = TORCH_VERSION_MAJOR >= 2;
 
 // Trains `model` for two epochs (6 steps) with `config`'s extras; returns the weights.
 at::Tensor train(std::shared_ptr<LinearRegressionModel> model, TrainConfig config,
@@ -78,15 +76,16 @@ TEST(CudaGraphRefusalTest, SgdAdamAndAdamWAreAcceptedAndOtherOptimizersAreNamed)
   torch::optim::AdamW adamw(net->parameters(), 0.1);
   EXPECT_EQ(cuda_graph_optimizer_kind(adam), CudaGraphOptimizer::kAdam);
   EXPECT_EQ(cuda_graph_optimizer_kind(adamw), CudaGraphOptimizer::kAdamW);
-  if (kFusedAdam) {
+  if (compat::kHasFusedAdam) {
     EXPECT_EQ(cuda_graph_refusal(adam, false, false, 1), "");
     EXPECT_EQ(cuda_graph_refusal(adamw, false, false, 1), "");
   } else {  // LibTorch 1.13: no fused AdamW kernel
-    const std::string refusal = cuda_graph_refusal(adam, false, false, 1);
-    EXPECT_NE(refusal.find("the optimizer torch::optim::Adam is captured through ATen's fused "
-                           "Adam kernels, which this LibTorch 1."),
-              std::string::npos)
-        << refusal;
+    EXPECT_EQ(cuda_graph_refusal(adam, false, false, 1),
+              "the optimizer torch::optim::Adam is captured through ATen's fused Adam kernels, "
+              "which this LibTorch " +
+                  compat::torch_version() +
+                  " lacks (2.0 and later have them); use torch::optim::SGD with a CUDA graph, or "
+                  "a newer LibTorch");
     EXPECT_NE(cuda_graph_refusal(adamw, false, false, 1).find("torch::optim::AdamW"),
               std::string::npos);
   }
@@ -124,7 +123,7 @@ TEST(CudaGraphTrainerTest, AnAdamRunIsAcceptedWhereTheFusedKernelsExist) {
   const std::string message = message_of<std::invalid_argument>([] {
     train(std::make_shared<AdamRegression>(), TrainConfig().cuda_graph(CudaGraphOptions()));
   });
-  if (kFusedAdam) {
+  if (compat::kHasFusedAdam) {
     EXPECT_EQ(message, "<no exception>");  // on the CPU: trained eager, with the warning
   } else {
     EXPECT_NE(message.find("fused Adam kernels"), std::string::npos) << message;
