@@ -1,5 +1,7 @@
 #include "trainpack/train/cuda_graph.h"
 
+#include <ATen/Functions.h>
+#include <ATen/autocast_mode.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/optim/adam.h>
@@ -7,6 +9,7 @@
 #include <torch/optim/optimizer.h>
 #include <torch/optim/sgd.h>
 
+#include <optional>
 #include <stdexcept>
 #include <tuple>
 #include <type_traits>
@@ -15,20 +18,10 @@
 
 #include "trainpack/core/step_context.h"
 #include "trainpack/core/tower_registry.h"
+#include "trainpack/detail/cuda_streams.h"
 #include "trainpack/detail/torch_compat.h"
 #include "trainpack/utils/demangle.h"
 #include "trainpack/utils/logger.h"
-
-// TRAINPACK_WITH_CUDA: set by CMake when the LibTorch built against has CUDA.
-#ifdef TRAINPACK_WITH_CUDA
-#include <ATen/Functions.h>
-#include <ATen/autocast_mode.h>
-#include <ATen/cuda/CUDAEvent.h>
-#include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
 
 namespace trainpack {
 
@@ -79,8 +72,7 @@ std::string cuda_graph_refusal(const torch::optim::Optimizer& optimizer, bool lo
   return "";
 }
 
-// Used by the CUDA side of CudaGraphStep::run; compiled everywhere, so that a CPU build checks
-// them.
+// Used by CudaGraphStep::run on a build with CUDA.
 namespace {
 
 // Adam's and AdamW's options have the same fields (and no common base).
@@ -113,18 +105,16 @@ void for_each_hyper_parameter(CudaGraphOptimizer kind,
   }
 }
 
-[[maybe_unused]] void append_hyper_parameters(CudaGraphOptimizer kind,
-                                              const torch::optim::Optimizer& optimizer,
-                                              std::vector<double>* out) {
+void append_hyper_parameters(CudaGraphOptimizer kind, const torch::optim::Optimizer& optimizer,
+                             std::vector<double>* out) {
   for (const auto& group : optimizer.param_groups()) {
     for_each_hyper_parameter(kind, group.options(), [&](double v) { out->push_back(v); });
   }
 }
 
 // Whether the hyper-parameters are still those of `captured`; allocates nothing.
-[[maybe_unused]] bool same_hyper_parameters(CudaGraphOptimizer kind,
-                                            const torch::optim::Optimizer& optimizer,
-                                            const std::vector<double>& captured) {
+bool same_hyper_parameters(CudaGraphOptimizer kind, const torch::optim::Optimizer& optimizer,
+                           const std::vector<double>& captured) {
   size_t i = 0;
   bool same = true;
   for (const auto& group : optimizer.param_groups()) {
@@ -136,7 +126,7 @@ void for_each_hyper_parameter(CudaGraphOptimizer kind,
   return same && i == captured.size();
 }
 
-[[maybe_unused]] std::string shapes_of(const std::vector<at::Tensor>& tensors) {
+std::string shapes_of(const std::vector<at::Tensor>& tensors) {
   std::vector<std::string> shapes;
   for (const auto& t : tensors) {
     shapes.push_back(t.defined() ? fmt::format("[{}]", fmt::join(t.sizes(), ", ")) : "undefined");
@@ -144,8 +134,7 @@ void for_each_hyper_parameter(CudaGraphOptimizer kind,
   return fmt::format("{}", fmt::join(shapes, " "));
 }
 
-[[maybe_unused]] bool same_shapes(const std::vector<at::Tensor>& batch,
-                                  const std::vector<at::Tensor>& captured) {
+bool same_shapes(const std::vector<at::Tensor>& batch, const std::vector<at::Tensor>& captured) {
   if (batch.size() != captured.size()) return false;
   for (size_t i = 0; i < batch.size(); ++i) {
     if (batch[i].defined() != captured[i].defined()) return false;
@@ -225,12 +214,13 @@ struct CudaGraphStep::Impl {
   // Drops what refers to the graph's memory, then the graph.
   void release_graph();
 
-#ifdef TRAINPACK_WITH_CUDA
-  std::unique_ptr<at::cuda::CUDAGraph> graph;
-  std::optional<c10::cuda::CUDAStream> side;
+  // The rest runs on a build with CUDA only (detail/cuda_streams.h); run() runs every step eager
+  // on a build without it.
+  std::optional<detail::CudaGraph> graph;
+  std::optional<detail::CudaStream> side;
 
-  c10::cuda::CUDAStream side_stream() {
-    if (!side) side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+  detail::CudaStream side_stream() {
+    if (!side) side = detail::CudaStream::from_pool(device.index());
     return *side;
   }
 
@@ -238,18 +228,9 @@ struct CudaGraphStep::Impl {
   // only: the host never waits).
   template <typename Fn>
   void on_side_stream(Fn&& fn) {
-    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device.index());
-    const c10::cuda::CUDAStream s = side_stream();
-    at::cuda::CUDAEvent ready;
-    ready.record(current);
-    ready.block(s);
-    {
-      c10::cuda::CUDAStreamGuard guard(s);
-      fn();
-    }
-    at::cuda::CUDAEvent done;
-    done.record(s);
-    done.block(current);
+    const detail::CudaStream current = detail::CudaStream::current(device.index());
+    const detail::CudaStream s = side_stream();
+    detail::run_joined(current, s, fn);
   }
 
   // Before the capture (outside it: a tensor made inside would be made again at every replay):
@@ -328,7 +309,7 @@ struct CudaGraphStep::Impl {
     append_hyper_parameters(kind, optimizer, &captured_hyper);
     // As torch.cuda.graph does before a capture: nothing queued earlier (on any stream) may still
     // use memory that the capture's allocations could take. One wait, at a capture only.
-    c10::cuda::device_synchronize();
+    detail::cuda_device_synchronize();
     on_side_stream([&] {
       static_inputs.clear();
       for (const auto& t : batch) static_inputs.push_back(t.defined() ? t.clone() : t);
@@ -344,8 +325,8 @@ struct CudaGraphStep::Impl {
       at::autocast::set_autocast_cache_enabled(false);
       published.clear();
       ctx.set_publish_recorder(&published);
-      auto g = std::make_unique<at::cuda::CUDAGraph>();
-      g->capture_begin();
+      detail::CudaGraph g;
+      g.capture_begin();
       try {
         body(ctx, static_inputs);
         captured_optimizer_step();
@@ -353,12 +334,12 @@ struct CudaGraphStep::Impl {
         ctx.set_publish_recorder(nullptr);
         at::autocast::set_autocast_cache_enabled(cache);
         try {
-          g->capture_end();
+          g.capture_end();
         } catch (...) {  // the body's error is the one to report
         }
         throw;
       }
-      g->capture_end();
+      g.capture_end();
       ctx.set_publish_recorder(nullptr);
       at::autocast::set_autocast_cache_enabled(cache);
       graph = std::move(g);
@@ -381,7 +362,6 @@ struct CudaGraphStep::Impl {
     for (const auto& p : published) ctx.publish(p.first, p.second);
     registry.replay_step(record);
   }
-#endif
 };
 
 void CudaGraphStep::Impl::release_graph() {
@@ -389,9 +369,7 @@ void CudaGraphStep::Impl::release_graph() {
   record = TowerRegistry::StepRecord();
   static_inputs.clear();
   adam_groups.clear();
-#ifdef TRAINPACK_WITH_CUDA
   graph.reset();
-#endif
 }
 
 CudaGraphStep::CudaGraphStep(CudaGraphOptions options, c10::Device device,
@@ -416,7 +394,10 @@ CudaGraphStep::~CudaGraphStep() = default;
 void CudaGraphStep::run(StepContext& ctx, const std::vector<at::Tensor>& batch, const Body& body,
                         int64_t global_step) {
   Impl& m = *impl_;
-#ifdef TRAINPACK_WITH_CUDA
+  if (!detail::built_with_cuda()) {  // no graph: the trainer never makes a step for a CPU device
+    m.eager(ctx, batch, body);
+    return;
+  }
   if (m.fell_back) {
     m.eager(ctx, batch, body);
     return;
@@ -446,10 +427,6 @@ void CudaGraphStep::run(StepContext& ctx, const std::vector<at::Tensor>& batch, 
     return;
   }
   m.replay(ctx, batch);
-#else
-  (void)global_step;
-  m.eager(ctx, batch, body);
-#endif
 }
 
 int64_t CudaGraphStep::captures() const { return impl_->captures; }
