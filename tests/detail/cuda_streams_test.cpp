@@ -1,12 +1,17 @@
 // detail/cuda_streams.h on a build without CUDA: built_with_cuda() says so, and each wrapper that
 // can be called without a stream throws the message that names it (the others take a CudaStream,
-// which such a build cannot make). An event is made, moved and dropped without CUDA.
+// which such a build cannot make). An event is made, moved and dropped without CUDA. And the rule
+// that the header states: no other file of the library tests TRAINPACK_WITH_CUDA.
 // tests/cuda/ runs the wrappers on a GPU (through StagingInput, CudaGraphStep, GPUMemoryTracker).
 #include "trainpack/detail/cuda_streams.h"
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
+#include <regex>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -17,6 +22,7 @@
 namespace trainpack {
 namespace cuda_streams_test {
 
+namespace fs = std::filesystem;
 using testing::message_of;
 
 std::string without_cuda(const std::string& what) {
@@ -51,6 +57,30 @@ TEST(CudaStreams, AnEventIsMadeMovedAndDroppedWithoutCuda) {
   detail::CudaEvent other;
   other = std::move(spare.back());
   EXPECT_EQ(spare.size(), 1u);
+}
+
+// Every preprocessor test of TRAINPACK_WITH_CUDA under include/ and src/: the one file.
+TEST(CudaStreams, OnlyItsSourceTestsTrainpackWithCuda) {
+  const fs::path root = fs::path(TRAINPACK_INCLUDE_DIR).parent_path();
+  const std::regex test_re(R"re(^\s*#\s*(if|ifdef|ifndef|elif)\b.*\bTRAINPACK_WITH_CUDA\b)re");
+  std::vector<std::string> testing_files;
+  int files = 0;
+  for (const char* dir : {"include", "src"}) {
+    for (const auto& entry : fs::recursive_directory_iterator(root / dir)) {
+      const std::string ext = entry.path().extension().string();
+      if (!entry.is_regular_file() || (ext != ".h" && ext != ".cpp")) continue;
+      ++files;
+      std::ifstream in(entry.path());
+      for (std::string line; std::getline(in, line);) {
+        if (std::regex_search(line, test_re)) {
+          testing_files.push_back(fs::relative(entry.path(), root).generic_string());
+          break;
+        }
+      }
+    }
+  }
+  EXPECT_GT(files, 150);
+  EXPECT_EQ(testing_files, std::vector<std::string>{"src/detail/cuda_streams.cpp"});
 }
 
 }  // namespace cuda_streams_test
