@@ -1,6 +1,8 @@
 #include "trainpack/callbacks/prof.h"
 
+#include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <torch/cuda.h>
 
 #include <condition_variable>
 #include <cstdlib>
@@ -16,15 +18,9 @@
 #include "trainpack/core/exceptions.h"
 #include "trainpack/core/monitor_base.h"
 #include "trainpack/core/trainer.h"
+#include "trainpack/detail/cuda_streams.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/nvml.h"
-
-// TRAINPACK_WITH_CUDA: set by CMake when the LibTorch built against has CUDA.
-#ifdef TRAINPACK_WITH_CUDA
-#include <ATen/ATen.h>
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <torch/cuda.h>
-#endif
 
 namespace trainpack {
 // ---- ThroughputTracker ----
@@ -381,20 +377,19 @@ void GPUUtilizationTracker::stop_sampler() {
 
 // ---- GPUMemoryTracker ----
 
-#ifdef TRAINPACK_WITH_CUDA
 namespace {
 
+// On a build with CUDA only (detail/cuda_streams.h): cuda_caching_allocator_stats() returns none
+// on a build without it.
 class CudaCachingAllocatorStats : public GPUMemoryStats {
  public:
   int64_t peak_bytes(int64_t device) override {
     init(device);
-    const auto stats =
-        c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
-    return stats.allocated_bytes[0].peak;  // [0]: StatType::AGGREGATE, every pool
+    return detail::cuda_allocator_peak_bytes(static_cast<c10::DeviceIndex>(device));
   }
   void reset_peak(int64_t device) override {
     init(device);
-    c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
+    detail::cuda_allocator_reset_peak(static_cast<c10::DeviceIndex>(device));
   }
 
  private:
@@ -409,12 +404,11 @@ class CudaCachingAllocatorStats : public GPUMemoryStats {
 };
 
 }  // namespace
-#endif
 
 std::shared_ptr<GPUMemoryStats> cuda_caching_allocator_stats() {
-#ifdef TRAINPACK_WITH_CUDA
-  if (torch::cuda::is_available()) return std::make_shared<CudaCachingAllocatorStats>();
-#endif
+  if (detail::built_with_cuda() && torch::cuda::is_available()) {
+    return std::make_shared<CudaCachingAllocatorStats>();
+  }
   return nullptr;
 }
 

@@ -16,6 +16,7 @@
 #include <typeinfo>
 #include <utility>
 
+#include "trainpack/detail/torch_compat.h"
 #include "trainpack/utils/demangle.h"
 
 namespace trainpack {
@@ -27,18 +28,8 @@ using StateMap = std::decay_t<decltype(std::declval<optim::Optimizer&>().state()
 using StateKey = StateMap::key_type;
 using Betas = std::tuple<double, double>;
 
-// The key of a parameter in Optimizer::state(): LibTorch 1.x uses its TensorImpl's address as a
-// string (c10::guts::to_string, which streams the pointer), 2.x the address itself.
-template <class Key = StateKey>
-Key state_key(const at::Tensor& param) {
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream s;
-    s << param.unsafeGetTensorImpl();
-    return s.str();
-  } else {
-    return param.unsafeGetTensorImpl();
-  }
-}
+// The key of a parameter in Optimizer::state() (it differs between LibTorch versions).
+StateKey state_key(const at::Tensor& param) { return compat::optimizer_state_key<StateMap>(param); }
 
 // `t`'s sizes, as "[2, 3]". Not `shape_of`: src/callbacks/{tensors,hooks}.cpp define one each,
 // and a unity batch of the library may hold this file and one of them.

@@ -13,15 +13,8 @@
 #include <vector>
 
 #include "trainpack/core/callback_state.h"
+#include "trainpack/detail/cuda_streams.h"
 #include "trainpack/utils/logger.h"
-
-// TRAINPACK_WITH_CUDA: set by CMake when the LibTorch built against has CUDA.
-#ifdef TRAINPACK_WITH_CUDA
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
 
 namespace trainpack {
 
@@ -30,9 +23,7 @@ struct StagingInput::Stage {
     Datapoint host;    // CUDA: the pinned host tensors the copy reads (kept as long as `batch`)
     Datapoint batch;   // what the step gets: the device tensors (CUDA), the host ones (CPU)
     InputPosition at;  // the wrapped source's consumed() right after it delivered this batch
-#ifdef TRAINPACK_WITH_CUDA
-    std::optional<at::cuda::CUDAEvent> copied;  // recorded on the side stream after the copy
-#endif
+    std::optional<detail::CudaEvent> copied;  // CUDA: recorded on the side stream after the copy
   };
 
   std::deque<Entry> ahead;     // staged, oldest first
@@ -45,12 +36,11 @@ struct StagingInput::Stage {
   std::optional<std::string> exhausted;  // DataExhausted's message from the wrapped source
   CallbackPtr named;                     // the wrapped source's callback named after it
   bool named_loaded = false;             // its load_state ran (a checkpoint had its entries)
-#ifdef TRAINPACK_WITH_CUDA
+  // CUDA (detail/cuda_streams.h); unused on the CPU.
   c10::DeviceIndex device_index = 0;
-  std::optional<c10::cuda::CUDAStream> side;  // the copies' stream
-  std::vector<at::cuda::CUDAEvent> spare;     // events blocked on already, to record again
-  at::cuda::CUDAEvent compute_passed;         // recorded on the compute stream at each take
-#endif
+  std::optional<detail::CudaStream> side;  // the copies' stream
+  std::vector<detail::CudaEvent> spare;    // events blocked on already, to record again
+  detail::CudaEvent compute_passed;        // recorded on the compute stream at each take
 };
 
 namespace {
@@ -151,23 +141,20 @@ std::vector<CallbackPtr> StagingInput::_setup() {
         input_->name()));
   }
   const bool cuda = device().is_cuda();
-#ifdef TRAINPACK_WITH_CUDA
-  if (cuda) {
-    Stage& s = *stage_;
-    s.device_index = device().has_index() ? device().index() : c10::cuda::current_device();
-    s.side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, s.device_index);
-    s.spare.reserve(static_cast<size_t>(options_.nr_stage()) + 1);
-    TP_LOG_INFO("StagingInput: staging {} batch(es) ahead on cuda:{}, copied on a side stream",
-                options_.nr_stage(), s.device_index);
-  }
-#else
-  if (cuda) {
+  if (cuda && !detail::built_with_cuda()) {
     throw std::runtime_error(fmt::format(
         "StagingInput: the device is {}, but trainpack was built without CUDA (TRAINPACK_WITH_CUDA "
         "is not defined); use the CPU device",
         device().str()));
   }
-#endif
+  if (cuda) {
+    Stage& s = *stage_;
+    s.device_index = device().has_index() ? device().index() : detail::current_cuda_device();
+    s.side = detail::CudaStream::from_pool(s.device_index);
+    s.spare.reserve(static_cast<size_t>(options_.nr_stage()) + 1);
+    TP_LOG_INFO("StagingInput: staging {} batch(es) ahead on cuda:{}, copied on a side stream",
+                options_.nr_stage(), s.device_index);
+  }
   input_->set_pin_host_batches(cuda);
   std::vector<CallbackPtr> callbacks = input_->setup(signature(), c10::Device(c10::kCPU));
   for (auto& cb : callbacks) {
@@ -207,21 +194,19 @@ bool StagingInput::stage_one() {
     return false;
   }
   e.at = input_->consumed();
-#ifdef TRAINPACK_WITH_CUDA
-  if (s.side) {
+  if (s.side) {  // CUDA
     // A source that does not pin (QueueInput pinned these on its thread) is pinned here.
     for (auto& t : e.host) {
       if (t.defined() && t.is_cpu() && !t.is_pinned()) t = t.pin_memory();
     }
     const at::TensorOptions to = at::TensorOptions().device(c10::kCUDA, s.device_index);
-    {
-      // Allocated and copied on the side stream: the memory belongs to its pool.
-      c10::cuda::CUDAStreamGuard guard(*s.side);
+    // Allocated and copied on the side stream: the memory belongs to its pool.
+    detail::run_on(*s.side, [&] {
       e.batch.reserve(e.host.size());
       for (const auto& t : e.host) {
         e.batch.push_back(t.defined() ? t.to(to, /*non_blocking=*/true) : t);
       }
-    }
+    });
     if (s.spare.empty()) {
       e.copied.emplace();
     } else {
@@ -232,7 +217,6 @@ bool StagingInput::stage_one() {
     s.ahead.push_back(std::move(e));
     return true;
   }
-#endif
   e.batch.swap(e.host);  // the CPU: the wrapped source's own tensors
   s.ahead.push_back(std::move(e));
   return true;
@@ -241,7 +225,6 @@ bool StagingInput::stage_one() {
 void StagingInput::release_taken() {
   Stage& s = *stage_;
   if (!s.taken) return;
-#ifdef TRAINPACK_WITH_CUDA
   // The lifetime rule (no record_stream): the taken batch's device memory belongs to the side
   // stream's pool, and the compute stream may still be reading it (its kernels are queued, not
   // run). Once the side stream waits for the compute stream's present point, any later use of
@@ -249,11 +232,10 @@ void StagingInput::release_taken() {
   // stream only) runs after the step. The pinned host tensors go with it: their copy was queued
   // on the side stream before, and LibTorch's pinned-memory allocator does not reuse a block
   // before the copies queued on it have run.
-  if (s.side) {
-    s.compute_passed.record(c10::cuda::getCurrentCUDAStream(s.device_index));
+  if (s.side) {  // CUDA
+    s.compute_passed.record(detail::CudaStream::current(s.device_index));
     s.compute_passed.block(*s.side);
   }
-#endif
   s.taken.reset();
 }
 
@@ -285,14 +267,12 @@ std::optional<Datapoint> StagingInput::_next_batch() {
   }
   Stage::Entry e = std::move(s.ahead.front());
   s.ahead.pop_front();
-#ifdef TRAINPACK_WITH_CUDA
-  if (e.copied) {
+  if (e.copied) {  // CUDA
     // The compute stream waits for the copy; the host does not.
-    e.copied->block(c10::cuda::getCurrentCUDAStream(s.device_index));
+    e.copied->block(detail::CudaStream::current(s.device_index));
     s.spare.push_back(std::move(*e.copied));
     e.copied.reset();
   }
-#endif
   s.consumed = e.at;
   s.took_any = true;
   stage_one();  // the batch nr_stage ahead of this one

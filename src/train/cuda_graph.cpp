@@ -1,43 +1,29 @@
 #include "trainpack/train/cuda_graph.h"
 
+#include <ATen/Functions.h>
+#include <ATen/autocast_mode.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/optimizer.h>
 #include <torch/optim/sgd.h>
-#include <torch/version.h>
 
+#include <optional>
 #include <stdexcept>
 #include <tuple>
+#include <type_traits>
 #include <typeinfo>
 #include <utility>
 
 #include "trainpack/core/step_context.h"
 #include "trainpack/core/tower_registry.h"
+#include "trainpack/detail/cuda_streams.h"
+#include "trainpack/detail/torch_compat.h"
 #include "trainpack/utils/demangle.h"
 #include "trainpack/utils/logger.h"
 
-// TRAINPACK_WITH_CUDA: set by CMake when the LibTorch built against has CUDA.
-#ifdef TRAINPACK_WITH_CUDA
-#include <ATen/Functions.h>
-#include <ATen/autocast_mode.h>
-#include <ATen/cuda/CUDAEvent.h>
-#include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
-
 namespace trainpack {
-
-namespace {
-
-// Whether this LibTorch has ATen's fused Adam and AdamW kernels (_fused_adam_, _fused_adamw_:
-// 2.0 on; 1.13 has the first only), which take the step counts as device tensors.
-constexpr bool kFusedAdam = TORCH_VERSION_MAJOR >= 2;
-
-}  // namespace
 
 CudaGraphOptimizer cuda_graph_optimizer_kind(const torch::optim::Optimizer& optimizer) {
   if (dynamic_cast<const torch::optim::SGD*>(&optimizer)) return CudaGraphOptimizer::kSgd;
@@ -61,12 +47,12 @@ std::string cuda_graph_refusal(const torch::optim::Optimizer& optimizer, bool lo
         "torch::optim::SGD, Adam or AdamW with a CUDA graph, or train this optimizer without one",
         type_name(typeid(optimizer)));
   }
-  if (kind != CudaGraphOptimizer::kSgd && !kFusedAdam) {
+  if (kind != CudaGraphOptimizer::kSgd && !compat::kHasFusedAdam) {
     return fmt::format(
         "the optimizer {} is captured through ATen's fused Adam kernels, which this LibTorch "
-        "{}.{} lacks (2.0 and later have them); use torch::optim::SGD with a CUDA graph, or a "
-        "newer LibTorch",
-        type_name(typeid(optimizer)), TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR);
+        "{} lacks (2.0 and later have them); use torch::optim::SGD with a CUDA graph, or a newer "
+        "LibTorch",
+        type_name(typeid(optimizer)), compat::torch_version());
   }
   if (loss_scaling) {
     return "float16's dynamic loss scaling decides on the host, every step, whether the step is "
@@ -86,8 +72,7 @@ std::string cuda_graph_refusal(const torch::optim::Optimizer& optimizer, bool lo
   return "";
 }
 
-// Used by the CUDA side of CudaGraphStep::run; compiled everywhere, so that a CPU build checks
-// them.
+// Used by CudaGraphStep::run on a build with CUDA.
 namespace {
 
 // Adam's and AdamW's options have the same fields (and no common base).
@@ -120,18 +105,16 @@ void for_each_hyper_parameter(CudaGraphOptimizer kind,
   }
 }
 
-[[maybe_unused]] void append_hyper_parameters(CudaGraphOptimizer kind,
-                                              const torch::optim::Optimizer& optimizer,
-                                              std::vector<double>* out) {
+void append_hyper_parameters(CudaGraphOptimizer kind, const torch::optim::Optimizer& optimizer,
+                             std::vector<double>* out) {
   for (const auto& group : optimizer.param_groups()) {
     for_each_hyper_parameter(kind, group.options(), [&](double v) { out->push_back(v); });
   }
 }
 
 // Whether the hyper-parameters are still those of `captured`; allocates nothing.
-[[maybe_unused]] bool same_hyper_parameters(CudaGraphOptimizer kind,
-                                            const torch::optim::Optimizer& optimizer,
-                                            const std::vector<double>& captured) {
+bool same_hyper_parameters(CudaGraphOptimizer kind, const torch::optim::Optimizer& optimizer,
+                           const std::vector<double>& captured) {
   size_t i = 0;
   bool same = true;
   for (const auto& group : optimizer.param_groups()) {
@@ -143,7 +126,7 @@ void for_each_hyper_parameter(CudaGraphOptimizer kind,
   return same && i == captured.size();
 }
 
-[[maybe_unused]] std::string shapes_of(const std::vector<at::Tensor>& tensors) {
+std::string shapes_of(const std::vector<at::Tensor>& tensors) {
   std::vector<std::string> shapes;
   for (const auto& t : tensors) {
     shapes.push_back(t.defined() ? fmt::format("[{}]", fmt::join(t.sizes(), ", ")) : "undefined");
@@ -151,8 +134,7 @@ void for_each_hyper_parameter(CudaGraphOptimizer kind,
   return fmt::format("{}", fmt::join(shapes, " "));
 }
 
-[[maybe_unused]] bool same_shapes(const std::vector<at::Tensor>& batch,
-                                  const std::vector<at::Tensor>& captured) {
+bool same_shapes(const std::vector<at::Tensor>& batch, const std::vector<at::Tensor>& captured) {
   if (batch.size() != captured.size()) return false;
   for (size_t i = 0; i < batch.size(); ++i) {
     if (batch[i].defined() != captured[i].defined()) return false;
@@ -232,12 +214,13 @@ struct CudaGraphStep::Impl {
   // Drops what refers to the graph's memory, then the graph.
   void release_graph();
 
-#ifdef TRAINPACK_WITH_CUDA
-  std::unique_ptr<at::cuda::CUDAGraph> graph;
-  std::optional<c10::cuda::CUDAStream> side;
+  // The rest runs on a build with CUDA only (detail/cuda_streams.h); run() runs every step eager
+  // on a build without it.
+  std::optional<detail::CudaGraph> graph;
+  std::optional<detail::CudaStream> side;
 
-  c10::cuda::CUDAStream side_stream() {
-    if (!side) side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+  detail::CudaStream side_stream() {
+    if (!side) side = detail::CudaStream::from_pool(device.index());
     return *side;
   }
 
@@ -245,18 +228,9 @@ struct CudaGraphStep::Impl {
   // only: the host never waits).
   template <typename Fn>
   void on_side_stream(Fn&& fn) {
-    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device.index());
-    const c10::cuda::CUDAStream s = side_stream();
-    at::cuda::CUDAEvent ready;
-    ready.record(current);
-    ready.block(s);
-    {
-      c10::cuda::CUDAStreamGuard guard(s);
-      fn();
-    }
-    at::cuda::CUDAEvent done;
-    done.record(s);
-    done.block(current);
+    const detail::CudaStream current = detail::CudaStream::current(device.index());
+    const detail::CudaStream s = side_stream();
+    detail::run_joined(current, s, fn);
   }
 
   // Before the capture (outside it: a tensor made inside would be made again at every replay):
@@ -273,8 +247,9 @@ struct CudaGraphStep::Impl {
       g.eps = h.at(3);
       g.weight_decay = h.at(4);
       g.amsgrad = h.at(5) != 0.0;
+      using StateMap = std::decay_t<decltype(optimizer.state())>;
       for (auto& p : group.params()) {
-        auto found = optimizer.state().find(p.unsafeGetTensorImpl());
+        auto found = optimizer.state().find(compat::optimizer_state_key<StateMap>(p));
         // A parameter the warm-up steps never updated (no gradient) has no state: like Adam's
         // own step, the captured one leaves it alone.
         if (found == optimizer.state().end()) continue;
@@ -307,19 +282,16 @@ struct CudaGraphStep::Impl {
       for (const auto& p : g.params) g.grads.push_back(p.grad());
       if (g.params.empty()) continue;
       at::_foreach_add_(g.steps, 1);
-#if TORCH_VERSION_MAJOR >= 2  // kFusedAdam; cuda_graph_refusal refuses Adam on older ones
-      {
-        if (kind == CudaGraphOptimizer::kAdam) {
-          at::_fused_adam_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, g.max_exp_avg_sqs, g.steps,
-                           g.lr, g.beta1, g.beta2, g.weight_decay, g.eps, g.amsgrad,
-                           /*maximize=*/false);
-        } else {
-          at::_fused_adamw_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, g.max_exp_avg_sqs,
+      // compat::kHasFusedAdam: cuda_graph_refusal refuses Adam and AdamW on older LibTorches.
+      if (kind == CudaGraphOptimizer::kAdam) {
+        compat::fused_adam_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, g.max_exp_avg_sqs,
                             g.steps, g.lr, g.beta1, g.beta2, g.weight_decay, g.eps, g.amsgrad,
                             /*maximize=*/false);
-        }
+      } else {
+        compat::fused_adamw_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, g.max_exp_avg_sqs,
+                             g.steps, g.lr, g.beta1, g.beta2, g.weight_decay, g.eps, g.amsgrad,
+                             /*maximize=*/false);
       }
-#endif
     }
   }
 
@@ -337,7 +309,7 @@ struct CudaGraphStep::Impl {
     append_hyper_parameters(kind, optimizer, &captured_hyper);
     // As torch.cuda.graph does before a capture: nothing queued earlier (on any stream) may still
     // use memory that the capture's allocations could take. One wait, at a capture only.
-    c10::cuda::device_synchronize();
+    detail::cuda_device_synchronize();
     on_side_stream([&] {
       static_inputs.clear();
       for (const auto& t : batch) static_inputs.push_back(t.defined() ? t.clone() : t);
@@ -353,8 +325,8 @@ struct CudaGraphStep::Impl {
       at::autocast::set_autocast_cache_enabled(false);
       published.clear();
       ctx.set_publish_recorder(&published);
-      auto g = std::make_unique<at::cuda::CUDAGraph>();
-      g->capture_begin();
+      detail::CudaGraph g;
+      g.capture_begin();
       try {
         body(ctx, static_inputs);
         captured_optimizer_step();
@@ -362,12 +334,12 @@ struct CudaGraphStep::Impl {
         ctx.set_publish_recorder(nullptr);
         at::autocast::set_autocast_cache_enabled(cache);
         try {
-          g->capture_end();
+          g.capture_end();
         } catch (...) {  // the body's error is the one to report
         }
         throw;
       }
-      g->capture_end();
+      g.capture_end();
       ctx.set_publish_recorder(nullptr);
       at::autocast::set_autocast_cache_enabled(cache);
       graph = std::move(g);
@@ -390,7 +362,6 @@ struct CudaGraphStep::Impl {
     for (const auto& p : published) ctx.publish(p.first, p.second);
     registry.replay_step(record);
   }
-#endif
 };
 
 void CudaGraphStep::Impl::release_graph() {
@@ -398,9 +369,7 @@ void CudaGraphStep::Impl::release_graph() {
   record = TowerRegistry::StepRecord();
   static_inputs.clear();
   adam_groups.clear();
-#ifdef TRAINPACK_WITH_CUDA
   graph.reset();
-#endif
 }
 
 CudaGraphStep::CudaGraphStep(CudaGraphOptions options, c10::Device device,
@@ -425,7 +394,10 @@ CudaGraphStep::~CudaGraphStep() = default;
 void CudaGraphStep::run(StepContext& ctx, const std::vector<at::Tensor>& batch, const Body& body,
                         int64_t global_step) {
   Impl& m = *impl_;
-#ifdef TRAINPACK_WITH_CUDA
+  if (!detail::built_with_cuda()) {  // no graph: the trainer never makes a step for a CPU device
+    m.eager(ctx, batch, body);
+    return;
+  }
   if (m.fell_back) {
     m.eager(ctx, batch, body);
     return;
@@ -455,10 +427,6 @@ void CudaGraphStep::run(StepContext& ctx, const std::vector<at::Tensor>& batch, 
     return;
   }
   m.replay(ctx, batch);
-#else
-  (void)global_step;
-  m.eager(ctx, batch, body);
-#endif
 }
 
 int64_t CudaGraphStep::captures() const { return impl_->captures; }

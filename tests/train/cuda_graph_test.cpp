@@ -1,12 +1,12 @@
 // The CUDA graph option on the CPU: what is refused (and the message), the fallback to eager with
-// one warning, the same parameters as a run without the option; the pieces a capture relies on
-// (StepContext's publish recorder, TowerRegistry's step record). tests/cuda/ runs the graph
-// itself on a GPU.
+// one warning, the same parameters as a run without the option, a step on a build without CUDA
+// that runs eager; the pieces a capture relies on (StepContext's publish recorder,
+// TowerRegistry's step record). tests/cuda/ runs the graph itself on a GPU; the fused Adam
+// kernels' wrappers are tested in tests/detail/torch_compat_test.cpp.
 #include "trainpack/train/cuda_graph.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-#include <torch/version.h>
 
 #include <memory>
 #include <string>
@@ -16,6 +16,8 @@
 #include "support/linear_regression.h"
 #include "trainpack/core/step_context.h"
 #include "trainpack/core/tower_registry.h"
+#include "trainpack/detail/cuda_streams.h"
+#include "trainpack/detail/torch_compat.h"
 #include "trainpack/testing.h"
 #include "trainpack/train/config.h"
 #include "trainpack/train/single_cost.h"
@@ -40,9 +42,6 @@ class AdamRegression : public LinearRegressionModel {
     return std::make_unique<torch::optim::Adam>(net->parameters(), 0.05);
   }
 };
-
-// ATen's fused Adam kernels, through which a graph captures Adam and AdamW.
-constexpr bool kFusedAdam = TORCH_VERSION_MAJOR >= 2;
 
 // Trains `model` for two epochs (6 steps) with `config`'s extras; returns the weights.
 at::Tensor train(std::shared_ptr<LinearRegressionModel> model, TrainConfig config,
@@ -78,15 +77,16 @@ TEST(CudaGraphRefusalTest, SgdAdamAndAdamWAreAcceptedAndOtherOptimizersAreNamed)
   torch::optim::AdamW adamw(net->parameters(), 0.1);
   EXPECT_EQ(cuda_graph_optimizer_kind(adam), CudaGraphOptimizer::kAdam);
   EXPECT_EQ(cuda_graph_optimizer_kind(adamw), CudaGraphOptimizer::kAdamW);
-  if (kFusedAdam) {
+  if (compat::kHasFusedAdam) {
     EXPECT_EQ(cuda_graph_refusal(adam, false, false, 1), "");
     EXPECT_EQ(cuda_graph_refusal(adamw, false, false, 1), "");
   } else {  // LibTorch 1.13: no fused AdamW kernel
-    const std::string refusal = cuda_graph_refusal(adam, false, false, 1);
-    EXPECT_NE(refusal.find("the optimizer torch::optim::Adam is captured through ATen's fused "
-                           "Adam kernels, which this LibTorch 1."),
-              std::string::npos)
-        << refusal;
+    EXPECT_EQ(cuda_graph_refusal(adam, false, false, 1),
+              "the optimizer torch::optim::Adam is captured through ATen's fused Adam kernels, "
+              "which this LibTorch " +
+                  compat::torch_version() +
+                  " lacks (2.0 and later have them); use torch::optim::SGD with a CUDA graph, or "
+                  "a newer LibTorch");
     EXPECT_NE(cuda_graph_refusal(adamw, false, false, 1).find("torch::optim::AdamW"),
               std::string::npos);
   }
@@ -124,7 +124,7 @@ TEST(CudaGraphTrainerTest, AnAdamRunIsAcceptedWhereTheFusedKernelsExist) {
   const std::string message = message_of<std::invalid_argument>([] {
     train(std::make_shared<AdamRegression>(), TrainConfig().cuda_graph(CudaGraphOptions()));
   });
-  if (kFusedAdam) {
+  if (compat::kHasFusedAdam) {
     EXPECT_EQ(message, "<no exception>");  // on the CPU: trained eager, with the warning
   } else {
     EXPECT_NE(message.find("fused Adam kernels"), std::string::npos) << message;
@@ -165,6 +165,47 @@ TEST(CudaGraphStepTest, ACpuDeviceIsRefusedByTheStepItself) {
   const std::string message = message_of<std::invalid_argument>(
       [&] { CudaGraphStep step(CudaGraphOptions(), c10::Device(c10::kCPU), sgd, registry); });
   EXPECT_NE(message.find("device cpu is not a CUDA device"), std::string::npos) << message;
+}
+
+// On a build without CUDA a step made for a CUDA device (which the trainer never makes: it falls
+// back for a CPU device, and a CUDA device needs a GPU) runs eager, warm-up or not: zero_grad, the
+// body, the optimizer's step; nothing captured, nothing replayed, no fall-back recorded.
+TEST(CudaGraphStepTest, OnABuildWithoutCudaEveryStepRunsEager) {
+  if (detail::built_with_cuda()) GTEST_SKIP() << "this build has CUDA: its steps are captured";
+  torch::manual_seed(3);
+  torch::nn::Linear net(2, 1);
+  torch::nn::Linear reference(2, 1);
+  {
+    torch::NoGradGuard no_grad;
+    reference->weight.copy_(net->weight);
+    reference->bias.copy_(net->bias);
+  }
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  torch::optim::SGD reference_sgd(reference->parameters(),
+                                  torch::optim::SGDOptions(0.1).momentum(0.9));
+  TowerRegistry registry;
+  CudaGraphStep step(CudaGraphOptions().warmup_steps(1), c10::Device(c10::kCUDA, 0), sgd, registry);
+  NoOpTrainer trainer;
+  StepContext ctx(trainer);
+  const std::vector<at::Tensor> batch = {torch::tensor({{1.0f, 2.0f}, {3.0f, -1.0f}}),
+                                         torch::tensor({{1.0f}, {0.5f}})};
+  int bodies = 0;
+  const CudaGraphStep::Body body = [&](StepContext&, const std::vector<at::Tensor>& in) {
+    ++bodies;
+    torch::mse_loss(net->forward(in[0]), in[1]).backward();
+  };
+  for (int64_t k = 1; k <= 4; ++k) {
+    step.run(ctx, batch, body, k);
+    reference_sgd.zero_grad();
+    torch::mse_loss(reference->forward(batch[0]), batch[1]).backward();
+    reference_sgd.step();
+  }
+  EXPECT_EQ(bodies, 4);
+  EXPECT_EQ(step.captures(), 0);
+  EXPECT_EQ(step.replays(), 0);
+  EXPECT_FALSE(step.fell_back());
+  EXPECT_TRUE(torch::equal(net->weight, reference->weight)) << net->weight << reference->weight;
+  EXPECT_TRUE(torch::equal(net->bias, reference->bias));
 }
 
 TEST(StepContextRecorderTest, RecordsEveryPublishedNameRequestedOrNot) {

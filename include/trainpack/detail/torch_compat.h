@@ -9,8 +9,13 @@
 // - 2.0: c10d's ProcessGroupGloo and ProcessGroupNCCL are c10d::Backends, held by a
 //   c10d::ProcessGroup that dispatches each collective to the backend of the tensors' device;
 //   before, they were ProcessGroups themselves (wrap_backend).
+// - 2.0: ATen has fused Adam and AdamW kernels (_fused_adam_, _fused_adamw_; 1.13 has the first
+//   only), which a CUDA graph captures Adam and AdamW through (kHasFusedAdam, fused_adam_,
+//   fused_adamw_).
 // - 2.4: autocast's per-device functions (is_cpu_enabled, set_autocast_gpu_dtype, ...) are
 //   deprecated in favour of the device-type ones (is_autocast_enabled(device), ...) (autocast_*).
+// - 2.x: torch::optim::Optimizer::state() is keyed by a parameter's TensorImpl address; before,
+//   by that address as a string (optimizer_state_key).
 // - 2.x: CUDAHooksInterface::getDefaultCUDAGenerator became getDefaultGenerator
 //   (default_cuda_generator).
 // - 2.x: c10d::Reducer's constructor changed its arguments (make_reducer).
@@ -25,11 +30,14 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
+#include <c10/util/ArrayRef.h>
 #include <c10/util/intrusive_ptr.h>
 #include <torch/version.h>
 
 #include <cstdint>
 #include <memory>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -42,7 +50,20 @@
 #error "LibTorch 2.13 and later need C++20: build with -std=c++20 (CMAKE_CXX_STANDARD 20)"
 #endif
 
+#include <ATen/core/Tensor.h>
+#if TRAINPACK_TORCH_VERSION >= 200
+#include <ATen/ops/_fused_adam.h>
+#include <ATen/ops/_fused_adamw.h>
+#endif
+
 namespace trainpack::compat {
+
+// ---- the version, as messages name it ----
+
+// The LibTorch built against, "major.minor" ("1.13", "2.11").
+inline std::string torch_version() {
+  return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR);
+}
 
 // ---- autocast: the state of one device type (CPU or CUDA) ----
 
@@ -109,6 +130,70 @@ const at::Generator& default_generator(const Hooks& hooks, c10::DeviceIndex devi
 inline const at::Generator& default_cuda_generator(c10::DeviceIndex device) {
   return detail::default_generator(at::detail::getCUDAHooks(), device, 0);
 }
+
+// ---- the key of a parameter in torch::optim::Optimizer::state() ----
+//
+// LibTorch 1.x keys the map by the parameter's TensorImpl address as a string (what
+// c10::guts::to_string gives: the pointer streamed), 2.x by the address itself. `StateMap` is the
+// map's type (decltype(optimizer.state()), decayed), so that this header needs no optimizer
+// header; the key is picked by that type, as the release that changed it is not pinned down.
+template <class StateMap>
+typename StateMap::key_type optimizer_state_key(const at::Tensor& param) {
+  if constexpr (std::is_same_v<typename StateMap::key_type, std::string>) {
+    std::ostringstream s;
+    s << param.unsafeGetTensorImpl();
+    return s.str();
+  } else {
+    return param.unsafeGetTensorImpl();
+  }
+}
+
+// ---- ATen's fused Adam and AdamW kernels ----
+//
+// One step of Adam (fused_adam_) or AdamW (fused_adamw_) over a list of parameters, in place on
+// them and on their moments, with the step counts as device tensors (which the kernel reads, not
+// advances): what a CUDA graph captures for torch::optim::Adam and AdamW, whose own steps count on
+// the host. Both kernels exist from 2.0 (kHasFusedAdam); on older versions the functions throw
+// std::logic_error, and callers check kHasFusedAdam first (cuda_graph_refusal refuses Adam and
+// AdamW there).
+
+inline constexpr bool kHasFusedAdam = TRAINPACK_TORCH_VERSION >= 200;
+
+#if TRAINPACK_TORCH_VERSION >= 200
+inline void fused_adam_(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
+                        at::TensorList exp_avg_sqs, at::TensorList max_exp_avg_sqs,
+                        at::TensorList steps, double lr, double beta1, double beta2,
+                        double weight_decay, double eps, bool amsgrad, bool maximize) {
+  at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr, beta1, beta2,
+                   weight_decay, eps, amsgrad, maximize);
+}
+inline void fused_adamw_(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
+                         at::TensorList exp_avg_sqs, at::TensorList max_exp_avg_sqs,
+                         at::TensorList steps, double lr, double beta1, double beta2,
+                         double weight_decay, double eps, bool amsgrad, bool maximize) {
+  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr, beta1, beta2,
+                    weight_decay, eps, amsgrad, maximize);
+}
+#else
+namespace detail {
+[[noreturn]] inline void no_fused_adam(const char* kernel) {
+  throw std::logic_error(std::string("trainpack::compat::") + kernel + ": LibTorch " +
+                         torch_version() +
+                         " has no fused Adam kernels (2.0 and later have them); check "
+                         "compat::kHasFusedAdam first");
+}
+}  // namespace detail
+inline void fused_adam_(at::TensorList, at::TensorList, at::TensorList, at::TensorList,
+                        at::TensorList, at::TensorList, double, double, double, double, double,
+                        bool, bool) {
+  detail::no_fused_adam("fused_adam_");
+}
+inline void fused_adamw_(at::TensorList, at::TensorList, at::TensorList, at::TensorList,
+                         at::TensorList, at::TensorList, double, double, double, double, double,
+                         bool, bool) {
+  detail::no_fused_adam("fused_adamw_");
+}
+#endif
 
 // ---- c10d: a collective backend as the process group that the Reducer and comm.hpp take ----
 //
