@@ -714,10 +714,10 @@ int run_main(int argc, char** argv) {
   // ModelSaver comes right after the InferenceRunner, and MinSaver right after it. tensorpack's
   // examples put ModelSaver first (before the InferenceRunner); here the checkpoint of an epoch is
   // taken once its val-error-top1 is known, so that MinSaver's state in it includes that value
-  // (MinSaver's `pending_*` state, callbacks/saver.h): with ModelSaver first, a run resumed from
-  // the checkpoint of its best epoch would forget that epoch and let a worse later one replace
-  // min-val-error-top1. ModelSaver saves every epoch, keeping the last 10 (and one every half
-  // hour), and at the step where SIGINT/SIGTERM stopped training (save_on_signal).
+  // (MinSaver's `pending_*` state, callbacks/min_saver.h): with ModelSaver first, a run resumed
+  // from the checkpoint of its best epoch would forget that epoch and let a worse later one
+  // replace min-val-error-top1. ModelSaver saves every epoch, keeping the last 10 (and one every
+  // half hour), and at the step where SIGINT/SIGTERM stopped training (save_on_signal).
   auto saver = std::make_shared<trainpack::ModelSaver>();
   std::vector<trainpack::CallbackPtr> callbacks{
       std::make_shared<trainpack::InferenceRunner>(

@@ -1,3 +1,6 @@
+// One module: DataParallelInferenceRunner is InferenceRunner's round (run_round) over several
+// towers, sharing its towers, rounds and split over the ranks; tensorpack's inference_runner.py
+// holds both too.
 #include "trainpack/callbacks/inference_runner.h"
 
 #include <ATen/Parallel.h>

@@ -1,3 +1,5 @@
+// One module: all of it is MLflow's REST API (its name rules, size limits and requests), which
+// MLflowMonitor alone uses; what it shares with the other tracking monitors is TrackingMonitor's.
 #include "trainpack/callbacks/mlflow_monitor.h"
 
 #include <fmt/format.h>

@@ -131,9 +131,9 @@ void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trai
 
 namespace {
 
-constexpr const char* kDataSuffix = ".data";
+constexpr const char* kCheckpointDataSuffix = ".data";
 
-bool ends_with(const std::string& s, const std::string& suffix) {
+bool has_suffix(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -273,8 +273,9 @@ std::optional<std::string> AutoResumeTrainConfig::find_latest_valid_checkpoint(
   }
   std::vector<std::string> best_copies;  // other `.data` files: MinSaver/MaxSaver copies
   for (const std::string& name : file_names(dir)) {
-    if (!ends_with(name, kDataSuffix)) continue;
-    const std::string stem = name.substr(0, name.size() - std::string(kDataSuffix).size());
+    if (!has_suffix(name, kCheckpointDataSuffix)) continue;
+    const std::string stem =
+        name.substr(0, name.size() - std::string(kCheckpointDataSuffix).size());
     if (step_of(stem)) {
       add(dir + "/" + stem);
     } else {
@@ -319,8 +320,8 @@ std::optional<std::string> AutoResumeTrainConfig::find_latest_valid_checkpoint(
       }
       return c.prefix;
     }
-    unusable.emplace_back(c.prefix + kDataSuffix, problem);
-    if (blocks) blocking.emplace_back(c.prefix + kDataSuffix, problem);
+    unusable.emplace_back(c.prefix + kCheckpointDataSuffix, problem);
+    if (blocks) blocking.emplace_back(c.prefix + kCheckpointDataSuffix, problem);
     TP_LOG_WARN("Checkpoint {} cannot be used ({}); trying an older one.", c.prefix, problem);
   }
   for (const auto& copy : best_copies) {

@@ -1,3 +1,6 @@
+// One module: TowerTrainer (the tower function, its Predictors) has one subclass here,
+// SingleCostTrainer, and SimpleTrainer is SingleCostTrainer's step on one device; tensorpack's
+// train/tower.py holds TowerTrainer and SingleCostTrainer together too.
 #include "trainpack/train/single_cost.h"
 
 #include <c10/core/GradMode.h>

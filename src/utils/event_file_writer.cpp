@@ -3,6 +3,8 @@
 // (src/proto/trainpack_tfevent.proto). Chosen over a hand encoder because it is the well-kept
 // library for the format and linking it beside LibTorch gave no trouble; the generated header
 // stays private to this file and the tests' reader.
+// One module: scalar_tags_at_step, the reader a resumed TFEventWriter asks, decodes the framing and
+// the messages this writer encodes, with the same generated code, private to this file.
 #include "trainpack/utils/event_file_writer.h"
 
 #include <fcntl.h>

@@ -1,3 +1,6 @@
+// One module: log() writes every line to the logger directory's log.log, which set_logger_dir
+// locks, opens and replaces, both under the one State and its mutex; tensorpack's logger.py holds
+// both too.
 #include "trainpack/utils/logger.h"
 
 #include <fcntl.h>

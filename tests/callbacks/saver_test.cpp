@@ -1,6 +1,7 @@
-// ModelSaver, MinSaver, MaxSaver (callbacks/saver.h; docs/tensorpack-differences.md #5): which
-// files exist after each save, the index's content, retention by count and by hours, failed saves,
-// the save on a signal, and the best-checkpoint copies.
+// ModelSaver, MinSaver, MaxSaver (callbacks/saver.h, callbacks/min_saver.h;
+// docs/tensorpack-differences.md #5): which files exist after each save, the index's content,
+// retention by count and by hours, failed saves, the save on a signal, and the best-checkpoint
+// copies.
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>

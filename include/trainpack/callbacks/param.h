@@ -1,16 +1,18 @@
-// Hyperparameters and the callbacks that set them (tensorpack's callbacks/param.py).
+// Hyperparameters and the base of the callbacks that set them (tensorpack's callbacks/param.py).
 // A HyperParam is a named scalar seen through get/set: a Graph variable ("learning_rate", which
 // SingleCostTrainer binds to the optimizer's lr) or a getter/setter pair. A HyperParamSetter is a
 // callback that computes a value and sets it; where it takes a param, a string names a Graph
-// variable. Every setter sets its value in before_train and at every epoch end (via trigger()),
-// unless its class says otherwise; wrapped in PeriodicTrigger, whenever trigger() is called.
+// variable. The setters, by where the value comes from, are in callbacks/human_param.h (a file),
+// callbacks/scheduled_param.h (a schedule) and callbacks/stat_monitor_param.h (a stat), which
+// this header includes. Every setter sets its value in before_train and at every epoch end (via
+// trigger()), unless its class says otherwise; wrapped in PeriodicTrigger, whenever trigger() is
+// called.
 // Every param has a range (ValueRange, utils/value_range.h: always finite; the learning rate's
 // also > 0). A value outside it, from any setter, is refused with a warning naming the setter and
 // the range, and the param keeps its value. See docs/schedules.md.
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -183,146 +185,9 @@ class HyperParamSetter : public Callback {
   std::optional<std::pair<int64_t, double>> last_refused_;  // (global_step, value) last refused
 };
 
-// tensorpack's HumanHyperParamSetter: sets the param from `<logger dir>/<file_name>` (an absolute
-// file_name needs no logger directory), `name: value` lines a person edits during training. The
-// file is read every time the setter runs: before_train (a resumed run's too) and every epoch end.
-// `#` and blank lines are skipped, other names allowed, the last line for the name wins; a
-// missing file changes nothing, silently. The param keeps its value, with a warning naming the
-// file and line (never quoting it), for: any malformed line (a half-written file is never
-// applied), a value outside the range, no line for the param, a file larger than kMaxFileSize or
-// not a regular file (opened without following a link or blocking). A warning is not repeated
-// while the file stays the same. Errors: std::invalid_argument at construction when a relative
-// file_name has no logger directory. See docs/schedules.md, "hyper.txt".
-class HumanHyperParamSetter : public HyperParamSetter {
- public:
-  // The largest file that is read, in bytes.
-  static constexpr int64_t kMaxFileSize = 64 * 1024;
-
-  explicit HumanHyperParamSetter(HyperParamRef param, std::string file_name = "hyper.txt");
-  // The file that is read.
-  const std::string& path() const { return path_; }
-
- protected:
-  std::optional<double> _get_value_to_set() override;
-
- private:
-  // Logs `message` unless the last warning was for the same `file_state` (the file's content, or
-  // its size and time for a file that is not read).
-  void warn_once(const std::string& file_state, const std::string& message);
-
-  std::string path_;
-  std::optional<std::string> warned_state_;  // the file state of the last warning
-};
-
-struct ScheduledHyperParamSetterOptions {
-  // "" (set only at the scheduled points) or "linear" (interpolate between them).
-  TORCH_ARG(std::string, interp) = "";
-  // The schedule's points are global steps instead of epochs.
-  TORCH_ARG(bool, step_based) = false;
-  // At before_train, set the schedule's value for the current point if the param differs.
-  TORCH_ARG(bool, set_at_beginning) = true;
-};
-
-// tensorpack's ScheduledHyperParamSetter: sets the param by a schedule of (point, value) pairs. A
-// point is an epoch: `(N, v)` sets v when epoch N has finished (`(0, v)`: in before_train at epoch
-// 1); with step_based, a global step: `(S, v)` sets v in the trigger_step where global_step is S.
-// When: before_train (the current point), then trigger_epoch (epoch-based) or trigger_step
-// (step-based), never both. Between points only with interp "linear"; after the last, nothing.
-// At before_train: if the param does not hold the schedule's value for the current point (the
-// last point at or before it, or interpolated), a warning, then set_at_beginning sets it (else a
-// second warning); epoch points after max_epoch, never set, are warned about once.
-// State (checkpoints): HyperParamSetter's, under state_key() `ScheduledHyperParamSetter(<param>)`
-// (name() lists the schedule): a run resumed with another schedule keeps the checkpoint's value,
-// with a warning, and takes the new schedule's later points.
-// See docs/schedules.md (worked runs, the messages, the differences from tensorpack).
-class ScheduledHyperParamSetter : public HyperParamSetter {
- public:
-  using Schedule = std::vector<std::pair<int64_t, double>>;
-
-  // Throws std::invalid_argument naming the class and the argument for a null param, an empty
-  // schedule, a negative point, points that are not strictly increasing, or an unknown interp.
-  ScheduledHyperParamSetter(HyperParamRef param, Schedule schedule,
-                            ScheduledHyperParamSetterOptions options = {});
-
-  // `ScheduledHyperParamSetter(schedule=[(30, 0.01), (60, 0.001)])`, as tensorpack's __str__.
-  std::string name() const override;
-  // `ScheduledHyperParamSetter(<param>)`: the schedule is not part of it (see State above).
-  std::string state_key() const override;
-  const Schedule& schedule() const { return schedule_; }
-  const ScheduledHyperParamSetterOptions& options() const { return options_; }
-
-  // The value that the schedule sets at `point`, or nullopt (before the first point, after the
-  // last one, or between points without interpolation).
-  std::optional<double> value_at(int64_t point) const;
-
- protected:
-  std::optional<double> _get_value_to_set() override;
-  void _before_train() override;
-  void _trigger_epoch() override;
-  void _trigger_step() override;
-
- private:
-  int64_t current_point() const;
-  void check_value_at_beginning(bool resumed);
-  // The before_train warning about epoch points after max_epoch (see the class comment).
-  void warn_points_after_max_epoch() const;
-
-  Schedule schedule_;
-  ScheduledHyperParamSetterOptions options_;
-};
-
-// tensorpack's HyperParamSetterWithFunc: sets the param to `func(epoch_num, current_value)`.
-// When: before_train with epoch_num = starting_epoch - 1 (0 for a fresh run: a function that
-// decays on even epochs decays once before training, as in tensorpack), and every epoch end with
-// the finished epoch's number. A resumed run continues from the saved value and does not apply
-// func(N, x) again in before_train after epoch N.
-class HyperParamSetterWithFunc : public HyperParamSetter {
- public:
-  using Func = std::function<double(int64_t epoch_num, double current_value)>;
-  // Throws std::invalid_argument naming the class and the argument: a null param, an empty func.
-  HyperParamSetterWithFunc(HyperParamRef param, Func func);
-
- protected:
-  std::optional<double> _get_value_to_set() override;
-
- private:
-  Func func_;
-};
-
-struct StatMonitorParamSetterOptions {
-  // Watch for the stat not increasing enough (instead of not decreasing enough).
-  TORCH_ARG(bool, reverse) = false;
-};
-
-// tensorpack's StatMonitorParamSetter: sets the param to `value_func(current_value)` when the
-// stat `stat_name` has not improved over its last `last_k` observations: `min(history) >=
-// history[0] - threshold` (reverse: `max(history) <= history[0] + threshold`); then the history
-// starts again. When: every trigger() (every epoch end by default), not before_train; it takes
-// the stat's latest value, so it comes after the stat's producer. WARN when the stat has no value
-// yet or none since the last trigger; a change logs `[StatMonitorParamSetter] Triggered, history
-// of <stat>: ...`. State: HyperParamSetter's, plus the observations since the last change
-// (`history_steps`, `history_values`; at most last_k), so a resume changes it at the same point.
-class StatMonitorParamSetter : public HyperParamSetter {
- public:
-  // Throws std::invalid_argument naming the class and the argument for a null param, an empty
-  // stat_name, an empty value_func or last_k < 1.
-  StatMonitorParamSetter(HyperParamRef param, std::string stat_name,
-                         std::function<double(double)> value_func, double threshold, int64_t last_k,
-                         StatMonitorParamSetterOptions options = {});
-
-  CallbackState state() const override;
-  void load_state(const CallbackState& state) override;
-
- protected:
-  std::optional<double> _get_value_to_set() override;
-
- private:
-  std::string stat_name_;
-  std::function<double(double)> value_func_;
-  double threshold_;
-  size_t last_k_;
-  StatMonitorParamSetterOptions options_;
-  std::deque<std::pair<int64_t, double>> history_;  // (global_step, value), at most last_k
-};
-
 }  // namespace trainpack
+
+// The setters, once declared here (they include this header, so they come last).
+#include "trainpack/callbacks/human_param.h"
+#include "trainpack/callbacks/scheduled_param.h"
+#include "trainpack/callbacks/stat_monitor_param.h"
