@@ -1,3 +1,6 @@
+// One module over 700 lines: Trainer is tensorpack's Trainer, one class: the loop and the API that
+// callbacks call on it (counters, stop, failures). The ranks' stop vote and the write-failure
+// ledger live apart (detail/stop_vote.h, core/write_failures.h).
 #include "trainpack/core/trainer.h"
 
 #include <ATen/ATen.h>

@@ -1,6 +1,7 @@
 // Checkpoint files (trainpack/utils/checkpoint.h): the `.data` file (torch::pickle_save of a
 // Dict[str, Tensor] whose zip comment is the checksum trailer), and tensorpack's
-// get_checkpoint_path. The directory's `checkpoint` index is in checkpoint_index.cpp.
+// get_checkpoint_path. The directory's `checkpoint` index is in checkpoint_index.cpp. One module
+// over 700 lines: writing, reading and verifying the one file format share its layout checks.
 //
 // The trailer is parsed by hand: it is one line.
 #include "trainpack/utils/checkpoint.h"

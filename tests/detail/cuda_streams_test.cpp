@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <iterator>
 #include <regex>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "support/errors.h"
+#include "support/library_sources.h"
 
 namespace trainpack {
 namespace cuda_streams_test {
@@ -63,24 +63,9 @@ TEST(CudaStreams, AnEventIsMadeMovedAndDroppedWithoutCuda) {
 TEST(CudaStreams, OnlyItsSourceTestsTrainpackWithCuda) {
   const fs::path root = fs::path(TRAINPACK_INCLUDE_DIR).parent_path();
   const std::regex test_re(R"re(^\s*#\s*(if|ifdef|ifndef|elif)\b.*\bTRAINPACK_WITH_CUDA\b)re");
-  std::vector<std::string> testing_files;
-  int files = 0;
-  for (const char* dir : {"include", "src"}) {
-    for (const auto& entry : fs::recursive_directory_iterator(root / dir)) {
-      const std::string ext = entry.path().extension().string();
-      if (!entry.is_regular_file() || (ext != ".h" && ext != ".cpp")) continue;
-      ++files;
-      std::ifstream in(entry.path());
-      for (std::string line; std::getline(in, line);) {
-        if (std::regex_search(line, test_re)) {
-          testing_files.push_back(fs::relative(entry.path(), root).generic_string());
-          break;
-        }
-      }
-    }
-  }
-  EXPECT_GT(files, 150);
-  EXPECT_EQ(testing_files, std::vector<std::string>{"src/detail/cuda_streams.cpp"});
+  const testing::SourceScan scan = testing::scan_library_sources(root, test_re);
+  EXPECT_GT(scan.files, 150);
+  EXPECT_EQ(scan.matching, std::vector<std::string>{"src/detail/cuda_streams.cpp"});
 }
 
 }  // namespace cuda_streams_test

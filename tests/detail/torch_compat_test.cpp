@@ -7,13 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <regex>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "support/errors.h"
+#include "support/library_sources.h"
 
 namespace trainpack {
 namespace torch_compat_test {
@@ -57,24 +57,9 @@ TEST(TorchCompat, OnlyItTestsTheVersion) {
   const fs::path root = fs::path(TRAINPACK_INCLUDE_DIR).parent_path();
   const std::regex version_re(
       R"re(\b(TORCH_VERSION_(MAJOR|MINOR|PATCH)|TRAINPACK_TORCH_VERSION)\b|<torch/version\.h>)re");
-  std::vector<std::string> using_files;
-  int files = 0;
-  for (const char* dir : {"include", "src"}) {
-    for (const auto& entry : fs::recursive_directory_iterator(root / dir)) {
-      const std::string ext = entry.path().extension().string();
-      if (!entry.is_regular_file() || (ext != ".h" && ext != ".cpp")) continue;
-      ++files;
-      std::ifstream in(entry.path());
-      for (std::string line; std::getline(in, line);) {
-        if (std::regex_search(line, version_re)) {
-          using_files.push_back(fs::relative(entry.path(), root).generic_string());
-          break;
-        }
-      }
-    }
-  }
-  EXPECT_GT(files, 150);
-  EXPECT_EQ(using_files, std::vector<std::string>{"include/trainpack/detail/torch_compat.h"});
+  const testing::SourceScan scan = testing::scan_library_sources(root, version_re);
+  EXPECT_GT(scan.files, 150);
+  EXPECT_EQ(scan.matching, std::vector<std::string>{"include/trainpack/detail/torch_compat.h"});
 }
 
 }  // namespace torch_compat_test

@@ -1,54 +1,24 @@
-// StagingInput: batches copied to the GPU ahead of the step that takes them (tensorpack's
-// StagingInput).
-// Public names: StagingInput, StagingInputOptions.
+// StagingInput: tensorpack's StagingInput. Wraps another input source and keeps `nr_stage` of its
+// batches in flight on the device, each copied with a non-blocking copy on a side stream, so that
+// the copy of the next batches overlaps the current step.
 //
-//   auto input = std::make_shared<StagingInput>(std::make_shared<QueueInput>(batches));
-//   TrainConfig().data(input) ...   // or trainer.setup_graph(signature, input, ...)
+// On a CUDA device the wrapped source is set up on the CPU and asked for pinned host batches; the
+// compute stream waits for a batch's copy event (the host does not). A batch handed out is valid
+// for the step that took it: it is kept until the next next_batch(), which makes the side stream
+// wait for the compute stream before letting it go (no record_stream); clone a tensor to keep it
+// longer. The step must run on the current stream or join it before its end. On the CPU nothing is
+// copied and no thread is added, but the stage still runs `nr_stage` ahead, so that the end of the
+// data, errors and positions behave as on a GPU.
 //
-// Every other source copies its batch to the device inside next_batch(), on the current stream,
-// just before the step uses it. StagingInput wraps a source and keeps `nr_stage` batches in
-// flight instead: each one is copied with a non-blocking copy on a side stream of its own, so the
-// copy of the next batches overlaps the current step.
+// Positions: consumed() is the position of the last batch the trainer took, never of those staged
+// ahead; the wrapped source's callback saves that position too, so a checkpoint restores the same
+// batch with or without staging. The callbacks are the wrapped source's, then `StagingInput`
+// (state `pass`, `position`); after_train releases the staged batches. The end of the data and an
+// exception from the wrapped source come out of next_batch() after the batches staged before them.
 //
-// On a CUDA device: the wrapped source is set up on the CPU (it copies nothing) and asked for
-// pinned host batches (QueueInput pins them on its prefetch thread; other sources' batches are
-// pinned here, on the training thread). The first next_batch() stages `nr_stage` batches: each
-// is copied on the side stream and an event is recorded after its copy. Each next_batch() hands
-// out the oldest staged batch after making the current (compute) stream wait for its event (no
-// host sync), then starts the copy of the batch `nr_stage` ahead. The batches are the staged
-// device tensors; no record_stream is used: a batch (device tensors and their pinned source) is
-// kept until the next next_batch(), which records an event on the compute stream and makes the
-// side stream wait for it before letting the batch go, so that the caching allocator cannot hand
-// its memory to a later copy while the step still reads it. A batch is therefore valid for the
-// step that took it: clone a tensor to keep it longer. The step must run on the current stream
-// (or join it before its end, as CudaGraphStep does).
-//
-// On the CPU nothing is copied and no thread is added: the batches are the wrapped source's own
-// tensors. The stage still runs `nr_stage` batches ahead, so that the end of the data, errors and
-// positions behave as on a GPU.
-//
-// Positions (docs/save-load.md, "Exact resume" in input_source.h): consumed() is the position of
-// the last batch the trainer took, never of those staged ahead (which the wrapped source has
-// already delivered). The callbacks: the wrapped source's (QueueInput's thread and queue-size
-// summary run as without staging; the one named after the source saves this position too, so a
-// checkpoint restores the same batch with or without StagingInput), then `StagingInput`, whose
-// state is consumed() (`pass` and `position`, int64) and whose load_state restores it (unless
-// the wrapped source's own entries already did). after_train releases the staged batches.
-// resume_at() and size() are the wrapped source's.
-//
-// The end of the data (DataExhausted, its message naming the wrapped source) and an exception
-// from the wrapped source (as it was thrown) come out of next_batch() after the batches staged
-// before them were taken.
-//
-// Errors: a null source and nr_stage < 1 are std::invalid_argument at construction; a CUDA device
-// without a GPU fails at setup() (std::runtime_error, as for every source); a wrapped source that
-// was set up already is std::logic_error at setup(); next_batch() after after_train is
-// StopTraining; resume_at() after the first batch is std::logic_error.
-//
-// Differences from tensorpack: tensorpack stages with StagingArea ops (a put op run with each
-// step, a get op feeding the tower) on the GPU's input pipeline; here a side stream and CUDA
-// events order the copies, and staging ahead is optional: every source already copies its batch
-// to the device itself.
+// Errors: a null source, nr_stage < 1: std::invalid_argument; a wrapped source set up already,
+// resume_at() after the first batch: std::logic_error; next_batch() after after_train:
+// StopTraining. docs/input.md, "StagingInput", has the whole story.
 #pragma once
 
 #include <cstdint>

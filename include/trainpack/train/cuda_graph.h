@@ -1,47 +1,20 @@
-// The training step as a CUDA graph: captured once, replayed every step with one launch.
-// Public names: CudaGraphOptions, CudaGraphStep.
+// CudaGraphStep: the training step as a CUDA graph, captured once and replayed every step with one
+// launch, so that the host's cost of a step no longer grows with the operators. Enabled with
+// `trainer.set_cuda_graph(CudaGraphOptions())` or `TrainConfig().cuda_graph(...)`.
 //
-//   trainpack::SimpleTrainer trainer(torch::kCUDA);
-//   trainer.set_cuda_graph(trainpack::CudaGraphOptions().warmup_steps(3));
-//   // or: TrainConfig().cuda_graph(trainpack::CudaGraphOptions())
+// A step: the first `warmup_steps` run eager on a side stream; the next copies its batch into
+// static inputs and captures the tower, the backward and the optimizer's step, then replays;
+// every later step copies its batch (device to device, no host sync) and replays. What the tower
+// published is recorded at the capture: the tensors callbacks fetch are the graph's outputs,
+// overwritten by the next replay (clone one to keep it). A changed optimizer hyper-parameter (a
+// schedule's learning rate) makes the next step capture again (logged at DEBUG).
 //
-// On a GPU a small model's step is bound by the host: every operator of the forward, the
-// backward and the optimizer step costs a launch. A CUDA graph records those launches once and
-// replays them with one call, so the host's cost of a step no longer grows with the operators.
-//
-// How a step runs (SimpleTrainer, and DataParallelTrainer in a world of one):
-// 1. The first `warmup_steps` steps run eager on a side stream (what CUDA graphs need before a
-//    capture: lazy initialisation, cuBLAS workspaces, the optimizer's state created).
-// 2. The next step copies its batch into static input tensors, drops the gradients, and captures
-//    the tower, the backward and the optimizer's step on the side stream; then replays the graph.
-//    Everything the tower published (ctx.output, the cost), its summaries, moving summaries and
-//    update ops are recorded while it is captured.
-// 3. Every later step copies its batch into the static inputs (device to device, no host sync),
-//    replays the graph, and hands the recorded tensors to the callbacks again: what they fetch
-//    are the graph's outputs, overwritten by the next replay (clone one to keep it longer).
-// A hyper-parameter of the optimizer (the learning rate of a schedule, momentum, weight decay)
-// is part of the captured kernels: when one changes, the next step captures the graph again
-// (logged at DEBUG), which costs about one eager step.
-//
-// Optimizers: torch::optim::SGD's step is captured as it is. LibTorch's Adam and AdamW count
-// steps on the host, which a replay would freeze: in a graph their step is ATen's fused kernel
-// (_fused_adam_, _fused_adamw_; LibTorch 2.0 and later) on the same moment tensors, with the
-// step counts as device tensors, and the host counts advanced after every replay (checkpoints
-// hold the right ones).
-//
-// What a graph cannot hold is refused when training starts (std::invalid_argument naming it):
-// another optimizer (RMSprop, Adagrad, LBFGS and user-defined ones keep host state), float16's
-// dynamic loss scaling (a host decision every step), gradient processors and gradient
-// accumulation. What
-// only makes a graph pointless falls back to eager, with one warning: a CPU device (no graph
-// there), a data-parallel world of more than one process, and a batch whose shapes differ from
-// the captured ones (training goes on eager from that step).
-//
-// Checkpoints are the same as eager ones: the parameters, the optimizer's buffers and the
-// counters live in the same tensors. A resumed run warms up and captures again.
-//
-// Differences from PyTorch's torch.cuda.graphs.make_graphed_callables: the whole step
-// (optimizer included) is one graph, and the trainer decides when to capture again.
+// Optimizers: SGD as it is; Adam and AdamW through ATen's fused kernels (LibTorch 2.0 and later)
+// on the same moment tensors, with the host step counts advanced after every replay. Refused at
+// the start of training (std::invalid_argument naming it): another optimizer, float16's dynamic
+// loss scaling, gradient processors, gradient accumulation. Eager with one warning: a CPU device,
+// a data-parallel world of more than one, a batch whose shapes differ from the captured ones.
+// Checkpoints are the same as eager ones. docs/gpu.md, "The step as a CUDA graph", has the rest.
 #pragma once
 
 #include <cstdint>
