@@ -1,13 +1,14 @@
 #include "trainpack/input/dataflow.h"
 
 #include <algorithm>
-#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
 
 #include <ATen/Functions.h>
 #include <fmt/format.h>
+
+#include "trainpack/input/pass_order.h"
 
 namespace trainpack {
 
@@ -17,27 +18,6 @@ std::string shape_str(at::IntArrayRef sizes) {
   std::ostringstream os;
   os << sizes;
   return os.str();
-}
-
-// SplitMix64's finaliser: mixes (seed, pass) into one well-spread 64-bit seed.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-// Uniform in [0, bound] by rejection; written by hand because std::uniform_int_distribution's
-// output is implementation-defined (the order must not change with the standard library).
-uint64_t uniform_upto(std::mt19937_64& rng, uint64_t bound) {
-  if (bound == 0) return 0;
-  const uint64_t range = bound + 1;  // bound < 2^63 here, no overflow
-  const uint64_t limit = UINT64_MAX - UINT64_MAX % range;
-  uint64_t x;
-  do {
-    x = rng();
-  } while (x >= limit);
-  return x % range;
 }
 
 }  // namespace
@@ -103,14 +83,8 @@ DataFromList::DataFromList(std::vector<Datapoint> datapoints, DataFromListOption
     : datapoints_(std::move(datapoints)), options_(options) {}
 
 std::vector<int64_t> DataFromList::order_of_pass(int64_t pass) const {
-  std::vector<int64_t> order(datapoints_.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
-  if (!options_.shuffle() || order.size() < 2) return order;
-  std::mt19937_64 rng(mix(options_.seed() ^ mix(static_cast<uint64_t>(pass))));
-  for (size_t i = order.size() - 1; i > 0; --i) {
-    std::swap(order[i], order[uniform_upto(rng, i)]);
-  }
-  return order;
+  return pass_order(static_cast<int64_t>(datapoints_.size()), options_.shuffle(), options_.seed(),
+                    pass);
 }
 
 std::string DataFromList::describe() const {

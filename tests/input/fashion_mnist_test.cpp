@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -12,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "support/as_nobody.h"
 #include "support/errors.h"
 #include "support/temp_dir.h"
 
@@ -22,32 +22,9 @@ namespace fs = std::filesystem;
 
 using testing::message_of;
 
-// The message of opening `split` of the data in `folder` as user 65534 (nobody), read in a child
-// process (the test runs as root) and sent back through a pipe.
+// The message of opening the training split of the data in `folder` as user 65534 (nobody).
 std::string message_as_nobody(const fs::path& folder) {
-  int fds[2];
-  if (::pipe(fds) != 0) return "pipe failed";
-  const pid_t child = ::fork();
-  if (child < 0) return "fork failed";
-  if (child == 0) {
-    ::close(fds[0]);
-    std::string msg = "setuid failed";
-    if (::setgid(65534) == 0 && ::setuid(65534) == 0) {
-      msg = message_of([&] { FashionMnist("train", folder.string()); });
-    }
-    (void)!::write(fds[1], msg.data(), msg.size());
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  std::string msg;
-  char buf[512];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) {
-    msg.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  return msg;
+  return testing::message_as_nobody([&] { FashionMnist("train", folder.string()); });
 }
 
 using testing::ScopedTempDir;
