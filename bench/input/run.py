@@ -81,8 +81,8 @@ def parse_args():
     p.add_argument("--jpeg-images", type=int, default=1000)
     p.add_argument("--datasets", default="fashion,jpeg", help="comma-separated: fashion, jpeg")
     p.add_argument("--batch", type=int, default=64, help="pipeline batch")
-    p.add_argument("--train-steps", type=int, default=200, help="0: no training comparison")
-    p.add_argument("--train-warmup", type=int, default=20)
+    p.add_argument("--train-steps", type=int, default=100, help="0: no training comparison")
+    p.add_argument("--train-warmup", type=int, default=10)
     p.add_argument("--train-batch", type=int, default=128)
     p.add_argument("--decode-threads", type=int, default=1, help="png training's workers")
     p.add_argument("--may-skip", action="append", default=[], choices=["torchvision"],
