@@ -57,8 +57,10 @@
 // Input: dataflows and input sources
 #include "trainpack/input/dataflow.h"
 #include "trainpack/input/fashion_mnist.h"
+#include "trainpack/input/image_folder_files.h"
 #include "trainpack/input/input_desc.h"
 #include "trainpack/input/input_source.h"
+#include "trainpack/input/pass_order.h"
 #include "trainpack/input/queue_input.h"
 #include "trainpack/input/shard.h"
 #include "trainpack/input/staging_input.h"
