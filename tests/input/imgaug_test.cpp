@@ -12,6 +12,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <ATen/Functions.h>
@@ -435,7 +436,9 @@ TEST(AugmentorList, AppliesInOrderDrawingFromOneRng) {
   AugmentRng rng(4, 2, 9), same(4, 2, 9);
   at::Tensor expected = img;
   for (const auto& aug : train_augmentors()) expected = aug->augment(expected, same);
+  const at::Tensor before = img.clone();
   EXPECT_TRUE(list.augment(img, rng).equal(expected));
+  EXPECT_TRUE(img.equal(before));  // the input is never modified
   EXPECT_THROW(AugmentorList({nullptr}), std::invalid_argument);
 }
 
@@ -502,6 +505,30 @@ TEST(AugmentImageComponent, EveryPassDrawsAnew) {
   ds->begin_pass(0);
   const auto again = drain_images(*ds);
   for (size_t i = 0; i < pass0.size(); ++i) EXPECT_TRUE(again[i].equal(pass0[i]));
+}
+
+TEST(AugmentImageComponent, ThreadsInAnyOrderDrawWhatOneThreadDraws) {
+  const auto points = images(12);
+  auto ds = std::make_shared<AugmentImageComponent>(std::make_shared<DataFromList>(points),
+                                                    train_augmentors(),
+                                                    AugmentImageComponentOptions().seed(9));
+  ds->begin_pass(3);
+  const std::vector<at::Tensor> sequential = drain_images(*ds);
+  // Four threads, each taking every fourth datapoint from the end of the pass backwards.
+  const AugmentorList list(train_augmentors());
+  std::vector<at::Tensor> parallel(points.size());
+  std::vector<std::thread> threads;
+  for (int64_t t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int64_t pos = 11 - t; pos >= 0; pos -= 4) {
+        AugmentRng rng(9, 3, pos);
+        parallel[static_cast<size_t>(pos)] = list.augment(points[static_cast<size_t>(pos)][0], rng);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  ASSERT_EQ(sequential.size(), parallel.size());
+  for (size_t i = 0; i < parallel.size(); ++i) EXPECT_TRUE(parallel[i].equal(sequential[i])) << i;
 }
 
 TEST(AugmentImageComponent, DescribesItselfAndForwardsSeekability) {
