@@ -58,6 +58,7 @@
 #include "trainpack/input/dataflow.h"
 #include "trainpack/input/fashion_mnist.h"
 #include "trainpack/input/image_folder_files.h"
+#include "trainpack/input/imgaug.h"
 #include "trainpack/input/input_desc.h"
 #include "trainpack/input/input_source.h"
 #include "trainpack/input/pass_order.h"
