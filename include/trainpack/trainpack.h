@@ -59,6 +59,7 @@
 #include "trainpack/input/fashion_mnist.h"
 #include "trainpack/input/input_desc.h"
 #include "trainpack/input/input_source.h"
+#include "trainpack/input/parallel_map.h"
 #include "trainpack/input/queue_input.h"
 #include "trainpack/input/shard.h"
 #include "trainpack/input/staging_input.h"

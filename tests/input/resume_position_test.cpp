@@ -230,8 +230,8 @@ TEST_P(ResumableSources, AFlowThatCannotSeekStartsFromItsBeginningWithAWarning) 
   };
   const std::string refusal =
       ": cannot resume at batch 2 of pass 1: the dataflow DataFromGenerator cannot seek. Exact "
-      "resume needs a seekable flow: DataFromList (or FashionMnist), and BatchData or MapData "
-      "over one.";
+      "resume needs a seekable flow: DataFromList (or FashionMnist), and BatchData, MapData or "
+      "MultiThreadMapData (strict) over one.";
   if (GetParam() == Kind::kFeed) {
     EXPECT_THAT(direct(std::make_shared<FeedInput>(generator())), HasSubstr("FeedInput" + refusal));
   } else {
