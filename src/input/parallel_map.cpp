@@ -153,8 +153,10 @@ void MultiThreadMapData::start_workers() {
     for (int64_t i = 0; i < num_threads_; ++i) {
       w.threads.emplace_back([&w, this] { w.run(func_); });
     }
-  } catch (...) {
+  } catch (...) {  // a thread could not start: none runs, and a later begin_pass tries again
     w.stop_and_join();
+    std::lock_guard<std::mutex> lock(w.mutex);
+    w.stopping = false;
     throw;
   }
 }
