@@ -1,6 +1,6 @@
 // MultiThreadMapData: MapData whose function runs on worker threads (tensorpack's
 // MultiThreadMapData), for datapoints that are slow to make (decoding, augmentation).
-// docs/input.md, "MultiThreadMapData", shows it in use.
+// docs/input.md, "Mapping on worker threads", shows it in use.
 #pragma once
 
 #include <cstdint>
