@@ -61,6 +61,7 @@
 #include "trainpack/input/imgaug.h"
 #include "trainpack/input/input_desc.h"
 #include "trainpack/input/input_source.h"
+#include "trainpack/input/parallel_map.h"
 #include "trainpack/input/pass_order.h"
 #include "trainpack/input/queue_input.h"
 #include "trainpack/input/shard.h"
