@@ -139,8 +139,8 @@ MultiThreadMapData::MultiThreadMapData(DataFlowPtr ds, int64_t num_threads,
 MultiThreadMapData::~MultiThreadMapData() { workers_->stop_and_join(); }
 
 std::string MultiThreadMapData::describe() const {
-  return fmt::format("MultiThreadMapData(threads={}, {}) over {}", num_threads_,
-                     options_.strict() ? "strict" : "not strict", ds_->describe());
+  return fmt::format("MultiThreadMapData({}) over {}", options_.strict() ? "strict" : "not strict",
+                     ds_->describe());
 }
 
 const DataFlow* MultiThreadMapData::first_unseekable() const {

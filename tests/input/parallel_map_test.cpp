@@ -279,7 +279,7 @@ TEST(MultiThreadMapData, NonStrictYieldsAPermutationAndCannotSeek) {
   EXPECT_FALSE(ds.seekable());
   EXPECT_EQ(ds.first_unseekable(), &ds);
   EXPECT_EQ(ds.describe(),
-            "MultiThreadMapData(threads=8, not strict) over DataFromList (50 "
+            "MultiThreadMapData(not strict) over DataFromList (50 "
             "datapoints)");
   ds.begin_pass();
   std::vector<int64_t> got = drain(ds);
@@ -299,8 +299,7 @@ TEST(MultiThreadMapData, SeekableAndDescribedLikeTheFlowInside) {
   auto identity = [](Datapoint dp) -> std::optional<Datapoint> { return dp; };
   MultiThreadMapData over_list(list, 4, identity);
   EXPECT_EQ(over_list.name(), "MultiThreadMapData");
-  EXPECT_EQ(over_list.describe(),
-            "MultiThreadMapData(threads=4, strict) over DataFromList (5 datapoints)");
+  EXPECT_EQ(over_list.describe(), "MultiThreadMapData(strict) over DataFromList (5 datapoints)");
   EXPECT_EQ(over_list.size(), 5);
   EXPECT_TRUE(over_list.seekable());
   MultiThreadMapData over_gen(gen, 1, identity);

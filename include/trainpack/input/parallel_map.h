@@ -60,8 +60,9 @@ class MultiThreadMapData : public DataFlow {
   MultiThreadMapData& operator=(const MultiThreadMapData&) = delete;
 
   std::string name() const override { return "MultiThreadMapData"; }
-  // "MultiThreadMapData(threads=4, strict) over DataFromList (10 datapoints)" ("not strict"
-  // without strict).
+  // "MultiThreadMapData(strict) over DataFromList (10 datapoints)" ("not strict" without strict).
+  // Not the number of threads, which changes no datapoint: a checkpoint's data position (whose
+  // input is recognised by describe()) stays valid when a resumed run uses other threads.
   std::string describe() const override;
   void reset_state() override { ds_->reset_state(); }
   // The size of `ds` (an upper bound when func drops).
