@@ -278,9 +278,7 @@ TEST(MultiThreadMapData, NonStrictYieldsAPermutationAndCannotSeek) {
       MultiThreadMapDataOptions().strict(false).buffer_size(16));
   EXPECT_FALSE(ds.seekable());
   EXPECT_EQ(ds.first_unseekable(), &ds);
-  EXPECT_EQ(ds.describe(),
-            "MultiThreadMapData(not strict) over DataFromList (50 "
-            "datapoints)");
+  EXPECT_EQ(ds.describe(), "MultiThreadMapData(not strict) over DataFromList (50 datapoints)");
   ds.begin_pass();
   std::vector<int64_t> got = drain(ds);
   EXPECT_EQ(ds.position(), 50);
