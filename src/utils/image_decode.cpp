@@ -202,8 +202,9 @@ void throw_image_truncated(const std::string& name, const char* format, size_t s
 void throw_image_corrupt(const std::string& name, const char* format,
                          const std::string& library_message) {
   throw ImageDecodeError(
-      name, fmt::format("cannot decode the {} image {}: the data is corrupt ({}); the file is "
-                        "damaged: replace it with a good copy, or remove it from the data set",
+      name, fmt::format("cannot decode the {} image {}: the data is corrupt or of a kind the "
+                        "decoder does not support ({}); replace the file with a good copy (or one "
+                        "re-saved as 8-bit PNG or JPEG), or remove it from the data set",
                         format, name, library_message));
 }
 

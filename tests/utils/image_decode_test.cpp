@@ -10,6 +10,7 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include <initializer_list>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "trainpack/utils/logger.h"
@@ -416,6 +418,34 @@ TEST_F(ImageDecodeTest, PillowsCmykJpegAsPillowConvertsIt) {
   EXPECT_LE((mine.to(at::kInt) - theirs).abs().max().item<int>(), 1);
 }
 
+// Several threads decode at once, each with its own libpng and libjpeg state.
+TEST(ImageDecode, ThreadsDecodeAtOnce) {
+  const std::string png =
+      encode_test_png({48, 32, PngColour::kRGBA, 16, true, pattern(48 * 32 * 4, 65536, 9), {}, {}});
+  const std::string jpeg = encode_test_jpeg({48, 32, 3, picture(48, 32, 3), 90, true});
+  const std::string bad = png.substr(0, png.size() / 2);
+  const at::Tensor png_once = decode(png, {});
+  const at::Tensor jpeg_once = decode(jpeg, {});
+  std::atomic<int> mismatches{0}, errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 20; ++i) {
+        if (!at::equal(decode(png, {}), png_once)) ++mismatches;
+        if (!at::equal(decode(jpeg, {}), jpeg_once)) ++mismatches;
+        try {
+          decode(bad, {});
+        } catch (const ImageDecodeError&) {
+          ++errors;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(mismatches.load(), 0);
+  EXPECT_EQ(errors.load(), 80);
+}
+
 // ---- what does not decode ----
 
 TEST_F(ImageDecodeTest, TruncatedPngAndJpeg) {
@@ -445,7 +475,7 @@ TEST_F(ImageDecodeTest, CorruptPngAndJpeg) {
   const fs::path png_path = dir() / "bad.png";
   write_bytes(png_path, png);
   expect_decode_error([&] { read_image(png_path.string()); }, png_path.string(),
-                      {"PNG", "corrupt", "replace it"});
+                      {"PNG", "corrupt", "(IDAT: ", "replace the file"});
   // A JPEG whose start-of-frame says 0 components.
   std::string jpeg = encode_test_jpeg({8, 8, 3, picture(8, 8, 3), 90, false});
   const size_t sof = jpeg.find("\xff\xc0");
@@ -454,7 +484,7 @@ TEST_F(ImageDecodeTest, CorruptPngAndJpeg) {
   const fs::path jpeg_path = dir() / "bad.jpg";
   write_bytes(jpeg_path, jpeg);
   expect_decode_error([&] { read_image(jpeg_path.string()); }, jpeg_path.string(),
-                      {"JPEG", "corrupt", "replace it"});
+                      {"JPEG", "corrupt", "replace the file"});
 }
 
 TEST_F(ImageDecodeTest, NeitherPngNorJpeg) {

@@ -27,7 +27,8 @@ bool image_over_pixel_limit(uint64_t width, uint64_t height, int64_t max_pixels)
 // Throws the ImageDecodeError for image data of `format` that ends early (`size` bytes).
 [[noreturn]] void throw_image_truncated(const std::string& name, const char* format, size_t size);
 
-// Throws the ImageDecodeError for a corrupt image of `format`, with the library's message.
+// Throws the ImageDecodeError for a corrupt or unsupported image of `format` (a 12-bit JPEG), with
+// the library's message.
 [[noreturn]] void throw_image_corrupt(const std::string& name, const char* format,
                                       const std::string& library_message);
 
