@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <system_error>
 #include <utility>
 
@@ -172,7 +173,7 @@ at::Tensor image_decode_convert(at::Tensor hwc, ImageChannels channels, ImageLay
 }  // namespace
 
 ImageDecodeError::ImageDecodeError(const std::string& path, const std::string& message)
-    : std::runtime_error(message), path_(path) {}
+    : std::runtime_error(message), path_(std::make_shared<const std::string>(path)) {}
 
 namespace detail {
 

@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -58,7 +59,7 @@ struct ImageDecodeOptions {
   TORCH_ARG(ImageLayout, layout) = ImageLayout::kCHW;
   // The most pixels (width * height) an image may have: a larger one is refused from its header,
   // before any pixel is decoded or memory allocated for it (a small file that claims a huge image,
-  // a decompression bomb). Default: Pillow's MAX_IMAGE_PIXELS, 89478485. 0: no limit.
+  // a decompression bomb). Default: Pillow's MAX_IMAGE_PIXELS, 89478485. 0 (or less): no limit.
   TORCH_ARG(int64_t, max_pixels) = 89478485;
   // What read_image does when the extension names the other format.
   TORCH_ARG(ExtensionMismatch, extension_mismatch) = ExtensionMismatch::kDecodeByContent;
@@ -71,10 +72,11 @@ struct ImageDecodeOptions {
 class ImageDecodeError : public std::runtime_error {
  public:
   ImageDecodeError(const std::string& path, const std::string& message);
-  const std::string& path() const noexcept { return path_; }
+  const std::string& path() const noexcept { return *path_; }
 
  private:
-  std::string path_;
+  // Shared: copying an exception must not throw.
+  std::shared_ptr<const std::string> path_;
 };
 
 // The format of `size` bytes at `data`, from their magic bytes only (PNG: the 8-byte signature;
@@ -84,8 +86,8 @@ ImageFormat sniff_image_format(const uint8_t* data, size_t size);
 // Decodes the PNG or JPEG of `size` bytes at `data` (the format by its content). `name`, usually
 // the file's path, is only used in messages and as ImageDecodeError::path(). Returns a contiguous
 // uint8 CPU tensor, [C, H, W] or [H, W, C] by options.layout(), with the channels of
-// options.channels(). Throws ImageDecodeError (above). Thread-safe: images may be decoded on
-// several threads at once.
+// options.channels(). A null `data` is taken as empty. Throws ImageDecodeError (above).
+// Thread-safe: images may be decoded on several threads at once.
 at::Tensor decode_image(const uint8_t* data, size_t size, const std::string& name,
                         const ImageDecodeOptions& options = {});
 
