@@ -126,8 +126,9 @@ JpegDecodeResult jpeg_decode_run(JpegDecodeState* st, jpeg_decompress_struct* ci
     JSAMPROW row = pixels + static_cast<size_t>(cinfo->output_scanline) * row_bytes;
     jpeg_read_scanlines(cinfo, &row, 1);
   }
-  // Every pixel is decoded: what follows the image data (up to the end-of-image marker) is not
-  // read, so a file that lacks only that marker decodes.
+  // Reads up to the end-of-image marker: without it a progressive JPEG cut between two scans would
+  // pass for complete (its pixels are then those of the scans before the cut).
+  jpeg_finish_decompress(cinfo);
   jpeg_destroy_decompress(cinfo);
   return JpegDecodeResult::kOk;
 }

@@ -466,6 +466,31 @@ TEST_F(ImageDecodeTest, TruncatedPngAndJpeg) {
   }
 }
 
+// Every pixel is there, only the end is missing: a PNG without its IEND chunk decodes; a JPEG
+// without its end-of-image marker is truncated (the marker is what tells a complete progressive
+// JPEG from one cut between two scans).
+TEST(ImageDecode, ImageWithoutItsEnd) {
+  const std::string png =
+      encode_test_png({16, 8, PngColour::kRGB, 8, false, pattern(16 * 8 * 3, 256), {}, {}});
+  ASSERT_EQ(png.substr(png.size() - 8, 4), "IEND");
+  EXPECT_TRUE(at::equal(decode(png.substr(0, png.size() - 12), {}), decode(png, {})));
+  for (bool progressive : {false, true}) {
+    const std::string jpeg = encode_test_jpeg({16, 8, 3, picture(16, 8, 3), 90, progressive});
+    ASSERT_EQ(jpeg.substr(jpeg.size() - 2), "\xff\xd9");
+    expect_decode_error([&] { decode(jpeg.substr(0, jpeg.size() - 2), {}); }, "mem.img",
+                        {"truncated"});
+    // Cut after a whole scan (before the next start-of-scan marker, FF DA), with an end marker.
+    if (progressive) {
+      const size_t second_scan = jpeg.find("\xff\xda", jpeg.find("\xff\xda") + 2);
+      ASSERT_NE(second_scan, std::string::npos);
+      EXPECT_EQ(decode(jpeg.substr(0, second_scan) + "\xff\xd9", {}).sizes(),
+                (std::vector<int64_t>{3, 8, 16}));
+      expect_decode_error([&] { decode(jpeg.substr(0, second_scan), {}); }, "mem.img",
+                          {"truncated"});
+    }
+  }
+}
+
 TEST_F(ImageDecodeTest, CorruptPngAndJpeg) {
   std::string png =
       encode_test_png({32, 32, PngColour::kRGB, 8, false, pattern(32 * 32 * 3, 256), {}, {}});

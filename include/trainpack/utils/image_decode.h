@@ -14,8 +14,9 @@
 // with an Adobe APP14 marker (as Photoshop and Pillow write CMYK) stores the inks inverted (C = 255
 // - stored value) and a file without one stores them as they are.
 //
-// A PNG whose image data is complete but whose end (IEND) is missing decodes, as does a JPEG
-// missing only its end-of-image marker; image data that ends early is an ImageDecodeError.
+// Image data that ends early is an ImageDecodeError. A JPEG must reach its end-of-image marker (a
+// progressive JPEG cut between two scans would otherwise pass for complete, blurred); a PNG whose
+// rows are all there but whose IEND chunk is missing decodes.
 #pragma once
 
 #include <cstddef>
