@@ -34,11 +34,13 @@ cd "$ROOT"
 # compiles against (libtorch-dev ships c10d itself but not these headers); dataset-fashion-mnist
 # holds the data of the Fashion-MNIST example; libprotobuf-dev/protobuf-compiler build the event
 # files' messages; libcurl4-openssl-dev sends the experiment-tracking monitors' requests
-# (CometMLMonitor, MLflowMonitor; docs/experiment-tracking.md) over http and https.
+# (CometMLMonitor, MLflowMonitor; docs/experiment-tracking.md) over http and https; libpng-dev
+# encodes image summaries and, with libjpeg-dev (libjpeg-turbo), decodes PNG and JPEG files
+# (trainpack/utils/image_decode.h).
 BUILD_PACKAGES=(
   cmake g++ make
   libtorch-dev libopenblas0-pthread libgloo-dev
-  nlohmann-json3-dev libfmt-dev libpng-dev zlib1g-dev libcli11-dev
+  nlohmann-json3-dev libfmt-dev libpng-dev libjpeg-dev zlib1g-dev libcli11-dev
   libprotobuf-dev protobuf-compiler libcurl4-openssl-dev
   dataset-fashion-mnist ccache
 )

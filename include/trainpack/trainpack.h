@@ -107,6 +107,7 @@
 #include "trainpack/utils/http_client.h"
 #include "trainpack/utils/humanize.h"
 #include "trainpack/utils/hyper_txt.h"
+#include "trainpack/utils/image_decode.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/npz.h"
 #include "trainpack/utils/nvml.h"
