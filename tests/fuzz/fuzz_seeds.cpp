@@ -95,20 +95,20 @@ int main(int argc, char** argv) {
   std::vector<uint16_t> samples(8 * 6 * 4);
   for (size_t i = 0; i < samples.size(); ++i) samples[i] = static_cast<uint16_t>(i * 37 % 256);
   auto png = [&](PngColour colour, int channels, int depth, bool interlaced) {
-    trainpack::testing::TestPng spec;
-    spec.width = 8;
-    spec.height = 6;
-    spec.colour = colour;
-    spec.bit_depth = depth;
-    spec.interlaced = interlaced;
+    trainpack::testing::TestPng desc;
+    desc.width = 8;
+    desc.height = 6;
+    desc.colour = colour;
+    desc.bit_depth = depth;
+    desc.interlaced = interlaced;
     for (int i = 0; i < 8 * 6 * channels; ++i) {
-      spec.samples.push_back(depth == 16 ? samples[i] * 257 : samples[i] % (1 << depth));
+      desc.samples.push_back(depth == 16 ? samples[i] * 257 : samples[i] % (1 << depth));
     }
     if (colour == PngColour::kPalette) {
-      for (int i = 0; i < (1 << depth) * 3; ++i) spec.palette_rgb.push_back(i * 11 % 256);
-      spec.transparency = {0, 128};
+      for (int i = 0; i < (1 << depth) * 3; ++i) desc.palette_rgb.push_back(i * 11 % 256);
+      desc.transparency = {0, 128};
     }
-    return trainpack::testing::encode_test_png(spec);
+    return trainpack::testing::encode_test_png(desc);
   };
   const fs::path images = out / "image_decode";
   write(images / "grey1.png", png(PngColour::kGrey, 1, 1, false));
@@ -118,13 +118,13 @@ int main(int argc, char** argv) {
   write(images / "grey_alpha8.png", png(PngColour::kGreyAlpha, 2, 8, false));
   write(images / "palette4.png", png(PngColour::kPalette, 1, 4, false));
   auto jpeg = [&](int components, bool progressive) {
-    trainpack::testing::TestJpeg spec;
-    spec.width = 8;
-    spec.height = 6;
-    spec.components = components;
-    spec.progressive = progressive;
-    for (int i = 0; i < 8 * 6 * components; ++i) spec.samples.push_back(samples[i] & 0xff);
-    return trainpack::testing::encode_test_jpeg(spec);
+    trainpack::testing::TestJpeg desc;
+    desc.width = 8;
+    desc.height = 6;
+    desc.components = components;
+    desc.progressive = progressive;
+    for (int i = 0; i < 8 * 6 * components; ++i) desc.samples.push_back(samples[i] & 0xff);
+    return trainpack::testing::encode_test_jpeg(desc);
   };
   write(images / "grey.jpg", jpeg(1, false));
   write(images / "rgb.jpg", jpeg(3, false));

@@ -42,7 +42,7 @@ void png_on_flush(png_structp) {}
 
 // `rows`: height rows of `row_bytes` bytes each, as PNG stores them (16-bit big-endian; 1, 2 and
 // 4 bits one sample a byte, packed by libpng).
-bool write_png(PngWriteState* st, const TestPng* spec, const uint8_t* rows, size_t row_bytes,
+bool write_png(PngWriteState* st, const TestPng* desc, const uint8_t* rows, size_t row_bytes,
                const png_color* palette, int palette_size, const png_byte* trns_alpha,
                int trns_count, const png_color_16* trns_colour) {
   png_structp png =
@@ -53,19 +53,19 @@ bool write_png(PngWriteState* st, const TestPng* spec, const uint8_t* rows, size
     return false;
   }
   png_set_write_fn(png, st, png_on_write, png_on_flush);
-  png_set_IHDR(png, info, spec->width, spec->height, spec->bit_depth,
-               static_cast<int>(spec->colour),
-               spec->interlaced ? PNG_INTERLACE_ADAM7 : PNG_INTERLACE_NONE,
+  png_set_IHDR(png, info, desc->width, desc->height, desc->bit_depth,
+               static_cast<int>(desc->colour),
+               desc->interlaced ? PNG_INTERLACE_ADAM7 : PNG_INTERLACE_NONE,
                PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
   if (palette_size > 0) png_set_PLTE(png, info, palette, palette_size);
   if (trns_count > 0 || trns_colour != nullptr) {
     png_set_tRNS(png, info, trns_alpha, trns_count, trns_colour);
   }
   png_write_info(png, info);
-  if (spec->bit_depth < 8) png_set_packing(png);
+  if (desc->bit_depth < 8) png_set_packing(png);
   const int passes = png_set_interlace_handling(png);
   for (int pass = 0; pass < passes; ++pass) {
-    for (uint32_t y = 0; y < spec->height; ++y) {
+    for (uint32_t y = 0; y < desc->height; ++y) {
       png_write_row(png, rows + y * row_bytes);
     }
   }
@@ -86,7 +86,7 @@ void jpeg_on_error(j_common_ptr cinfo) {
   std::longjmp(st->jump, 1);
 }
 
-bool write_jpeg(JpegWriteState* st, jpeg_compress_struct* cinfo, const TestJpeg* spec,
+bool write_jpeg(JpegWriteState* st, jpeg_compress_struct* cinfo, const TestJpeg* desc,
                 unsigned char** buffer, unsigned long* size) {
   cinfo->err = jpeg_std_error(&st->error_manager);
   st->error_manager.error_exit = jpeg_on_error;
@@ -96,21 +96,21 @@ bool write_jpeg(JpegWriteState* st, jpeg_compress_struct* cinfo, const TestJpeg*
   }
   jpeg_create_compress(cinfo);
   jpeg_mem_dest(cinfo, buffer, size);
-  cinfo->image_width = spec->width;
-  cinfo->image_height = spec->height;
-  cinfo->input_components = spec->components;
-  cinfo->in_color_space = spec->components == 1   ? JCS_GRAYSCALE
-                          : spec->components == 4 ? JCS_CMYK
+  cinfo->image_width = desc->width;
+  cinfo->image_height = desc->height;
+  cinfo->input_components = desc->components;
+  cinfo->in_color_space = desc->components == 1   ? JCS_GRAYSCALE
+                          : desc->components == 4 ? JCS_CMYK
                                                   : JCS_RGB;
   jpeg_set_defaults(cinfo);
   cinfo->dct_method = JDCT_ISLOW;
-  jpeg_set_quality(cinfo, spec->quality, TRUE);
-  if (spec->components == 4 && !spec->adobe_marker) cinfo->write_Adobe_marker = FALSE;
-  if (spec->progressive) jpeg_simple_progression(cinfo);
+  jpeg_set_quality(cinfo, desc->quality, TRUE);
+  if (desc->components == 4 && !desc->adobe_marker) cinfo->write_Adobe_marker = FALSE;
+  if (desc->progressive) jpeg_simple_progression(cinfo);
   jpeg_start_compress(cinfo, TRUE);
-  const size_t row_bytes = static_cast<size_t>(spec->width) * spec->components;
+  const size_t row_bytes = static_cast<size_t>(desc->width) * desc->components;
   while (cinfo->next_scanline < cinfo->image_height) {
-    JSAMPROW row = const_cast<JSAMPLE*>(spec->samples.data() + cinfo->next_scanline * row_bytes);
+    JSAMPROW row = const_cast<JSAMPLE*>(desc->samples.data() + cinfo->next_scanline * row_bytes);
     jpeg_write_scanlines(cinfo, &row, 1);
   }
   jpeg_finish_compress(cinfo);

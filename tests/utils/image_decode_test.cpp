@@ -166,13 +166,13 @@ TEST(ImageDecode, SniffsByMagicBytes) {
 }
 
 TEST(ImageDecode, PngRgbInEveryLayout) {
-  TestPng spec{5, 3, PngColour::kRGB, 8, false, pattern(5 * 3 * 3, 256), {}, {}};
-  const std::string png = encode_test_png(spec);
+  TestPng desc{5, 3, PngColour::kRGB, 8, false, pattern(5 * 3 * 3, 256), {}, {}};
+  const std::string png = encode_test_png(desc);
   const at::Tensor hwc = decode(png, keep_hwc());
   EXPECT_EQ(hwc.scalar_type(), at::kByte);
   EXPECT_EQ(hwc.sizes(), (std::vector<int64_t>{3, 5, 3}));
   EXPECT_TRUE(hwc.is_contiguous());
-  EXPECT_EQ(values(hwc), std::vector<uint8_t>(spec.samples.begin(), spec.samples.end()));
+  EXPECT_EQ(values(hwc), std::vector<uint8_t>(desc.samples.begin(), desc.samples.end()));
   // The defaults: RGB, [C, H, W].
   const at::Tensor chw = decode(png, {});
   EXPECT_EQ(chw.sizes(), (std::vector<int64_t>{3, 3, 5}));
@@ -201,34 +201,34 @@ TEST(ImageDecode, PngEveryColourTypeAndBitDepth) {
     const uint32_t width = 7, height = 5;  // rows of 1, 2, 4 bits end inside a byte
     const bool palette = c.colour == PngColour::kPalette;
     const int stored = palette ? 1 : c.channels;
-    TestPng spec{width,   height, c.colour,
+    TestPng desc{width,   height, c.colour,
                  c.depth, false,  pattern(size_t{width} * height * stored, 1u << c.depth, c.depth),
                  {},      {}};
     if (c.depth == 16) {  // include both ends and the halfway points of the rounding
-      spec.samples[0] = 0;
-      spec.samples[1] = 65535;
-      spec.samples[2] = 128;
-      spec.samples[3] = 129;
-      spec.samples[4] = 32767;
+      desc.samples[0] = 0;
+      desc.samples[1] = 65535;
+      desc.samples[2] = 128;
+      desc.samples[3] = 129;
+      desc.samples[4] = 32767;
     }
     if (palette) {
       for (uint32_t i = 0; i < (1u << c.depth); ++i) {
-        spec.palette_rgb.insert(spec.palette_rgb.end(),
+        desc.palette_rgb.insert(desc.palette_rgb.end(),
                                 {static_cast<uint8_t>(i * 3), static_cast<uint8_t>(255 - i),
                                  static_cast<uint8_t>(i * 7 % 256)});
       }
     }
     std::vector<uint8_t> expected;
-    for (uint16_t v : spec.samples) {
+    for (uint16_t v : desc.samples) {
       if (palette) {
-        for (int k = 0; k < 3; ++k) expected.push_back(spec.palette_rgb[3 * v + k]);
+        for (int k = 0; k < 3; ++k) expected.push_back(desc.palette_rgb[3 * v + k]);
       } else if (c.depth == 16) {
         expected.push_back(static_cast<uint8_t>((uint32_t{v} * 255 + 32767) / 65535));
       } else {
         expected.push_back(static_cast<uint8_t>(v * 255 / ((1u << c.depth) - 1)));
       }
     }
-    const at::Tensor t = decode(encode_test_png(spec), keep_hwc());
+    const at::Tensor t = decode(encode_test_png(desc), keep_hwc());
     EXPECT_EQ(t.sizes(), (std::vector<int64_t>{height, width, c.channels}));
     EXPECT_EQ(values(t), expected);
   }
@@ -324,14 +324,14 @@ TEST(ImageDecode, JpegShapesAndCloseToTheSource) {
     for (bool progressive : {false, true}) {
       SCOPED_TRACE(::testing::Message()
                    << components << " components, progressive " << progressive);
-      TestJpeg spec{40, 24, components, picture(40, 24, components), 95, progressive};
-      const at::Tensor t = decode(encode_test_jpeg(spec), keep_hwc());
+      TestJpeg desc{40, 24, components, picture(40, 24, components), 95, progressive};
+      const at::Tensor t = decode(encode_test_jpeg(desc), keep_hwc());
       EXPECT_EQ(t.scalar_type(), at::kByte);
       EXPECT_EQ(t.sizes(), (std::vector<int64_t>{24, 40, components}));
-      const at::Tensor source = at::tensor(at::ArrayRef<uint8_t>(spec.samples)).view(t.sizes());
+      const at::Tensor source = at::tensor(at::ArrayRef<uint8_t>(desc.samples)).view(t.sizes());
       const double error = (t.to(at::kFloat) - source.to(at::kFloat)).abs().mean().item<double>();
       EXPECT_LT(error, 8.0);
-      EXPECT_EQ(decode(encode_test_jpeg(spec), {}).sizes(), (std::vector<int64_t>{3, 24, 40}));
+      EXPECT_EQ(decode(encode_test_jpeg(desc), {}).sizes(), (std::vector<int64_t>{3, 24, 40}));
     }
   }
 }
@@ -343,9 +343,9 @@ TEST(ImageDecode, JpegCmykToRgb) {
   const std::vector<uint8_t> cmyk = {200, 100, 30, 220};
   for (bool adobe : {true, false}) {
     SCOPED_TRACE(::testing::Message() << "Adobe marker " << adobe);
-    TestJpeg spec{16, 16, 4, {}, 100, false, adobe};
-    for (int i = 0; i < 256; ++i) spec.samples.insert(spec.samples.end(), cmyk.begin(), cmyk.end());
-    const at::Tensor t = decode(encode_test_jpeg(spec), keep_hwc());
+    TestJpeg desc{16, 16, 4, {}, 100, false, adobe};
+    for (int i = 0; i < 256; ++i) desc.samples.insert(desc.samples.end(), cmyk.begin(), cmyk.end());
+    const at::Tensor t = decode(encode_test_jpeg(desc), keep_hwc());
     ASSERT_EQ(t.sizes(), (std::vector<int64_t>{16, 16, 3}));
     for (int c = 0; c < 3; ++c) {
       const double expected =
