@@ -57,6 +57,7 @@
 // Input: dataflows and input sources
 #include "trainpack/input/dataflow.h"
 #include "trainpack/input/fashion_mnist.h"
+#include "trainpack/input/image_folder.h"
 #include "trainpack/input/image_folder_files.h"
 #include "trainpack/input/imgaug.h"
 #include "trainpack/input/input_desc.h"

@@ -37,6 +37,11 @@ void parallel_map_one_intra_op_thread() {
 #endif
 }
 
+}  // namespace
+
+// Internal to this file, but named: types of Workers' members must not have internal linkage.
+namespace detail {
+
 // What a worker made of one input: the datapoint (nullopt: dropped) or the exception.
 struct ParallelMapOutcome {
   std::optional<Datapoint> value;
@@ -50,7 +55,10 @@ struct ParallelMapJob {
   MapContext context;
 };
 
-}  // namespace
+}  // namespace detail
+
+using detail::ParallelMapJob;
+using detail::ParallelMapOutcome;
 
 // The workers and what they share with the consumer, under `mutex`. `generation` changes with
 // every begin_pass() and seek(): a result of an older generation is dropped by the worker that

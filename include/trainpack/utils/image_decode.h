@@ -25,7 +25,7 @@
 #include <stdexcept>
 #include <string>
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <torch/arg.h>
 
 namespace trainpack {
