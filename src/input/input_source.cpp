@@ -32,9 +32,10 @@ void check_same_dataflow(const std::string& who, const CallbackState& state,
       "  {}\nand this run reads\n  {}\n",
       who, saved, now);
   if (allow) {
-    TP_LOG_WARN("{}Continuing anyway (allow_changed_input): the position is taken as a position "
-                "in this run's input, and the epochs count this run's batches.",
-                what);
+    TP_LOG_WARN(
+        "{}Continuing anyway (allow_changed_input): the position is taken as a position "
+        "in this run's input, and the epochs count this run's batches.",
+        what);
     return;
   }
   throw std::invalid_argument(
