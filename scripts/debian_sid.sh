@@ -212,6 +212,7 @@ if [[ $EXEC -eq 1 ]]; then
   in_root "$@"
 else
   step "Running setup.sh in $SID_ROOT (BUILD_DIR=$SID_BUILD_DIR${*:+; $*})"
-  in_root env BUILD_DIR="$SID_BUILD_DIR" bash scripts/setup.sh "$@"
+  # No peer packages (python3-torchvision): the root builds for the cross-version check only.
+  in_root env BUILD_DIR="$SID_BUILD_DIR" TRAINPACK_NO_PEER_PACKAGES=1 bash scripts/setup.sh "$@"
   step "debian_sid.sh done in $((SECONDS / 60))m $((SECONDS % 60))s"
 fi

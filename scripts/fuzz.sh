@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs the coverage-guided fuzzers of everything a resume reads (tests/fuzz): the
-# checkpoint data file, the `checkpoint` index, stats.json and hyper.txt, under ASan and UBSan,
+# checkpoint data file, the `checkpoint` index, stats.json and hyper.txt, and of the PNG and JPEG
+# decoder (decode_image), under ASan and UBSan,
 # with libFuzzer (clang). Each starts from a seed corpus that trainpack's own writers make.
 #
 #   bash scripts/fuzz.sh              # each fuzzer for FUZZ_SECONDS (default 20): CI's short run
@@ -67,7 +68,7 @@ fuzz_one() {
     >"$BUILD/$fuzzer.log" 2>&1
 }
 # The fuzzers run side by side, as many at once as there are cores (JOBS), each on one core.
-FUZZERS=(checkpoint checkpoint_index stats_json hyper_txt)
+FUZZERS=(checkpoint checkpoint_index stats_json hyper_txt image_decode)
 declare -A pid_of=()
 failed=()
 for fuzzer in "${FUZZERS[@]}"; do

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the trainpack library alone (no tests, examples or benchmarks) against a LibTorch, and
 # installs it with its CMake package, for find_package(trainpack). Installs no system packages:
-# LibTorch, fmt, protobuf, libpng, zlib and libcurl must be there (scripts/setup.sh installs
+# LibTorch, fmt, protobuf, libpng, libjpeg, zlib and libcurl must be there (scripts/setup.sh installs
 # Debian's; README.md, "Building against your LibTorch", lists them).
 #
 #   bash scripts/install.sh PREFIX [-- CMAKE_ARGS...]

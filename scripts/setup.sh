@@ -34,16 +34,21 @@ cd "$ROOT"
 # compiles against (libtorch-dev ships c10d itself but not these headers); dataset-fashion-mnist
 # holds the data of the Fashion-MNIST example; libprotobuf-dev/protobuf-compiler build the event
 # files' messages; libcurl4-openssl-dev sends the experiment-tracking monitors' requests
-# (CometMLMonitor, MLflowMonitor; docs/experiment-tracking.md) over http and https.
+# (CometMLMonitor, MLflowMonitor; docs/experiment-tracking.md) over http and https; libpng-dev
+# encodes image summaries and, with libjpeg-dev (libjpeg-turbo), decodes PNG and JPEG files
+# (trainpack/utils/image_decode.h).
 BUILD_PACKAGES=(
   cmake g++ make
   libtorch-dev libopenblas0-pthread libgloo-dev
-  nlohmann-json3-dev libfmt-dev libpng-dev zlib1g-dev libcli11-dev
+  nlohmann-json3-dev libfmt-dev libpng-dev libjpeg-dev zlib1g-dev libcli11-dev
   libprotobuf-dev protobuf-compiler libcurl4-openssl-dev
   dataset-fashion-mnist ccache
 )
 # TEST_PACKAGES build and run the test suite and the benchmarks. python3-pil lets the tests decode
-# the PNG inside an image event. python3-torch provides torchrun, PyTorch's launcher, which starts
+# the PNG inside an image event and the test images of the PNG and JPEG decoders, whose pixels they
+# compare with Pillow's. python3-torchvision is the peer that the image augmentors' resize is
+# compared with, and the input benchmark's other side (torchvision's ImageFolder and DataLoader;
+# both skip with a message without it). python3-torch provides torchrun, PyTorch's launcher, which starts
 # the processes of a data-parallel run (scripts/train_distributed.sh; the distributed tests pass
 # with a message without it), and lets the tests check that Python's torch.load reads a
 # checkpoint (skipped without it). The python3-protobuf ... python3-bleach line is what
@@ -52,14 +57,14 @@ BUILD_PACKAGES=(
 # python3-venv makes pip's venv (scripts/pip_libtorch.sh; a test makes one too).
 TEST_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3-numpy python3-pil python3-torch
+  python3-numpy python3-pil python3-torch python3-torchvision
   python3-protobuf python3-grpcio python3-werkzeug python3-markdown python3-six python3-packaging
   python3-absl python3-setuptools python3-bleach
   python3-venv
 )
 # With a Python's torch (--pip-torch, --torch-python), Debian's LibTorch and Python torch are not
 # needed, and pip's venv needs python3-venv whatever is built.
-DEBIAN_TORCH_PACKAGES=(libtorch-dev python3-torch)
+DEBIAN_TORCH_PACKAGES=(libtorch-dev python3-torch python3-torchvision)
 
 JOBS="${JOBS:-$(nproc)}"
 CTEST_JOBS=2
@@ -118,6 +123,17 @@ if [[ $DO_RUN -eq 1 && $((DO_TEST + DO_ASAN + DO_TSAN + INSTALL_ONLY)) -eq 0 && 
   PACKAGES=("${BUILD_PACKAGES[@]}")
 else
   PACKAGES=("${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}")
+fi
+# The peers that tests and benchmarks compare with but that nothing needs to build or pass
+# (python3-torchvision: about 100 packages with its video libraries) are left out where
+# TRAINPACK_NO_PEER_PACKAGES=1: Debian sid's root (scripts/debian_sid.sh), which builds for the
+# cross-version check and runs no test.
+if [[ ${TRAINPACK_NO_PEER_PACKAGES:-0} == 1 ]]; then
+  keep=()
+  for pkg in "${PACKAGES[@]}"; do
+    [[ $pkg == python3-torchvision ]] || keep+=("$pkg")
+  done
+  PACKAGES=("${keep[@]}")
 fi
 if [[ $PIP_TORCH -eq 1 || -n $TORCH_PYTHON ]]; then
   BUILD_DIR="${BUILD_DIR:-build-pip}"

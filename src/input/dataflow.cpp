@@ -192,16 +192,33 @@ void BatchData::_seek(int64_t datapoints_consumed_in_this_pass) {
 
 // ---- MapData ----
 
-MapData::MapData(DataFlowPtr ds, Func func) : ds_(std::move(ds)), func_(std::move(func)) {
+MapData::MapData(DataFlowPtr ds, Func func) : ds_(std::move(ds)) {
+  if (!ds_) throw std::invalid_argument("MapData: null dataflow");
+  if (!func) throw std::invalid_argument("MapData: empty function");
+  func_ = [f = std::move(func)](Datapoint dp, const MapContext&) { return f(std::move(dp)); };
+}
+
+MapData::MapData(DataFlowPtr ds, ContextFunc func) : ds_(std::move(ds)), func_(std::move(func)) {
   if (!ds_) throw std::invalid_argument("MapData: null dataflow");
   if (!func_) throw std::invalid_argument("MapData: empty function");
 }
 
+void MapData::_begin_pass(int64_t pass) {
+  ds_->begin_pass(pass);
+  input_position_ = 0;
+}
+
 std::optional<Datapoint> MapData::_next() {
   while (auto dp = ds_->next()) {
-    if (auto out = func_(std::move(*dp))) return out;
+    const MapContext context{pass(), input_position_++};
+    if (auto out = func_(std::move(*dp), context)) return out;
   }
   return std::nullopt;
+}
+
+void MapData::_seek(int64_t datapoints_consumed_in_this_pass) {
+  ds_->seek(datapoints_consumed_in_this_pass);
+  input_position_ = datapoints_consumed_in_this_pass;
 }
 
 }  // namespace trainpack

@@ -32,9 +32,10 @@ void check_same_dataflow(const std::string& who, const CallbackState& state,
       "  {}\nand this run reads\n  {}\n",
       who, saved, now);
   if (allow) {
-    TP_LOG_WARN("{}Continuing anyway (allow_changed_input): the position is taken as a position "
-                "in this run's input, and the epochs count this run's batches.",
-                what);
+    TP_LOG_WARN(
+        "{}Continuing anyway (allow_changed_input): the position is taken as a position "
+        "in this run's input, and the epochs count this run's batches.",
+        what);
     return;
   }
   throw std::invalid_argument(
@@ -61,8 +62,8 @@ void check_resume_point(const std::string& who, const DataFlow& dataflow, InputP
   if (const DataFlow* bad = dataflow.first_unseekable()) {
     throw std::invalid_argument(fmt::format(
         "{}: cannot resume at batch {} of pass {}: the dataflow {} cannot seek{}. Exact resume "
-        "needs a seekable flow: DataFromList (or FashionMnist), and BatchData or MapData over "
-        "one.",
+        "needs a seekable flow: DataFromList (or FashionMnist), and BatchData, MapData or "
+        "MultiThreadMapData (strict) over one.",
         who, point.position, point.pass, dataflow.name(),
         bad == &dataflow ? std::string() : fmt::format(" ({} inside it cannot)", bad->name())));
   }
@@ -81,7 +82,8 @@ bool can_restore_position(const std::string& who, const DataFlow& dataflow, Inpu
   TP_LOG_WARN(
       "{}: the checkpoint's data position (batch {} of pass {}) is not restored: the dataflow {} "
       "cannot seek{}; the data starts from its beginning (as in tensorpack). For an exact resume "
-      "use a seekable flow: DataFromList (or FashionMnist), and BatchData or MapData over one.",
+      "use a seekable flow: DataFromList (or FashionMnist), and BatchData, MapData or "
+      "MultiThreadMapData (strict) over one.",
       who, point.position, point.pass, dataflow.name(),
       bad == &dataflow ? std::string() : fmt::format(" ({} inside it cannot)", bad->name()));
   return false;

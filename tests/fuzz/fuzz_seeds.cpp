@@ -1,14 +1,18 @@
 // Writes the fuzzers' seed corpora with trainpack's own writers: real files of each kind.
-//   trainpack_fuzz_seeds <dir>   ->  <dir>/{checkpoint,checkpoint_index,stats_json,hyper_txt}/
+//   trainpack_fuzz_seeds <dir>   ->  <dir>/{checkpoint,checkpoint_index,stats_json,hyper_txt,
+//                                           image_decode}/
 // A checkpoint seed is the data file without its trailer (the fuzzer appends one).
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
 #include <string>
+#include <vector>
 
+#include "support/image_files.h"
 #include "trainpack/utils/checkpoint.h"
 #include "trainpack/utils/stats_json.h"
 
@@ -85,6 +89,47 @@ int main(int argc, char** argv) {
 
   write(out / "hyper_txt" / "two", "learning_rate: 0.01\n# a comment\nmomentum: 0.9\n");
   write(out / "hyper_txt" / "python", "learning_rate:1e-3  \n\nlearning_rate: inf\n");
+  // Small images of each kind the decoder takes: PNG colour types, bit depths, palette with
+  // transparency, interlacing; JPEG grey, colour, progressive, CMYK.
+  using trainpack::testing::PngColour;
+  std::vector<uint16_t> samples(8 * 6 * 4);
+  for (size_t i = 0; i < samples.size(); ++i) samples[i] = static_cast<uint16_t>(i * 37 % 256);
+  auto png = [&](PngColour colour, int channels, int depth, bool interlaced) {
+    trainpack::testing::TestPng desc;
+    desc.width = 8;
+    desc.height = 6;
+    desc.colour = colour;
+    desc.bit_depth = depth;
+    desc.interlaced = interlaced;
+    for (int i = 0; i < 8 * 6 * channels; ++i) {
+      desc.samples.push_back(depth == 16 ? samples[i] * 257 : samples[i] % (1 << depth));
+    }
+    if (colour == PngColour::kPalette) {
+      for (int i = 0; i < (1 << depth) * 3; ++i) desc.palette_rgb.push_back(i * 11 % 256);
+      desc.transparency = {0, 128};
+    }
+    return trainpack::testing::encode_test_png(desc);
+  };
+  const fs::path images = out / "image_decode";
+  write(images / "grey1.png", png(PngColour::kGrey, 1, 1, false));
+  write(images / "grey16.png", png(PngColour::kGrey, 1, 16, true));
+  write(images / "rgb8_interlaced.png", png(PngColour::kRGB, 3, 8, true));
+  write(images / "rgba16.png", png(PngColour::kRGBA, 4, 16, false));
+  write(images / "grey_alpha8.png", png(PngColour::kGreyAlpha, 2, 8, false));
+  write(images / "palette4.png", png(PngColour::kPalette, 1, 4, false));
+  auto jpeg = [&](int components, bool progressive) {
+    trainpack::testing::TestJpeg desc;
+    desc.width = 8;
+    desc.height = 6;
+    desc.components = components;
+    desc.progressive = progressive;
+    for (int i = 0; i < 8 * 6 * components; ++i) desc.samples.push_back(samples[i] & 0xff);
+    return trainpack::testing::encode_test_jpeg(desc);
+  };
+  write(images / "grey.jpg", jpeg(1, false));
+  write(images / "rgb.jpg", jpeg(3, false));
+  write(images / "rgb_progressive.jpg", jpeg(3, true));
+  write(images / "cmyk.jpg", jpeg(4, false));
   fs::remove_all(scratch);
   return 0;
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/Functions.h>
@@ -261,6 +262,37 @@ TEST(MapData, AppliesTheFunctionAndDropsOnNullopt) {
   EXPECT_EQ(ds.size(), 6);  // tensorpack keeps len(ds)
   EXPECT_EQ(one_pass(ds), (std::vector<int64_t>{0, 200, 400}));
   EXPECT_EQ(ds.position(), 3);
+}
+
+TEST(MapData, AContextFuncGetsThePassAndTheInputPosition) {
+  std::vector<std::pair<int64_t, int64_t>> seen;  // (pass, position) of every call
+  MapData ds(std::make_shared<DataFromList>(scalars(6)),
+             [&seen](Datapoint dp, const MapContext& c) -> std::optional<Datapoint> {
+               seen.emplace_back(c.pass, c.position);
+               const int64_t v = dp[0].item<int64_t>();
+               if (v == 1) return std::nullopt;  // a drop still counts as an input
+               return Datapoint{at::scalar_tensor(c.pass * 100 + c.position * 10 + v, at::kLong)};
+             });
+  ds.begin_pass(3);
+  EXPECT_EQ(drain(ds), (std::vector<int64_t>{300, 322, 333, 344, 355}));
+  EXPECT_EQ(ds.position(), 5);
+  ds.begin_pass();  // pass 4
+  ASSERT_TRUE(ds.next().has_value());
+  ds.seek(4);
+  EXPECT_EQ(drain(ds), (std::vector<int64_t>{444, 455}));
+  ds.begin_pass(1);
+  ds.seek(6);  // the end of the pass
+  EXPECT_FALSE(ds.next().has_value());
+  EXPECT_EQ(seen, (std::vector<std::pair<int64_t, int64_t>>{
+                      {3, 0}, {3, 1}, {3, 2}, {3, 3}, {3, 4}, {3, 5}, {4, 0}, {4, 4}, {4, 5}}));
+}
+
+TEST(MapData, RefusesAnEmptyFunctionOfEitherForm) {
+  auto list = std::make_shared<DataFromList>(scalars(2));
+  EXPECT_EQ(message_of<std::invalid_argument>([&] { MapData(list, MapData::Func()); }),
+            "MapData: empty function");
+  EXPECT_EQ(message_of<std::invalid_argument>([&] { MapData(list, MapData::ContextFunc()); }),
+            "MapData: empty function");
 }
 
 }  // namespace dataflow_test

@@ -27,6 +27,7 @@
 #include "trainpack/input/dataflow.h"
 #include "trainpack/input/fashion_mnist.h"
 #include "trainpack/input/input_source.h"
+#include "trainpack/input/parallel_map.h"
 #include "trainpack/testing.h"
 
 namespace trainpack {
@@ -123,6 +124,32 @@ TEST_P(ResumableSources, ResumedAtAnyStepDeliversTheBatchesOfAnUninterruptedSour
     std::vector<std::vector<at::Tensor>> expected_rest(full.begin() + k, full.end());
     expect_same_batches(rest, expected_rest);
     EXPECT_EQ(as_pair(end), std::make_pair(int64_t{4}, int64_t{2}));  // as after 14 batches
+  }
+}
+
+TEST_P(ResumableSources, ResumedOverMultiThreadMapDataDeliversTheBatchesOfAnUninterruptedSource) {
+  // An augmentation that depends on the pass and the input's position, on 3 worker threads.
+  auto flow = [] {
+    auto list =
+        std::make_shared<DataFromList>(xy_points(10), DataFromListOptions().shuffle(true).seed(3));
+    auto augmented = std::make_shared<MultiThreadMapData>(
+        list, 3,
+        [](Datapoint dp, const MapContext& c) -> std::optional<Datapoint> {
+          dp[0] = at::add(dp[0], static_cast<double>(c.pass * 100 + c.position));
+          return dp;
+        },
+        MultiThreadMapDataOptions().buffer_size(4));
+    return std::make_shared<BatchData>(augmented, 3);
+  };
+  const int64_t total = 14;
+  const auto full = take(GetParam(), flow(), kXYBatchSignature, total, std::nullopt);
+  ASSERT_EQ(full.size(), 14u);
+  for (int64_t k : {1, 3, 5, 13}) {
+    SCOPED_TRACE(k);
+    CallbackState state;
+    take(GetParam(), flow(), kXYBatchSignature, k, std::nullopt, &state);
+    const auto rest = take(GetParam(), flow(), kXYBatchSignature, total - k, state);
+    expect_same_batches(rest, std::vector<std::vector<at::Tensor>>(full.begin() + k, full.end()));
   }
 }
 
@@ -230,8 +257,8 @@ TEST_P(ResumableSources, AFlowThatCannotSeekStartsFromItsBeginningWithAWarning) 
   };
   const std::string refusal =
       ": cannot resume at batch 2 of pass 1: the dataflow DataFromGenerator cannot seek. Exact "
-      "resume needs a seekable flow: DataFromList (or FashionMnist), and BatchData or MapData "
-      "over one.";
+      "resume needs a seekable flow: DataFromList (or FashionMnist), and BatchData, MapData or "
+      "MultiThreadMapData (strict) over one.";
   if (GetParam() == Kind::kFeed) {
     EXPECT_THAT(direct(std::make_shared<FeedInput>(generator())), HasSubstr("FeedInput" + refusal));
   } else {

@@ -73,8 +73,8 @@ class DataFlow {
   // current pass, without reading them. Needs a begin_pass() first (std::logic_error otherwise);
   // a negative count is std::invalid_argument; flows that cannot seek throw std::logic_error.
   void seek(int64_t datapoints_consumed_in_this_pass);
-  // Whether seek() works: DataFromList (and FashionMnist), and BatchData, MapData or ShardData
-  // over a flow that seeks.
+  // Whether seek() works: DataFromList (and FashionMnist), and BatchData, MapData, ShardData or
+  // MultiThreadMapData (strict) over a flow that seeks.
   bool seekable() const { return first_unseekable() == nullptr; }
   // The flow that keeps this one from seeking: itself, or (for a wrapper) the flow inside it that
   // cannot; nullptr when seek() works. A subclass that implements _seek overrides this too
@@ -177,14 +177,26 @@ class BatchData : public DataFlow {
   bool remainder_;
 };
 
+// Where a datapoint stands in its flow, for map functions whose result depends on it (seeded
+// augmentation): the pass, and the position of the INPUT datapoint within the pass (0-based).
+struct MapContext {
+  int64_t pass = 0;
+  int64_t position = 0;
+};
+
 // Applies `func` to every datapoint of `ds` (tensorpack's MapData); nullopt from func drops the
 // datapoint. size() is the size of `ds` (an upper bound when func drops). seek(n) seeks `ds` to n,
 // exact only when func drops nothing in the skipped part; func must be deterministic for exact
-// resume.
+// resume. A ContextFunc also gets the MapContext of its input: the pass, and the input's position
+// in the pass (inputs read from `ds` in the pass; n after seek(n)), so that a seeded augmentation
+// gives the same result on a resumed run.
 class MapData : public DataFlow {
  public:
   using Func = std::function<std::optional<Datapoint>(Datapoint)>;
+  using ContextFunc = std::function<std::optional<Datapoint>(Datapoint, const MapContext&)>;
+  // A null `ds` or an empty function is std::invalid_argument.
   MapData(DataFlowPtr ds, Func func);
+  MapData(DataFlowPtr ds, ContextFunc func);
   std::string name() const override { return "MapData"; }
   std::string describe() const override { return "MapData over " + ds_->describe(); }
   void reset_state() override { ds_->reset_state(); }
@@ -192,15 +204,14 @@ class MapData : public DataFlow {
   const DataFlow* first_unseekable() const override { return ds_->first_unseekable(); }
 
  protected:
-  void _begin_pass(int64_t pass) override { ds_->begin_pass(pass); }
+  void _begin_pass(int64_t pass) override;
   std::optional<Datapoint> _next() override;
-  void _seek(int64_t datapoints_consumed_in_this_pass) override {
-    ds_->seek(datapoints_consumed_in_this_pass);
-  }
+  void _seek(int64_t datapoints_consumed_in_this_pass) override;
 
  private:
   DataFlowPtr ds_;
-  Func func_;
+  ContextFunc func_;
+  int64_t input_position_ = 0;  // inputs read from ds_ in this pass
 };
 
 }  // namespace trainpack
