@@ -15,7 +15,8 @@
 // worker threads (0: MapData on the calling thread), then BatchData(batch, with the remainder).
 // The main thread only iterates: one whole pass untimed (the warm-up: the threads start, the
 // files enter the page cache), then --passes timed passes. LibTorch's intra-op threads: 1 (the
-// augmentors do not use them; stacking a batch could). Prints one JSON line:
+// augmentors do not use them; stacking a batch could), and malloc's thresholds tuned, by
+// trainpack::configure_runtime as a training program starts. Prints one JSON line:
 //   {"side": "trainpack", "threads": N, "images": n, "seconds": s, "images_per_s": n / s, ...}
 //
 // --train: fashion_mnist::Model (examples/fashion_mnist/model.h: SGD, Nesterov momentum 0.9,
@@ -298,13 +299,16 @@ int run_train(const Options& o) {
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   try {
+    // As a training program would start (the examples do): the pipeline with one intra-op
+    // thread, training with --threads; malloc's thresholds tuned in both.
+    trainpack::configure_runtime(
+        argc, argv,
+        trainpack::RuntimeOptions()
+            .intra_op_threads(o.mode == Options::Mode::kPipeline ? 1 : static_cast<int>(o.threads))
+            .blas_threads(1)
+            .tune_malloc(true)
+            .log(false));
     if (o.mode == Options::Mode::kPipeline) return run_pipeline(o);
-    trainpack::configure_runtime(argc, argv,
-                                 trainpack::RuntimeOptions()
-                                     .intra_op_threads(static_cast<int>(o.threads))
-                                     .blas_threads(1)
-                                     .tune_malloc(true)
-                                     .log(false));
     trainpack::logger::set_level(trainpack::logger::Level::kWarning);
     return run_train(o);
   } catch (const std::exception& e) {

@@ -207,7 +207,10 @@ int run_main(int argc, char** argv) {
   trainpack::TrainConfig config =
       trainpack::TrainConfig()
           .model(model)
-          .dataflow(std::make_shared<trainpack::BatchData>(train, batch_size))
+          // Batches are made on QueueInput's thread while the step runs (a SimpleTrainer feeds
+          // a dataflow given as .dataflow() from its own thread).
+          .data(std::make_shared<trainpack::QueueInput>(
+              std::make_shared<trainpack::BatchData>(train, batch_size)))
           .callbacks(callbacks)
           .max_epoch(max_epoch);
   if (steps_per_epoch > 0) config.steps_per_epoch(steps_per_epoch);

@@ -85,6 +85,12 @@ std::vector<T> imgaug_resample(const T* src, int64_t outer, int64_t in, int64_t 
       const T* wt = w.weights.data() + i * w.taps;
       const int64_t first = w.start[static_cast<size_t>(i)];
       const int64_t n = w.count[static_cast<size_t>(i)];
+      if (inner == 1) {  // along a row: one sum in a register, in the same order as below
+        T sum = plane[first] * wt[0];
+        for (int64_t j = 1; j < n; ++j) sum += plane[first + j] * wt[j];
+        *row = sum;
+        continue;
+      }
       for (int64_t k = 0; k < inner; ++k) row[k] = plane[first * inner + k] * wt[0];
       for (int64_t j = 1; j < n; ++j) {
         const T* line = plane + (first + j) * inner;
