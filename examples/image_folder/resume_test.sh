@@ -94,11 +94,12 @@ case $MODE in
     rmdir "$WORK/data/train/9-empty"
     mkdir -p "$WORK/data/val/zebra"
     cp "$WORK/data/val/0-t-shirt/"*.png "$WORK/data/val/zebra/" 2>/dev/null || true
-    cp "$(find "$WORK/data/train" -name '*.png' | head -1)" "$WORK/data/val/zebra/x.png"
+    cp "$(find "$WORK/data/train" -name "*.png" | sort | sed -n 1p)" "$WORK/data/val/zebra/x.png"
     expect_error 2 "the class folder '$WORK/data/val/zebra' is not in the class list given" \
       --train "$WORK/data/train" --val "$WORK/data/val" --logdir "$WORK/l3"
     rm -r "$WORK/data/val/zebra"
-    victim=$(find "$WORK/data/train" -name '*.png' | sort | head -1)
+    # (sed reads all its input: `head -1` would end `sort` by SIGPIPE, which pipefail reports.)
+    victim=$(find "$WORK/data/train" -name "*.png" | sort | sed -n 1p)
     head -c 60 "$victim" >"$WORK/cut.png" && mv "$WORK/cut.png" "$victim"
     expect_error 1 "$victim" "${FLAGS[@]}" --logdir "$WORK/l4"
     ;;
