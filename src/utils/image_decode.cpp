@@ -192,6 +192,15 @@ void throw_image_over_pixel_limit(const std::string& name, const char* format, u
                         format, name, width, height, width * height, max_pixels));
 }
 
+void throw_image_out_of_memory(const std::string& name, const char* format, uint64_t width,
+                               uint64_t height, const std::string& reason) {
+  throw ImageDecodeError(
+      name, fmt::format("cannot decode the {} image {}: no memory for its {}x{} pixels ({}); "
+                        "free memory, or lower ImageDecodeOptions().max_pixels(n) to refuse "
+                        "such images with a clear error",
+                        format, name, width, height, reason));
+}
+
 void throw_image_truncated(const std::string& name, const char* format, size_t size) {
   throw ImageDecodeError(
       name, fmt::format("cannot decode the {} image {}: it is truncated (the data ends after {} "

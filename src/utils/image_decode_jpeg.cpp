@@ -177,11 +177,7 @@ DecodedImage decode_jpeg_image(const uint8_t* data, size_t size, const std::stri
     case JpegDecodeResult::kOverPixelLimit:
       throw_image_over_pixel_limit(name, "JPEG", st.width, st.height, max_pixels);
     case JpegDecodeResult::kAllocationFailed:
-      throw ImageDecodeError(
-          name, fmt::format("cannot decode the JPEG image {}: no memory for its {}x{} pixels ({}); "
-                            "free memory, or lower ImageDecodeOptions().max_pixels(n) to refuse "
-                            "such images with a clear error",
-                            name, st.width, st.height, output.error));
+      throw_image_out_of_memory(name, "JPEG", st.width, st.height, output.error);
     case JpegDecodeResult::kError:
       break;
   }

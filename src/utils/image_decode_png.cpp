@@ -154,11 +154,7 @@ DecodedImage decode_png_image(const uint8_t* data, size_t size, const std::strin
     case PngDecodeResult::kOverPixelLimit:
       throw_image_over_pixel_limit(name, "PNG", st.width, st.height, max_pixels);
     case PngDecodeResult::kAllocationFailed:
-      throw ImageDecodeError(
-          name, fmt::format("cannot decode the PNG image {}: no memory for its {}x{} pixels ({}); "
-                            "free memory, or lower ImageDecodeOptions().max_pixels(n) to refuse "
-                            "such images with a clear error",
-                            name, st.width, st.height, output.error));
+      throw_image_out_of_memory(name, "PNG", st.width, st.height, output.error);
     case PngDecodeResult::kError:
       break;
   }

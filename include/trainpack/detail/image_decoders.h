@@ -24,6 +24,12 @@ bool image_over_pixel_limit(uint64_t width, uint64_t height, int64_t max_pixels)
 [[noreturn]] void throw_image_over_pixel_limit(const std::string& name, const char* format,
                                                uint64_t width, uint64_t height, int64_t max_pixels);
 
+// Throws the ImageDecodeError for an image of width x height whose pixels could not be allocated
+// (`reason`: the allocation's error).
+[[noreturn]] void throw_image_out_of_memory(const std::string& name, const char* format,
+                                            uint64_t width, uint64_t height,
+                                            const std::string& reason);
+
 // Throws the ImageDecodeError for image data of `format` that ends early (`size` bytes).
 [[noreturn]] void throw_image_truncated(const std::string& name, const char* format, size_t size);
 
