@@ -192,6 +192,20 @@ void throw_image_over_pixel_limit(const std::string& name, const char* format, u
                         format, name, width, height, width * height, max_pixels));
 }
 
+uint8_t* allocate_image_pixels(at::Tensor* hwc, std::string* error, uint64_t height, uint64_t width,
+                               int channels) noexcept {
+  try {
+    *hwc =
+        at::empty({static_cast<int64_t>(height), static_cast<int64_t>(width), channels}, at::kByte);
+    return hwc->data_ptr<uint8_t>();
+  } catch (const std::exception& e) {
+    *error = e.what();
+  } catch (...) {
+    *error = "unknown error";
+  }
+  return nullptr;
+}
+
 void throw_image_out_of_memory(const std::string& name, const char* format, uint64_t width,
                                uint64_t height, const std::string& reason) {
   throw ImageDecodeError(

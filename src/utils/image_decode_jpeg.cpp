@@ -52,16 +52,7 @@ enum class JpegDecodeResult { kOk, kError, kOverPixelLimit, kAllocationFailed };
 
 uint8_t* jpeg_decode_allocate(JpegDecodeOutput* output, JDIMENSION width, JDIMENSION height,
                               int channels) noexcept {
-  try {
-    output->hwc =
-        at::empty({static_cast<int64_t>(height), static_cast<int64_t>(width), channels}, at::kByte);
-    return output->hwc.data_ptr<uint8_t>();
-  } catch (const std::exception& e) {
-    output->error = e.what();
-  } catch (...) {
-    output->error = "unknown error";
-  }
-  return nullptr;
+  return detail::allocate_image_pixels(&output->hwc, &output->error, height, width, channels);
 }
 
 void jpeg_decode_error_exit(j_common_ptr cinfo) {

@@ -45,16 +45,7 @@ enum class PngDecodeResult { kOk, kError, kOverPixelLimit, kAllocationFailed };
 
 uint8_t* png_decode_allocate(PngDecodeOutput* output, png_uint_32 width, png_uint_32 height,
                              int channels) noexcept {
-  try {
-    output->hwc =
-        at::empty({static_cast<int64_t>(height), static_cast<int64_t>(width), channels}, at::kByte);
-    return output->hwc.data_ptr<uint8_t>();
-  } catch (const std::exception& e) {
-    output->error = e.what();
-  } catch (...) {
-    output->error = "unknown error";
-  }
-  return nullptr;
+  return detail::allocate_image_pixels(&output->hwc, &output->error, height, width, channels);
 }
 
 void png_decode_on_error(png_structp png, png_const_charp msg) {

@@ -24,6 +24,12 @@ bool image_over_pixel_limit(uint64_t width, uint64_t height, int64_t max_pixels)
 [[noreturn]] void throw_image_over_pixel_limit(const std::string& name, const char* format,
                                                uint64_t width, uint64_t height, int64_t max_pixels);
 
+// Allocates a uint8 [height, width, channels] tensor into *hwc and returns its data; on failure
+// nullptr, with the reason in *error. Never throws (the decoders call it between setjmp and
+// longjmp).
+uint8_t* allocate_image_pixels(at::Tensor* hwc, std::string* error, uint64_t height, uint64_t width,
+                               int channels) noexcept;
+
 // Throws the ImageDecodeError for an image of width x height whose pixels could not be allocated
 // (`reason`: the allocation's error).
 [[noreturn]] void throw_image_out_of_memory(const std::string& name, const char* format,
