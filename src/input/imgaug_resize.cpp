@@ -2,12 +2,18 @@
 // calling ATen's _upsample_bilinear2d_aa (which 1.13 and 2.x both have, with one signature), so
 // that the result is the same with every LibTorch (2.x has a uint8 kernel of its own, with
 // fixed-point weights) and the work stays on the calling thread (ATen's kernel splits an image
-// over the intra-op pool). It follows ATen's CPU kernel step by step, which torchvision's resize
-// of a tensor with antialias=True calls: the same weights, computed in the same types, summed in
-// the same order, the width first and then the height, a dimension that keeps its size skipped.
+// over the intra-op pool). The weights are ATen's CPU kernel's, which torchvision's resize of a
+// tensor with antialias=True calls, computed in the same types. The two passes run in the cheaper
+// order (the height first when it shrinks, so that the row pass, which gathers, sees fewer rows;
+// ATen always does the width first), so sums can differ from ATen's in the last bit of a float.
+// uint8 images are read and written as uint8 inside the passes, with no float copy of the
+// whole image.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <memory>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include <ATen/Functions.h>
@@ -71,49 +77,121 @@ ImgaugAxisWeights<T> imgaug_axis_weights(int64_t in, int64_t out) {
   return w;
 }
 
-// Resamples the middle axis of contiguous data [outer, in, inner] to [outer, out, inner]. Each
-// output is src[first] * w[0], then += src[k] * w[k], as ATen sums it.
+// An uninitialised buffer of n values (a std::vector would zero it first).
 template <typename T>
-std::vector<T> imgaug_resample(const T* src, int64_t outer, int64_t in, int64_t out,
-                               int64_t inner) {
-  const ImgaugAxisWeights<T> w = imgaug_axis_weights<T>(in, out);
-  std::vector<T> dst(static_cast<size_t>(outer * out * inner));
-  for (int64_t o = 0; o < outer; ++o) {
-    const T* plane = src + o * in * inner;
-    for (int64_t i = 0; i < out; ++i) {
-      T* row = dst.data() + (o * out + i) * inner;
-      const T* wt = w.weights.data() + i * w.taps;
-      const int64_t first = w.start[static_cast<size_t>(i)];
-      const int64_t n = w.count[static_cast<size_t>(i)];
-      if (inner == 1) {  // along a row: one sum in a register, in the same order as below
-        T sum = plane[first] * wt[0];
-        for (int64_t j = 1; j < n; ++j) sum += plane[first + j] * wt[j];
-        *row = sum;
-        continue;
-      }
-      for (int64_t k = 0; k < inner; ++k) row[k] = plane[first * inner + k] * wt[0];
+std::unique_ptr<T[]> imgaug_buffer(int64_t n) {
+  return std::unique_ptr<T[]>(new T[static_cast<size_t>(n)]);
+}
+
+// The row pass: every row of `in` [rows, in_w] resampled to out_w values along the row, value x
+// of row r given to store(r * out_w + x, value). Each output gathers its few inputs.
+template <typename Acc, typename Src, typename Store>
+void imgaug_resample_rows(const Src* in, int64_t rows, int64_t in_w, int64_t out_w,
+                          const Store& store) {
+  const ImgaugAxisWeights<Acc> w = imgaug_axis_weights<Acc>(in_w, out_w);
+  for (int64_t r = 0; r < rows; ++r) {
+    const Src* row = in + r * in_w;
+    for (int64_t x = 0; x < out_w; ++x) {
+      const Acc* wt = w.weights.data() + x * w.taps;
+      const Src* first = row + w.start[static_cast<size_t>(x)];
+      const int64_t n = w.count[static_cast<size_t>(x)];
+      Acc sum = static_cast<Acc>(first[0]) * wt[0];
+      for (int64_t j = 1; j < n; ++j) sum += static_cast<Acc>(first[j]) * wt[j];
+      store(r * out_w + x, sum);
+    }
+  }
+}
+
+// The column pass: every plane of `in` [planes, in_h, width] resampled to out_h rows into `out`
+// [planes, out_h, width]. An output row is a weighted sum of whole input rows: contiguous work
+// the compiler vectorises.
+template <typename Acc, typename Src>
+void imgaug_resample_columns(const Src* in, int64_t planes, int64_t in_h, int64_t width,
+                             int64_t out_h, Acc* out) {
+  const ImgaugAxisWeights<Acc> w = imgaug_axis_weights<Acc>(in_h, out_h);
+  for (int64_t p = 0; p < planes; ++p) {
+    const Src* plane = in + p * in_h * width;
+    for (int64_t y = 0; y < out_h; ++y) {
+      Acc* dst = out + (p * out_h + y) * width;
+      const Acc* wt = w.weights.data() + y * w.taps;
+      const int64_t first = w.start[static_cast<size_t>(y)];
+      const int64_t n = w.count[static_cast<size_t>(y)];
+      const Src* line = plane + first * width;
+      const Acc w0 = wt[0];
+      for (int64_t k = 0; k < width; ++k) dst[k] = static_cast<Acc>(line[k]) * w0;
       for (int64_t j = 1; j < n; ++j) {
-        const T* line = plane + (first + j) * inner;
-        for (int64_t k = 0; k < inner; ++k) row[k] += line[k] * wt[j];
+        line = plane + (first + j) * width;
+        const Acc wj = wt[j];
+        for (int64_t k = 0; k < width; ++k) dst[k] += static_cast<Acc>(line[k]) * wj;
       }
     }
   }
-  return dst;
 }
 
-// [C, H, W] contiguous values of type T resized to [C, out_h, out_w]: the width first.
-template <typename T>
-std::vector<T> imgaug_resize_chw(std::vector<T> data, int64_t channels, int64_t height,
-                                 int64_t width, int64_t out_h, int64_t out_w) {
-  if (out_w != width) data = imgaug_resample<T>(data.data(), channels * height, width, out_w, 1);
-  if (out_h != height) data = imgaug_resample<T>(data.data(), channels, height, out_h, out_w);
-  return data;
+// [C, H, W] contiguous values of type Src resized to [C, out_h, out_w], computed in Acc, value i
+// of the result given to store(i, value).
+template <typename Acc, typename Src, typename Store>
+void imgaug_resize_planes(const Src* src, int64_t channels, int64_t height, int64_t width,
+                          int64_t out_h, int64_t out_w, const Store& store) {
+  if (out_h == height) {
+    imgaug_resample_rows<Acc>(src, channels * height, width, out_w, store);
+    return;
+  }
+  if (out_h <= height) {  // the height first: the row pass then reads out_h rows, not height
+    auto tmp = imgaug_buffer<Acc>(channels * out_h * width);
+    imgaug_resample_columns<Acc>(src, channels, height, width, out_h, tmp.get());
+    if (out_w == width) {
+      for (int64_t i = 0; i < channels * out_h * width; ++i) store(i, tmp[static_cast<size_t>(i)]);
+    } else {
+      imgaug_resample_rows<Acc>(tmp.get(), channels * out_h, width, out_w, store);
+    }
+    return;
+  }
+  // Growing the height: the width first, on the fewer input rows.
+  const Src* rows = src;
+  std::unique_ptr<Acc[]> across;
+  if (out_w != width) {
+    across = imgaug_buffer<Acc>(channels * height * out_w);
+    Acc* dst = across.get();
+    imgaug_resample_rows<Acc>(src, channels * height, width, out_w,
+                              [dst](int64_t i, Acc v) { dst[i] = v; });
+  }
+  auto tmp = imgaug_buffer<Acc>(channels * out_h * out_w);
+  if (across) {
+    imgaug_resample_columns<Acc>(across.get(), channels, height, out_w, out_h, tmp.get());
+  } else {
+    imgaug_resample_columns<Acc>(rows, channels, height, out_w, out_h, tmp.get());
+  }
+  for (int64_t i = 0; i < channels * out_h * out_w; ++i) store(i, tmp[static_cast<size_t>(i)]);
 }
 
-template <typename T, typename Src>
-std::vector<T> imgaug_values(const at::Tensor& contiguous) {
-  const Src* p = contiguous.data_ptr<Src>();
-  return std::vector<T>(p, p + contiguous.numel());
+// v rounded half to even (torch.round's default) and clamped to 0..255. Adding and subtracting
+// 1.5 * 2^23 rounds a float of magnitude below 2^22 to an integer in the current rounding mode
+// (to nearest, ties to even), without a call to nearbyint; the weights are non-negative, so v is
+// within 0..255 up to rounding and the clamp only guards the ends.
+inline uint8_t imgaug_round_to_byte(float v) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+  const float r = (v + kMagic) - kMagic;
+  return static_cast<uint8_t>(r < 0.0f ? 0.0f : (r > 255.0f ? 255.0f : r));
+}
+
+// `src` (contiguous, of type Src) resized into a new tensor of dtype `out_dtype`, whose C++ type
+// is Dst, computed in Acc.
+template <typename Acc, typename Src, typename Dst>
+at::Tensor imgaug_resize_tensor(const at::Tensor& src, int64_t out_h, int64_t out_w,
+                                at::ScalarType out_dtype) {
+  const int64_t channels = src.size(0), height = src.size(1), width = src.size(2);
+  at::Tensor out = at::empty({channels, out_h, out_w}, src.options().dtype(out_dtype));
+  Dst* dst = out.data_ptr<Dst>();
+  const Src* in = src.data_ptr<Src>();
+  if constexpr (std::is_same_v<Dst, uint8_t>) {
+    imgaug_resize_planes<Acc>(in, channels, height, width, out_h, out_w,
+                              [dst](int64_t i, Acc v) { dst[i] = imgaug_round_to_byte(v); });
+  } else {
+    imgaug_resize_planes<Acc>(in, channels, height, width, out_h, out_w,
+                              [dst](int64_t i, Acc v) { dst[i] = static_cast<Dst>(v); });
+  }
+  return out;
 }
 
 }  // namespace
@@ -146,7 +224,7 @@ at::Tensor ResizeShortestEdge::augment(const at::Tensor& chw, AugmentRng&) const
         fmt::format("{}: the image is {}; it takes uint8 or floating images", describe(),
                     c10::toString(dtype)));
   }
-  const int64_t channels = chw.size(0), height = chw.size(1), width = chw.size(2);
+  const int64_t height = chw.size(1), width = chw.size(2);
   if (height < 1 || width < 1) {
     throw std::invalid_argument(
         fmt::format("{}: the image of shape {} is empty", describe(), detail::imgaug_shape(chw)));
@@ -154,35 +232,18 @@ at::Tensor ResizeShortestEdge::augment(const at::Tensor& chw, AugmentRng&) const
   const auto [out_h, out_w] = output_size(height, width);
   if (out_h == height && out_w == width) return detail::imgaug_copy(chw);
   const at::Tensor src = chw.contiguous();
-  if (dtype == at::kDouble) {
-    std::vector<double> v = imgaug_resize_chw(imgaug_values<double, double>(src), channels, height,
-                                              width, out_h, out_w);
-    at::Tensor out = at::empty({channels, out_h, out_w}, src.options());
-    std::copy(v.begin(), v.end(), out.data_ptr<double>());
-    return out;
+  switch (dtype) {
+    case at::kByte:
+      return imgaug_resize_tensor<float, uint8_t, uint8_t>(src, out_h, out_w, at::kByte);
+    case at::kFloat:
+      return imgaug_resize_tensor<float, float, float>(src, out_h, out_w, at::kFloat);
+    case at::kDouble:
+      return imgaug_resize_tensor<double, double, double>(src, out_h, out_w, at::kDouble);
+    default:  // half and bfloat16: computed in float32, returned in their type
+      return imgaug_resize_tensor<float, float, float>(src.to(at::kFloat).contiguous(), out_h,
+                                                       out_w, at::kFloat)
+          .to(dtype);
   }
-  std::vector<float> v;
-  if (dtype == at::kByte) {
-    v = imgaug_values<float, uint8_t>(src);
-  } else if (dtype == at::kFloat) {
-    v = imgaug_values<float, float>(src);
-  } else {
-    v = imgaug_values<float, float>(src.to(at::kFloat).contiguous());
-  }
-  v = imgaug_resize_chw(std::move(v), channels, height, width, out_h, out_w);
-  if (dtype == at::kByte) {
-    at::Tensor out = at::empty({channels, out_h, out_w}, src.options());
-    uint8_t* p = out.data_ptr<uint8_t>();
-    for (size_t i = 0; i < v.size(); ++i) {
-      // torch.round (half to even, the default rounding mode), then clamped.
-      const float r = std::nearbyint(v[i]);
-      p[i] = static_cast<uint8_t>(r < 0.0f ? 0.0f : (r > 255.0f ? 255.0f : r));
-    }
-    return out;
-  }
-  at::Tensor out = at::empty({channels, out_h, out_w}, src.options().dtype(at::kFloat));
-  std::copy(v.begin(), v.end(), out.data_ptr<float>());
-  return dtype == at::kFloat ? out : out.to(dtype);
 }
 
 }  // namespace trainpack
