@@ -25,6 +25,7 @@
 #endif
 
 #include "trainpack/core/distributed.h"
+#include "trainpack/detail/peer_watch.h"
 #include "trainpack/detail/torch_compat.h"
 #include "trainpack/utils/error_file.h"
 #include "trainpack/utils/logger.h"
@@ -44,7 +45,8 @@ struct ProcessGroupImpl {
   std::string backend = "none";
   c10::intrusive_ptr<c10d::Store> store;  // trainpack's keys, under the prefix "trainpack/"
   c10::intrusive_ptr<c10d::ProcessGroup> group;
-  std::vector<PeerInfo> peers;  // by rank
+  std::vector<PeerInfo> peers;       // by rank
+  std::unique_ptr<PeerWatch> watch;  // null without heartbeats (a group of one, or turned off)
 };
 
 }  // namespace detail
@@ -97,6 +99,45 @@ c10::intrusive_ptr<c10d::Store> make_store(const DistributedEnv& env,
   opts.waitWorkers = true;
   opts.multiTenant = true;
   return c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+}
+
+// A connection of its own to the rendezvous store, for the heartbeats: a client (rank 0 serves
+// the store, or torchrun's agent does), whose operations give up after `timeout`; the keys under
+// the same prefix as the group's ("trainpack/").
+c10::intrusive_ptr<c10d::Store> make_heartbeat_store(const DistributedEnv& env,
+                                                     std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions opts;
+  compat::use_classic_tcp_store(opts);
+  opts.port = static_cast<std::uint16_t>(env.master_port);
+  opts.timeout = timeout;
+  opts.isServer = false;
+  opts.waitWorkers = false;
+  c10::intrusive_ptr<c10d::Store> base = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+  if (env.agent_store) {
+    base = c10::make_intrusive<c10d::PrefixStore>(
+        fmt::format("/worker/attempt_{}", env.restart_count), base);
+  }
+  return c10::make_intrusive<c10d::PrefixStore>("trainpack", base);
+}
+
+// Ends this process for a peer lost while it waits in a collective (PeerWatch): the message in
+// the log and in torchrun's error file, then exit status 1 without unwinding (the collective
+// would wait until its timeout).
+[[noreturn]] void exit_for_lost_peer(const std::string& error_file, int64_t rank,
+                                     const std::string& message) {
+  TP_LOG_ERROR(
+      "{}; ending this process (exit status 1) instead of waiting for the collective's "
+      "timeout",
+      message);
+  if (!error_file.empty()) {
+    try {
+      write_torchrun_error_file(error_file, fmt::format("rank {}: {}", rank, message));
+    } catch (...) {  // the message is in the log
+    }
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(1);
 }
 
 #ifdef TRAINPACK_WITH_GLOO
@@ -195,6 +236,37 @@ std::optional<DistributedError> find_failed_rank(const ProcessGroupImpl& impl,
 
 }  // namespace
 
+namespace {
+
+void start_heartbeats(ProcessGroupImpl& impl, const DistributedOptions& options) {
+  const DistributedEnv& env = impl.env;
+  // A store operation waits at most one interval (at least a second): a round that cannot finish
+  // is over long before the heartbeat timeout.
+  const auto op_timeout = std::max(options.heartbeat_interval(), std::chrono::milliseconds(1000));
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    store = make_heartbeat_store(env, op_timeout);
+  } catch (const std::exception& e) {
+    throw DistributedError(fmt::format("rank {} could not open its heartbeat connection to the "
+                                       "rendezvous store at {}:{}: {}",
+                                       env.rank, env.master_addr, env.master_port, e.what()),
+                           -1);
+  }
+  std::vector<std::string> hosts;
+  for (const detail::PeerInfo& peer : impl.peers) hosts.push_back(peer.host);
+  const std::string error_file = env.error_file;
+  const int64_t rank = env.rank;
+  impl.watch = std::make_unique<detail::PeerWatch>(
+      [store](const std::string& key, int64_t n) { return store->add(key, n); }, env.rank,
+      std::move(hosts), fmt::format("{}:{}", env.master_addr, env.master_port),
+      options.heartbeat_interval(), options.heartbeat_timeout(),
+      [error_file, rank](const std::string& message) {
+        exit_for_lost_peer(error_file, rank, message);
+      });
+}
+
+}  // namespace
+
 // ---- construction ----
 
 ProcessGroup::ProcessGroup(std::unique_ptr<detail::ProcessGroupImpl> impl)
@@ -281,6 +353,9 @@ std::shared_ptr<ProcessGroup> ProcessGroup::from_environment(DistributedOptions 
     std::getline(in, impl->peers[static_cast<size_t>(r)].host);
     in >> impl->peers[static_cast<size_t>(r)].pid;
   }
+  if (options.heartbeat_interval().count() > 0 && options.heartbeat_timeout().count() > 0) {
+    start_heartbeats(*impl, options);
+  }
   auto group = std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
   group->barrier();
   TP_LOG_INFO("Rank {} of {} joined the process group.", group->rank(), group->world_size());
@@ -319,6 +394,7 @@ void on_backend_device(const ProcessGroupImpl& impl, at::Tensor& t, Fn&& fn) {
 
 template <typename Fn>
 void run_collective(const ProcessGroup& group, const char* what, Fn&& fn) {
+  const ProcessGroup::Collective scope(group, what);
   try {
     fn();
   } catch (const DistributedError&) {
@@ -402,6 +478,21 @@ void ProcessGroup::barrier() {
   run_collective(*this, "barrier", [&] { impl_->group->barrier()->wait(); });
 }
 
+ProcessGroup::Collective::Collective(const ProcessGroup& group, const char* what) : group_(group) {
+  detail::PeerWatch* watch = group_.impl_->watch.get();
+  if (watch == nullptr) return;
+  watch->enter_collective();
+  if (std::optional<std::string> lost = watch->lost()) {
+    watch->leave_collective();
+    throw DistributedError(fmt::format("rank {}: {} failed: {}", group_.rank(), what, *lost),
+                           watch->lost_rank());
+  }
+}
+
+ProcessGroup::Collective::~Collective() {
+  if (detail::PeerWatch* watch = group_.impl_->watch.get()) watch->leave_collective();
+}
+
 // ---- failures ----
 
 void ProcessGroup::report_failure(const std::string& message, bool own_failure) noexcept {
@@ -436,6 +527,25 @@ DistributedError ProcessGroup::explain_failure(const std::string& what,
     }
     if (std::chrono::steady_clock::now() >= give_up) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // A rank on another host: its heartbeats tell whether it is gone (its host died, its process
+  // ended, or the network to it failed) within the heartbeat timeout.
+  if (others_elsewhere && impl_->watch) {
+    detail::PeerWatch& watch = *impl_->watch;
+    watch.hold_exit();  // this thread reports the loss itself, as a DistributedError
+    struct Release {
+      detail::PeerWatch& watch;
+      ~Release() { watch.release_exit(); }
+    } release{watch};
+    const auto verdict_by =
+        std::chrono::steady_clock::now() + impl_->watch->timeout() + std::chrono::seconds(3);
+    while (std::chrono::steady_clock::now() < verdict_by) {
+      if (std::optional<std::string> lost = impl_->watch->lost()) {
+        return DistributedError(fmt::format("{}: {} (the collective said: {})", head, *lost, error),
+                                impl_->watch->lost_rank());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
   }
   return DistributedError(
       fmt::format(

@@ -328,6 +328,8 @@ void DataParallelTrainer::run_step() {
           torch::NoGradGuard no_grad;
           process_group()->broadcast(state_->buffers);
         }
+        const ProcessGroup::Collective collective(*process_group(),
+                                                  "rebuilding the gradient buckets");
         try {
           reducer->prepare_for_forward();
           reducer->rebuild_buckets();  // once, after the first step (a collective: every rank)
@@ -342,6 +344,9 @@ void DataParallelTrainer::run_step() {
         continue;
       }
       reducer->prepare_for_backward({});
+      // The Reducer's all-reduces run inside backward: a collective for the heartbeats.
+      const ProcessGroup::Collective collective(*process_group(),
+                                                "the all-reduce of the gradients");
       try {
         loss_for_backward(cost)
             .backward();  // the Reducer all-reduces each bucket as its gradients are ready

@@ -68,6 +68,16 @@ struct DistributedOptions {
   // how long the others wait for a rank that hangs (one that dies is noticed at once). PyTorch's
   // default is 30 minutes; 10 leaves room for a slow checkpoint on the chief.
   TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::minutes(10);
+  // Heartbeats beside the collectives: every `heartbeat_interval`, each rank adds to its counter
+  // in the rendezvous store from a thread of its own. A rank whose counter stays still for
+  // `heartbeat_timeout` (its host died, it hangs, or the network to it is cut), or a store that
+  // this rank cannot reach for that long, ends the group: a rank waiting in a collective then
+  // exits at once with status 1 (the message in its log and in torchrun's error file), a rank
+  // outside one fails its next collective with DistributedError. A slow step or a slow
+  // checkpoint never trips it (the heartbeat thread keeps beating). Zero: no heartbeats, only
+  // `timeout`.
+  TORCH_ARG(std::chrono::milliseconds, heartbeat_interval) = std::chrono::seconds(2);
+  TORCH_ARG(std::chrono::milliseconds, heartbeat_timeout) = std::chrono::seconds(20);
   // Unset: DistributedEnv::from_environment().
   TORCH_ARG(std::optional<DistributedEnv>, env);
 };
@@ -133,8 +143,24 @@ class ProcessGroup {
   DistributedError explain_failure(const std::string& what, const std::string& error) const;
 
   // The c10d process group, for code that calls c10d directly (null for a group of one). The
-  // pointer is a c10::intrusive_ptr<c10d::ProcessGroup>* to keep c10d out of this header.
+  // pointer is a c10::intrusive_ptr<c10d::ProcessGroup>* to keep c10d out of this header. Such
+  // code runs its collectives inside a Collective scope.
   void* c10d_process_group() const;
+
+  // Marks the code that calls c10d's collectives directly (through c10d_process_group()) as a
+  // collective, as ProcessGroup's own are: a peer lost before the scope began is a
+  // DistributedError from the constructor (what() names the peer and `what`); one lost while the
+  // scope waits ends the process (DistributedOptions::heartbeat_timeout).
+  class Collective {
+   public:
+    Collective(const ProcessGroup& group, const char* what);
+    ~Collective();
+    Collective(const Collective&) = delete;
+    Collective& operator=(const Collective&) = delete;
+
+   private:
+    const ProcessGroup& group_;
+  };
 
  private:
   explicit ProcessGroup(std::unique_ptr<detail::ProcessGroupImpl> impl);
