@@ -412,6 +412,7 @@ int run_main(int argc, char** argv) {
   bool resume = true;
   bool allow_missing_parameters = false;
   int64_t dist_timeout = 600;
+  double heartbeat_timeout = 20;
 
   bool oversubscribe = false;
   std::string profile_steps;  // "A:B", checked by step_range
@@ -491,6 +492,12 @@ int run_main(int argc, char** argv) {
          "rank that dies is noticed at once)")
       ->capture_default_str()
       ->check(kPositive);
+  app.add_option("--heartbeat-timeout", heartbeat_timeout,
+                 "Under torchrun: seconds without a heartbeat (sent every 2 s by a thread of each "
+                 "rank) after which a rank, or the host of the rendezvous store, counts as lost "
+                 "and the group ends (0: no heartbeats, only --dist-timeout)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option(
          "--blas-threads", blas_threads,
          "OpenBLAS threads (openblas_set_num_threads). 1: ATen parallelises around its BLAS "
@@ -653,10 +660,12 @@ int run_main(int argc, char** argv) {
   // program again, and before the log directory: when the chief cannot use it, the others hear of
   // it at their first collective instead of waiting for the chief to join.
   trainpack::ProcessGroupPtr group;
+  const std::chrono::milliseconds heartbeat_ms(static_cast<int64_t>(heartbeat_timeout * 1000));
   try {
     group =
         trainpack::ProcessGroup::from_environment(trainpack::DistributedOptions()
                                                       .timeout(std::chrono::seconds(dist_timeout))
+                                                      .heartbeat_timeout(heartbeat_ms)
                                                       .env(env)
                                                       .cuda(device.is_cuda()));
   } catch (const std::exception& e) {

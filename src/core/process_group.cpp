@@ -196,7 +196,8 @@ std::string choose_backend(const DistributedOptions& options, bool for_group) {
 // answers only after the timeout).
 std::optional<DistributedError> find_failed_rank(const ProcessGroupImpl& impl,
                                                  const std::string& head, const std::string& error,
-                                                 bool* others_elsewhere, bool* store_ok) {
+                                                 bool* others_elsewhere, bool* store_ok,
+                                                 std::string* secondary) {
   const int64_t rank = impl.env.rank;
   // 1. A rank that reported its own failure.
   try {
@@ -224,6 +225,18 @@ std::optional<DistributedError> find_failed_rank(const ProcessGroupImpl& impl,
       continue;
     }
     if (process_ended(peer.pid)) {
+      // A rank that ended because a collective of its own failed (it recorded why) did not cause
+      // the failure: look further, and keep its reason in case nothing else is found.
+      try {
+        const std::string key = fmt::format("follows/{}", r);
+        if (impl.store && *store_ok && impl.store->check({key})) {
+          *secondary = fmt::format("rank {} ended after a collective of its own failed: {}", r,
+                                   from_bytes(impl.store->get(key)));
+          continue;
+        }
+      } catch (...) {
+        *store_ok = false;
+      }
       return DistributedError(
           fmt::format("{} because rank {} (process {}) has died without a word (killed, or it "
                       "crashed); the collective said: {}",
@@ -285,6 +298,15 @@ std::shared_ptr<ProcessGroup> ProcessGroup::from_environment(DistributedOptions 
         "DistributedOptions().timeout: must be > 0 (the longest a collective waits for the other "
         "ranks, e.g. std::chrono::minutes(10)), got {} ms",
         options.timeout().count()));
+  }
+  if (options.heartbeat_interval().count() < 0 || options.heartbeat_timeout().count() < 0 ||
+      (options.heartbeat_interval().count() > 0 && options.heartbeat_timeout().count() > 0 &&
+       options.heartbeat_timeout() < 2 * options.heartbeat_interval())) {
+    throw std::invalid_argument(fmt::format(
+        "DistributedOptions: heartbeat_timeout ({} ms) must be at least twice heartbeat_interval "
+        "({} ms), or a rank that beats on time would count as lost; give e.g. 20 s and 2 s, or 0 "
+        "to turn the heartbeats off",
+        options.heartbeat_timeout().count(), options.heartbeat_interval().count()));
   }
   const DistributedEnv env = options.env() ? *options.env() : DistributedEnv::from_environment();
   // The backend's name is checked for a group of one too: the program that runs alone today runs
@@ -497,8 +519,13 @@ ProcessGroup::Collective::~Collective() {
 
 void ProcessGroup::report_failure(const std::string& message, bool own_failure) noexcept {
   try {
-    if (impl_->store && own_failure) {
-      impl_->store->set(fmt::format("failed/{}", rank()), to_bytes(message));
+    // Not when the heartbeats found the store unreachable: the write would wait for the timeout.
+    const bool store_lost = impl_->watch && impl_->watch->lost() && impl_->watch->lost_rank() < 0;
+    if (impl_->store && !store_lost) {
+      // Another rank's failure is recorded apart: the others keep naming the rank that failed
+      // first, and do not take this rank's exit for a death.
+      impl_->store->set(fmt::format("{}/{}", own_failure ? "failed" : "follows", rank()),
+                        to_bytes(message));
     }
   } catch (...) {  // the store may be gone with its host: nothing else to do
   }
@@ -520,9 +547,10 @@ DistributedError ProcessGroup::explain_failure(const std::string& what,
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   bool others_elsewhere = false;
   bool store_ok = true;
+  std::string secondary;
   while (true) {
     if (std::optional<DistributedError> e =
-            find_failed_rank(*impl_, head, error, &others_elsewhere, &store_ok)) {
+            find_failed_rank(*impl_, head, error, &others_elsewhere, &store_ok, &secondary)) {
       return *e;
     }
     if (std::chrono::steady_clock::now() >= give_up) break;
@@ -546,6 +574,10 @@ DistributedError ProcessGroup::explain_failure(const std::string& what,
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
+  }
+  if (!secondary.empty()) {
+    return DistributedError(fmt::format("{}: {} (the collective said: {})", head, secondary, error),
+                            -1);
   }
   return DistributedError(
       fmt::format(

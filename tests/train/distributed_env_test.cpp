@@ -228,6 +228,16 @@ TEST(DistributedOptionsTest, Errors) {
   EXPECT_HAS(e, "got 0 ms");
   EXPECT_HAS(options_error(DistributedOptions().env(env).timeout(std::chrono::seconds(-1))),
              "got -1000 ms");
+  // A heartbeat timeout a rank beating on time could miss.
+  e = options_error(DistributedOptions()
+                        .env(env)
+                        .heartbeat_interval(std::chrono::seconds(2))
+                        .heartbeat_timeout(std::chrono::seconds(3)));
+  EXPECT_HAS(e, "heartbeat_timeout (3000 ms) must be at least twice heartbeat_interval (2000 ms)");
+  EXPECT_HAS(e, "or 0 to turn the heartbeats off");
+  EXPECT_HAS(options_error(DistributedOptions().env(env).heartbeat_timeout(
+                 std::chrono::milliseconds(-1))),
+             "heartbeat_timeout (-1 ms)");
 }
 
 }  // namespace distributed_env_test

@@ -135,8 +135,9 @@ class ProcessGroup {
 
   // Records that this rank is failing with `message`, where the others look when their
   // collectives fail, and in TORCHELASTIC_ERROR_FILE when torchrun set it. Never throws. With
-  // `own_failure` false (another rank's DistributedError) only the error file is written, so that
-  // the group's record keeps naming the rank that failed first.
+  // `own_failure` false (another rank's DistributedError) it is recorded apart, so that the
+  // group's record keeps naming the rank that failed first and this rank's exit is not taken for
+  // a death.
   void report_failure(const std::string& message, bool own_failure = true) noexcept;
   // The DistributedError for a failed collective whose exception said `error`: names the failed
   // rank when it can be told (see the top of this file).
