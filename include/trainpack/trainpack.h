@@ -126,3 +126,4 @@
 #include "trainpack/utils/terminal_text.h"
 #include "trainpack/utils/value_range.h"
 #include "trainpack/utils/zip_directory.h"
+#include "trainpack/version.h"

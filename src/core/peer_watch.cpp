@@ -92,6 +92,24 @@ void PeerWatch::beat_loop() {
 
 std::string PeerWatch::judge(Clock::time_point now, int64_t* lost_rank) const {
   *lost_rank = -1;
+  // A peer is judged on the rounds that reached the store: its silence is then its own. One
+  // that was already silent while the store answered stays judged when the store then goes too
+  // (rank 0, which serves it, may have just ended for that very peer).
+  for (size_t r = 0; r < moved_.size(); ++r) {
+    if (static_cast<int64_t>(r) == rank_) continue;
+    const Clock::time_point since = moved_[r];
+    const bool silent_while_store_answered = last_round_ - since > 2 * interval_;
+    const Clock::time_point judged_until = silent_while_store_answered ? now : last_round_;
+    if (judged_until - since > timeout_) {
+      *lost_rank = static_cast<int64_t>(r);
+      return fmt::format(
+          "rank {} on host {} sent no heartbeat for {:.1f} s (the heartbeat timeout is {:.1f} "
+          "s): its host is down, its process is stopped or gone, or the network between {} and "
+          "the store at {} is cut",
+          r, hosts_[r], seconds_between(since, judged_until), timeout_.count() / 1000.0, hosts_[r],
+          store_address_);
+    }
+  }
   if (now - last_round_ > timeout_) {
     return fmt::format(
         "rank {} lost contact with the rendezvous store at {}: no answer for {:.1f} s (the "
@@ -99,20 +117,6 @@ std::string PeerWatch::judge(Clock::time_point now, int64_t* lost_rank) const {
         "with the c10d rendezvous) is down, or the network between it and {} is cut",
         rank_, store_address_, seconds_between(last_round_, now), timeout_.count() / 1000.0,
         hosts_[static_cast<size_t>(rank_)]);
-  }
-  // A peer is judged only on rounds that reached the store: its silence is then its own.
-  for (size_t r = 0; r < moved_.size(); ++r) {
-    if (static_cast<int64_t>(r) == rank_) continue;
-    const Clock::time_point since = moved_[r];
-    if (last_round_ - since > timeout_) {
-      *lost_rank = static_cast<int64_t>(r);
-      return fmt::format(
-          "rank {} on host {} sent no heartbeat for {:.1f} s (the heartbeat timeout is {:.1f} "
-          "s): its host is down, its process is stopped or gone, or the network between {} and "
-          "the store at {} is cut",
-          r, hosts_[r], seconds_between(since, last_round_), timeout_.count() / 1000.0, hosts_[r],
-          store_address_);
-    }
   }
   return {};
 }

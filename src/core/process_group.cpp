@@ -515,6 +515,28 @@ ProcessGroup::Collective::~Collective() {
   if (detail::PeerWatch* watch = group_.impl_->watch.get()) watch->leave_collective();
 }
 
+// ---- agreement ----
+
+std::string ProcessGroup::host_of(int64_t rank) const {
+  if (rank < 0 || rank >= static_cast<int64_t>(impl_->peers.size())) return "?";
+  return impl_->peers[static_cast<size_t>(rank)].host;
+}
+
+std::optional<ProcessGroup::RankDifference> ProcessGroup::first_difference(
+    const std::string& topic, const std::string& value) {
+  if (!impl_->group) return std::nullopt;
+  const std::string prefix = fmt::format("agree/{}/", topic);
+  impl_->store->set(prefix + std::to_string(rank()), to_bytes(value));
+  barrier();  // every rank's value is in the store
+  const std::string chief = from_bytes(impl_->store->get(prefix + "0"));
+  for (int64_t r = 1; r < world_size(); ++r) {
+    std::string other =
+        r == rank() ? value : from_bytes(impl_->store->get(prefix + std::to_string(r)));
+    if (other != chief) return RankDifference{r, host_of(r), std::move(other), host_of(0), chief};
+  }
+  return std::nullopt;
+}
+
 // ---- failures ----
 
 void ProcessGroup::report_failure(const std::string& message, bool own_failure) noexcept {

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <torch/version.h>
 
 #include <chrono>
 #include <csignal>
@@ -19,6 +20,7 @@
 #include "trainpack/utils/humanize.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/process_io.h"
+#include "trainpack/version.h"
 
 namespace trainpack {
 
@@ -399,42 +401,35 @@ bool Trainer::run_epoch(int64_t epoch, int64_t first_step) {
   return true;
 }
 
-namespace {
-
-// A 62-bit FNV-1a hash of `text`: small enough that its negation fits an int64, so that one max
-// all-reduce of (h, -h) tells whether every rank has the same.
-int64_t text_hash(const std::string& text) {
-  uint64_t h = 14695981039346656037ull;
-  for (const unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-  return static_cast<int64_t>(h >> 2);
-}
-
-}  // namespace
-
 void Trainer::check_same_loop_on_every_rank(int64_t steps_per_epoch, int64_t max_epoch) {
   if (!process_group_ || !process_group_->distributed()) return;
-  // Every rank must run the same steps, or their collectives pair up wrongly and hang; and read
-  // the same data, or their shards overlap (another seed orders it otherwise).
-  const std::string data = data_description();
-  const int64_t data_hash = text_hash(data);
-  std::vector<at::Tensor> mine{
-      at::tensor({steps_per_epoch, max_epoch, data_hash, -steps_per_epoch, -max_epoch, -data_hash},
-                 at::kLong)};
-  process_group_->all_reduce_max(mine);
-  const int64_t* v = mine.front().data_ptr<int64_t>();
-  if (v[0] != -v[3] || v[1] != -v[4]) {
+  // Every rank must run the same build and the same steps, or their collectives pair up wrongly
+  // and hang; and read the same data, or their shards overlap (another seed orders it otherwise).
+  // Each check names the first rank that differs from rank 0, its host, and both values.
+  ProcessGroup& group = *process_group_;
+  const auto where = [&](int64_t r, const std::string& host) {
+    return fmt::format("rank {} (host {})", r, host);
+  };
+  if (auto d = group.first_difference(
+          "build", fmt::format("trainpack {} on LibTorch {}", kTrainpackVersion, TORCH_VERSION))) {
     throw std::invalid_argument(fmt::format(
-        "the ranks were given different loops: steps_per_epoch from {} to {}, max_epoch from {} "
-        "to {} (rank {} has {} and {}); every rank must run the same steps_per_epoch and "
-        "max_epoch",
-        -v[3], v[0], -v[4], v[1], rank(), steps_per_epoch, max_epoch));
+        "the ranks run different builds: {} runs {}, {} runs {}; build the program once, with "
+        "the same trainpack and LibTorch, for every host",
+        where(d->rank, d->host), d->value, where(0, d->chief_host), d->chief_value));
   }
-  if (v[2] != -v[5]) {
+  if (auto d = group.first_difference(
+          "loop", fmt::format("steps_per_epoch {}, max_epoch {}", steps_per_epoch, max_epoch))) {
     throw std::invalid_argument(fmt::format(
-        "the ranks were given different training data: rank {} reads {}, and another rank reads "
-        "something else (another seed, data set, size or batch size). Every rank must be given "
-        "the same dataflow; ShardData gives each rank its share of it",
-        rank(), data));
+        "the ranks were given different loops: {} has {}, {} has {}; every rank must run the "
+        "same steps_per_epoch and max_epoch",
+        where(d->rank, d->host), d->value, where(0, d->chief_host), d->chief_value));
+  }
+  if (auto d = group.first_difference("data", data_description())) {
+    throw std::invalid_argument(fmt::format(
+        "the ranks were given different training data: {} reads {}, and {} reads {} (another "
+        "seed, data set, size or batch size). Every rank must be given the same dataflow; "
+        "ShardData gives each rank its share of it",
+        where(d->rank, d->host), d->value, where(0, d->chief_host), d->chief_value));
   }
 }
 

@@ -139,12 +139,14 @@ std::vector<CallbackPtr> DataParallelTrainer::_setup_graph() {
         "{}",
         e.what()));
   }
-  // As DDP: without find_unused_parameters, the first step uses one bucket, and the Reducer
-  // rebuilds the buckets after it in the order the gradients became ready.
+  // Buckets of the parameters in reverse order of definition (the order their gradients are
+  // ready in, for most models), the first of kFirstBucketBytes, kept for the whole run. (DDP
+  // starts with one bucket and rebuilds them after the first step in the order the gradients
+  // came: then the first step after a resume would lay out the gradients otherwise than the
+  // uninterrupted run did at that step, and with more than 2 ranks Gloo's ring all-reduce would
+  // add them in another order: a resumed run would no longer be the same run bit for bit.)
   const size_t cap = static_cast<size_t>(options_.bucket_cap_mb()) * 1024 * 1024;
-  std::vector<size_t> limits = options_.find_unused_parameters()
-                                   ? std::vector<size_t>{kFirstBucketBytes, cap}
-                                   : std::vector<size_t>{std::numeric_limits<size_t>::max()};
+  const std::vector<size_t> limits{kFirstBucketBytes, cap};
   const std::vector<bool> expect_sparse(params.size(), false);
   auto [buckets, bucket_limits] =
       c10d::compute_bucket_assignment_by_size(params, limits, expect_sparse);
@@ -328,14 +330,7 @@ void DataParallelTrainer::run_step() {
           torch::NoGradGuard no_grad;
           process_group()->broadcast(state_->buffers);
         }
-        const ProcessGroup::Collective collective(*process_group(),
-                                                  "rebuilding the gradient buckets");
-        try {
-          reducer->prepare_for_forward();
-          reducer->rebuild_buckets();  // once, after the first step (a collective: every rank)
-        } catch (const std::exception& e) {
-          throw process_group()->explain_failure("rebuilding the gradient buckets", e.what());
-        }
+        reducer->prepare_for_forward();
       }
       at::Tensor cost = micro_batches == 1 ? run_tower(ctx, batch) : run_micro_batch(ctx, batch, i);
       if (i == 0) opt.zero_grad();

@@ -22,7 +22,7 @@ using std::chrono::milliseconds;
 class FakeStore {
  public:
   int64_t add(const std::string& key, int64_t n) {
-    if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
+    if (delay_ms_ > 0) std::this_thread::sleep_for(milliseconds(delay_ms_.load()));
     if (down_) throw std::runtime_error("Socket Timeout");
     std::lock_guard<std::mutex> lock(mutex_);
     return counters_[key] += n;
@@ -31,13 +31,13 @@ class FakeStore {
     return [this](const std::string& key, int64_t n) { return add(key, n); };
   }
   void set_down(bool down) { down_ = down; }
-  void set_delay(milliseconds delay) { delay_ = delay; }
+  void set_delay(milliseconds delay) { delay_ms_ = delay.count(); }
 
  private:
   std::mutex mutex_;
   std::map<std::string, int64_t> counters_;
   std::atomic<bool> down_{false};
-  milliseconds delay_{0};
+  std::atomic<int64_t> delay_ms_{0};
 };
 
 // Another rank that beats every `interval` until stopped.
@@ -110,7 +110,7 @@ TEST(PeerWatch, SilentPeerIsLostAfterTheTimeoutNamedWithItsHost) {
 
 TEST(PeerWatch, UnreachableStoreIsLostNamingTheStore) {
   FakeStore store;
-  FakePeer peer(store, 1, kInterval);
+  FakePeer peer(store, 0, kInterval);
   PeerWatch watch(store.adder(), 1, {"host0", "host1"}, "host0:29500", kInterval, kTimeout,
                   [](const std::string&) {});
   std::this_thread::sleep_for(kTimeout);
@@ -123,6 +123,24 @@ TEST(PeerWatch, UnreachableStoreIsLostNamingTheStore) {
       << *lost;
   // The peers are not blamed for what the store did.
   EXPECT_EQ(lost->find("sent no heartbeat"), std::string::npos) << *lost;
+}
+
+TEST(PeerWatch, PeerSilentBeforeTheStoreWentIsStillTheOneNamed) {
+  // Rank 1 goes silent; a little later the store goes too (rank 0, which serves it, ended for
+  // that reason): rank 2 names rank 1, not the store.
+  FakeStore store;
+  FakePeer peer0(store, 0, kInterval);
+  auto peer1 = std::make_unique<FakePeer>(store, 1, kInterval);
+  PeerWatch watch(store.adder(), 2, {"host0", "host1", "host2"}, "host0:29500", kInterval, kTimeout,
+                  [](const std::string&) {});
+  std::this_thread::sleep_for(kTimeout);
+  peer1->stop();
+  std::this_thread::sleep_for(kTimeout / 2);
+  store.set_down(true);
+  const std::optional<std::string> lost = wait_lost(watch, kTimeout * 4);
+  ASSERT_TRUE(lost.has_value());
+  EXPECT_EQ(watch.lost_rank(), 1) << *lost;
+  EXPECT_NE(lost->find("rank 1 on host host1 sent no heartbeat"), std::string::npos) << *lost;
 }
 
 TEST(PeerWatch, SlowStoreOperationsUnderTheTimeoutAreNoLoss) {

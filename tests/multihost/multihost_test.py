@@ -28,10 +28,11 @@ store_host_lost  host0 (the rendezvous store, torchrun's c10d rendezvous and the
                uninterrupted run's parameters, bit for bit.
 mismatch       host1 given another --max-epoch (and then another --batch-size): the job refuses to
                start, before any step, with a message naming host1 and the difference.
-no_rendezvous  an endpoint where nothing answers: torchrun gives up within its join timeout
-               (--rdzv_conf join_timeout=10) with an error naming the endpoint.
+no_rendezvous  an endpoint where nothing answers: torchrun gives up within its store's connect
+               timeout (--rdzv_conf read_timeout=10; 60 s by default) with an error naming the
+               endpoint.
 
---long: longer runs (more epochs, the kill later). Exit status 77 (ctest: skipped) without root
+--long (or TRAINPACK_MULTIHOST_LONG=1): longer runs (more epochs, the fault later). Exit status 77 (ctest: skipped) without root
 or network namespaces, or without Debian's torchrun.
 """
 
@@ -90,6 +91,22 @@ def read(path):
         return f.read()
 
 
+def merge_flags(base, extra):
+    """`base` with the flags of `extra` (flag, value pairs) replacing those of the same name."""
+    given = {extra[i]: extra[i + 1] for i in range(0, len(extra), 2)}
+    merged, i = [], 0
+    while i < len(base):
+        if base[i] == "--oversubscribe":
+            merged.append(base[i])
+            i += 1
+            continue
+        merged += [base[i], given.pop(base[i], base[i + 1])]
+        i += 2
+    for flag, value in given.items():
+        merged += [flag, value]
+    return merged
+
+
 class Job:
     """Launches the main job on the test hosts and checks what it leaves."""
 
@@ -105,7 +122,7 @@ class Job:
         cmd = (["env", "USE_LIBUV=0", "GLOO_SOCKET_IFNAME=eth0"] + LAUNCHER +
                ["--nnodes", nnodes, "--nproc_per_node", str(nproc), "--rdzv_backend", "c10d",
                 "--rdzv_endpoint", endpoint, "--rdzv_id", name.split("-")[0], "--no_python"] +
-               WORKAROUND + list(torchrun) + [self.binary] + BASE_FLAGS + list(flags) +
+               WORKAROUND + list(torchrun) + [self.binary] + merge_flags(BASE_FLAGS, flags) +
                ["--logdir", logdir])
         with open(out, "wb") as f:
             proc = self.hosts.popen(host, cmd, stdout=f, stderr=subprocess.STDOUT,
@@ -369,9 +386,11 @@ def scenario_store_host_lost(job, epochs, kill_after):
 
 def scenario_mismatch(job):
     for what, flag0, flag1, expect in (
-            ("max-epoch", ["--max-epoch", "3"], ["--max-epoch", "4"], "max_epoch from 3 to 4"),
+            ("max-epoch", ["--max-epoch", "3"], ["--max-epoch", "4"],
+             "rank 2 (host host1) has steps_per_epoch 4, max_epoch 4, rank 0 (host host0) has "
+             "steps_per_epoch 4, max_epoch 3"),
             ("batch-size", ["--max-epoch", "3"], ["--max-epoch", "3", "--batch-size", "64"],
-             "different training data")):
+             "different training data: rank 2 (host host1) reads BatchData(batch_size=16)")):
         logdir = os.path.join(job.workdir, f"mismatch-{what}")
         procs = [job.launch(0, f"mismatch{what}-host0", logdir, flag0),
                  job.launch(1, f"mismatch{what}-host1", logdir, flag1)]
@@ -397,16 +416,16 @@ def scenario_no_rendezvous(job):
     # host1 looks for a rendezvous on host0, where nothing listens.
     start = time.monotonic()
     [(status, out, _)] = job.run_on([1], "nordzv", os.path.join(job.workdir, "nordzv"),
-                                    ["--max-epoch", "1"], torchrun=["--rdzv_conf",
-                                                                    "join_timeout=10"])
+                                    ["--max-epoch", "1"],
+                                    torchrun=["--rdzv_conf", "join_timeout=10,read_timeout=10"])
     took = time.monotonic() - start
     if status == 0:
         fail("torchrun succeeded without a rendezvous", out)
     text = read(out)
-    if f"{job.hosts.address(0)}:{PORT}" not in text and "RendezvousConnectionError" not in text:
+    if f"({job.hosts.address(0)}, {PORT})" not in text or "RendezvousConnectionError" not in text:
         fail("torchrun's error does not name the rendezvous endpoint", out)
-    if took > 60:
-        fail(f"torchrun took {took:.0f} s to give up, expected about the join timeout (10 s)", out)
+    if took > 40:
+        fail(f"torchrun took {took:.0f} s to give up, expected about its read timeout (10 s)", out)
     print(f"no_rendezvous: torchrun gave up after {took:.1f} s naming the endpoint")
 
 
@@ -415,18 +434,27 @@ def main():
     p.add_argument("--binary", required=True)
     p.add_argument("--workdir", required=True)
     p.add_argument("--long", action="store_true")
+    p.add_argument("--torchrun", default="/usr/bin/torchrun",
+                   help="the torchrun whose Python runs trainpack_torchrun.py")
     p.add_argument("scenario", choices=["two_hosts", "host_killed", "link_cut", "store_host_lost",
                                         "mismatch", "no_rendezvous"])
     args = p.parse_args()
     why = netns_hosts.unavailable()
-    if why is None and not os.path.exists(os.path.join(os.path.dirname(PYTHON), "torchrun")):
-        why = "Debian's torchrun (python3-torch) is not installed"
+    if why is None and not os.path.exists(args.torchrun):
+        why = f"{args.torchrun} is missing (Debian: apt-get install python3-torch)"
+    if why is None:
+        # trainpack_torchrun.py runs with torchrun's own Python (its #! line).
+        with open(args.torchrun, encoding="utf-8", errors="replace") as f:
+            first = f.readline()
+        if first.startswith("#!") and "python" in first:
+            LAUNCHER[0] = first[2:].split()[0]
     if why:
         print(f"SKIPPED: {why}")
         sys.exit(SKIP)
     shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir)
-    epochs, kill_after = (24, 10) if args.long else (8, 3)
+    long = args.long or os.environ.get("TRAINPACK_MULTIHOST_LONG") == "1"
+    epochs, kill_after = (24, 10) if long else (8, 3)
     with netns_hosts.Hosts(2) as hosts:
         job = Job(hosts, os.path.abspath(args.binary), args.workdir)
         if args.scenario == "two_hosts":

@@ -133,6 +133,23 @@ class ProcessGroup {
   std::string broadcast_bytes(const std::string& bytes, int64_t root = 0);
   void barrier();
 
+  // Where ranks disagree (first_difference): the first rank, by number, whose value differs from
+  // rank 0's, with its host, and rank 0's.
+  struct RankDifference {
+    int64_t rank = 0;
+    std::string host;
+    std::string value;
+    std::string chief_host;
+    std::string chief_value;
+  };
+  // Compares every rank's `value` for `topic` (e.g. the training data's description) with rank
+  // 0's, through the rendezvous store: nullopt when all agree. A collective: every rank calls it
+  // with the same topic, in the same order.
+  std::optional<RankDifference> first_difference(const std::string& topic,
+                                                 const std::string& value);
+  // The host name of `rank` (gethostname), as it reported it when joining.
+  std::string host_of(int64_t rank) const;
+
   // Records that this rank is failing with `message`, where the others look when their
   // collectives fail, and in TORCHELASTIC_ERROR_FILE when torchrun set it. Never throws. With
   // `own_failure` false (another rank's DistributedError) it is recorded apart, so that the
