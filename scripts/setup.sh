@@ -54,9 +54,11 @@ BUILD_PACKAGES=(
 # checkpoint (skipped without it). The python3-protobuf ... python3-bleach line is what
 # TensorBoard's own Python loader needs, with which a test reads split event files back
 # (TRAINPACK_TENSORBOARD_READER in tests/CMakeLists.txt; skipped when that script is absent).
-# python3-venv makes pip's venv (scripts/pip_libtorch.sh; a test makes one too).
+# python3-venv makes pip's venv (scripts/pip_libtorch.sh; a test makes one too). iproute2 and
+# util-linux make the test hosts of the multi-host tests (network namespaces joined by a bridge,
+# tests/multihost/; skipped without root).
 TEST_PACKAGES=(
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev iproute2 util-linux
   python3-numpy python3-pil python3-torch python3-torchvision
   python3-protobuf python3-grpcio python3-werkzeug python3-markdown python3-six python3-packaging
   python3-absl python3-setuptools python3-bleach

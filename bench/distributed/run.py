@@ -59,6 +59,12 @@ def parse_args():
                    help="random tensors of Fashion-MNIST's shape instead of the data")
     p.add_argument("--torchrun", default=shutil.which("torchrun") or "/usr/bin/torchrun")
     p.add_argument("--smoke", action="store_true", help="one round of a few steps")
+    p.add_argument("--hosts", type=int, default=0,
+                   help="run the ranks on this many test hosts (network namespaces on one "
+                        "bridge, tests/multihost/netns_hosts.py; root), one rank each; 0: all on "
+                        "this machine's loopback")
+    p.add_argument("--rate-mbit", type=float, default=0,
+                   help="with --hosts: limit host1's link to this rate each way (tc tbf)")
     p.add_argument("--verbose", action="store_true", help="show every side's whole output")
     args = p.parse_args()
     if args.smoke:
@@ -66,6 +72,12 @@ def parse_args():
     for name in ("rounds", "steps", "warmup", "batch_size", "ranks", "threads"):
         if getattr(args, name) < (0 if name == "warmup" else 1):
             p.error(f"--{name.replace('_', '-')} must be positive")
+    if args.hosts:
+        if args.hosts < 2:
+            p.error("--hosts must be at least 2 (or 0: one machine)")
+        args.ranks = args.hosts
+    elif args.rate_mbit:
+        p.error("--rate-mbit needs --hosts")
     if args.batch_size % args.ranks != 0:
         p.error(f"--batch-size {args.batch_size} is not a multiple of --ranks {args.ranks}")
     args.binary = os.path.join(args.build, "bench", "trainpack_bench_distributed")
@@ -103,12 +115,41 @@ def common(args):
     return out + (["--random"] if args.random else [])
 
 
+# With --hosts: the test hosts (netns_hosts.Hosts), and a counter for the rendezvous ids.
+HOSTS = {"hosts": None, "launches": 0}
+RDZV_PORT = 29400
+
+
+class _Finished:
+    def __init__(self, returncode, stdout):
+        self.returncode, self.stdout = returncode, stdout
+
+
+def _run_on_hosts(cmd, env):
+    """`cmd` (torchrun's arguments after torchrun's own path, then the program) on every test
+    host at once, one agent each with the c10d rendezvous on host0; the outputs joined, host0's
+    first, and the worst exit status."""
+    hosts = HOSTS["hosts"]
+    HOSTS["launches"] += 1
+    launch = [cmd[0], "--nnodes", str(hosts.count), "--nproc_per_node", "1", "--rdzv_backend",
+              "c10d", "--rdzv_endpoint", f"{hosts.address(0)}:{RDZV_PORT}", "--rdzv_id",
+              f"bench{HOSTS['launches']}"] + cmd[cmd.index("--redirects"):]
+    env = dict(env, GLOO_SOCKET_IFNAME="eth0", USE_LIBUV="0")
+    procs = [hosts.popen(k, launch, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True) for k in range(hosts.count)]
+    outputs = [p.communicate()[0] for p in procs]
+    return _Finished(max(p.returncode for p in procs), "".join(outputs))
+
+
 def run(name, cmd, env, verbose):
     """Runs `cmd`; returns {side: {key: value}} from its `result side=...` lines."""
     for attempt in range(2):
         start = time.monotonic()
-        proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
+        if HOSTS["hosts"] is not None and cmd[1:2] == ["--standalone"]:
+            proc = _run_on_hosts(cmd, env)
+        else:
+            proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True)
         seconds = time.monotonic() - start
         # torchrun's own rendezvous (before any worker starts) sometimes loses its store on a
         # loaded machine; that launch measured nothing, so it is tried once more.
@@ -134,6 +175,25 @@ def run(name, cmd, env, verbose):
 
 def main():
     args = parse_args()
+    if not args.hosts:
+        measure(args)
+        return
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "multihost"))
+    import netns_hosts
+    why = netns_hosts.unavailable()
+    if why:
+        sys.exit(f"run.py: --hosts: {why}")
+    with netns_hosts.Hosts(args.hosts) as hosts:
+        HOSTS["hosts"] = hosts
+        if args.rate_mbit:
+            hosts.shape(1, args.rate_mbit)
+        print(f"{args.hosts} test hosts, one rank each, Gloo over their interfaces"
+              + (f"; host1's link limited to {args.rate_mbit:g} Mbit/s each way (tc tbf)"
+                 if args.rate_mbit else "; no limit on the links"))
+        measure(args)
+
+
+def measure(args):
     per_rank = args.batch_size // args.ranks
     single_threads = args.ranks * args.threads
     print(f"trainpack_bench_distributed: global batch {args.batch_size} ({args.ranks} ranks x "
@@ -152,7 +212,9 @@ def main():
         "allreduce": (torchrun(args) + ["--no_python", args.binary, "--allreduce"] +
                       (["--reps", "5"] if args.smoke else []), environment(args.threads)),
     }
-    order = ["trainpack", "ddp", "single", "allreduce"]
+    # Across hosts the single process is no peer of anything: left out.
+    order = ["trainpack", "ddp", "allreduce"] if args.hosts else ["trainpack", "ddp", "single",
+                                                                  "allreduce"]
     steps = {"trainpack": [], "ddp": [], "single": []}
     cpu = {"trainpack": [], "ddp": [], "single": []}  # rank 0's CPU ms per step
     ratios = []
@@ -187,13 +249,13 @@ def main():
                   f"{os.getloadavg()[0]:.2f})", flush=True)
         ratios.append(round_ms["trainpack"] / round_ms["ddp"])
 
-    med = {name: statistics.median(v) for name, v in steps.items()}
+    med = {name: statistics.median(v) for name, v in steps.items() if v}
     print()
     print(f"{'side':34s} {'median ms/step':>15s} {'CPU ms/step':>12s} {'rounds (ms/step)':>30s}")
     labels = {"trainpack": f"trainpack DataParallel {args.ranks}x{per_rank}",
               "ddp": f"PyTorch DDP {args.ranks}x{per_rank}",
               "single": f"trainpack single process x{args.batch_size}"}
-    for name in ("trainpack", "ddp", "single"):
+    for name in [n for n in ("trainpack", "ddp", "single") if n in med]:
         print(f"{labels[name]:34s} {med[name]:15.3f} {statistics.median(cpu[name]):12.3f} "
               f"{' '.join('%.3f' % v for v in steps[name]):>30s}")
     print("per-round trainpack/ddp: " + " ".join("%.4f" % v for v in ratios))
@@ -220,11 +282,13 @@ def main():
     print(f"communication alone: gradient all-reduce ({grad} floats) {ar[grad]:.3f} ms + vote "
           f"{vote_ms:.3f} ms = {100 * share['trainpack']:.1f}% of trainpack's step; gradient "
           f"{100 * share['ddp']:.1f}% of DDP's")
-    print(f"single process over trainpack DataParallel (step time): "
-          f"{med['single'] / med['trainpack']:.4f}")
+    if "single" in med:
+        print(f"single process over trainpack DataParallel (step time): "
+              f"{med['single'] / med['trainpack']:.4f}")
     print("load average at end: %.2f %.2f %.2f" % os.getloadavg())
     print(f"comm_share={share['trainpack']:.4f}")
-    print(f"single_over_dp={med['single'] / med['trainpack']:.4f}")
+    if "single" in med:
+        print(f"single_over_dp={med['single'] / med['trainpack']:.4f}")
     print(f"trainpack_over_ddp={statistics.median(ratios):.4f}")
 
 

@@ -125,5 +125,5 @@
 #include "trainpack/utils/summary.h"
 #include "trainpack/utils/terminal_text.h"
 #include "trainpack/utils/value_range.h"
+#include "trainpack/utils/version.h"
 #include "trainpack/utils/zip_directory.h"
-#include "trainpack/version.h"

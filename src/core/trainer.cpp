@@ -5,7 +5,6 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
-#include <torch/version.h>
 
 #include <chrono>
 #include <csignal>
@@ -15,12 +14,13 @@
 
 #include "trainpack/core/step_counter.h"
 #include "trainpack/detail/signals.h"
+#include "trainpack/detail/torch_compat.h"
 #include "trainpack/utils/demangle.h"
 #include "trainpack/utils/error_file.h"
 #include "trainpack/utils/humanize.h"
 #include "trainpack/utils/logger.h"
 #include "trainpack/utils/process_io.h"
-#include "trainpack/version.h"
+#include "trainpack/utils/version.h"
 
 namespace trainpack {
 
@@ -411,7 +411,8 @@ void Trainer::check_same_loop_on_every_rank(int64_t steps_per_epoch, int64_t max
     return fmt::format("rank {} (host {})", r, host);
   };
   if (auto d = group.first_difference(
-          "build", fmt::format("trainpack {} on LibTorch {}", kTrainpackVersion, TORCH_VERSION))) {
+          "build",
+          fmt::format("trainpack {} on LibTorch {}", kTrainpackVersion, compat::torch_version()))) {
     throw std::invalid_argument(fmt::format(
         "the ranks run different builds: {} runs {}, {} runs {}; build the program once, with "
         "the same trainpack and LibTorch, for every host",

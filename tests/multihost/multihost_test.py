@@ -26,6 +26,10 @@ store_host_lost  host0 (the rendezvous store, torchrun's c10d rendezvous and the
                host1's ranks end within the heartbeat timeout naming the store; the job relaunched
                on both hosts resumes from the chief's last checkpoint and ends with the
                uninterrupted run's parameters, bit for bit.
+slow_link      host1's link limited to 50 Mbit/s each way (tc tbf; this kernel has no netem for a
+               delay): the job finishes, with the parameters of the unlimited run bit for bit and
+               no false alarm. (The step time against PyTorch's DDP under the same link:
+               bench/distributed/run.py --hosts 2 --rate-mbit R.)
 mismatch       host1 given another --max-epoch (and then another --batch-size): the job refuses to
                start, before any step, with a message naming host1 and the difference.
 no_rendezvous  an endpoint where nothing answers: torchrun gives up within its store's connect
@@ -72,6 +76,7 @@ HEARTBEAT_TIMEOUT = 20  # the main job's default --heartbeat-timeout
 # A lost host or a cut link: noticed within the heartbeat timeout, then torchrun's monitor
 # interval (5 s), its exit barrier (10 s with trainpack_torchrun.py) and the process exits.
 END_BOUND = 60
+SLOW_LINK_MBIT = 50  # the 0.42 MB of gradients of a step cross it in about 0.1 s
 
 
 def fail(message, *outputs):
@@ -384,6 +389,27 @@ def scenario_store_host_lost(job, epochs, kill_after):
           "ended with the uninterrupted run's parameters bit for bit")
 
 
+def scenario_slow_link(job, epochs):
+    ref = reference(job, epochs)
+    job.hosts.shape(1, SLOW_LINK_MBIT)
+    logdir = os.path.join(job.workdir, "slow")
+    started = time.monotonic()
+    results = job.run_on([0, 1], "slow", logdir, ["--max-epoch", str(epochs)])
+    took = time.monotonic() - started
+    job.hosts.restore(1)
+    for status, out, _ in results:
+        if status != 0:
+            fail(f"under a {SLOW_LINK_MBIT} Mbit/s link the job exited with {status}", out)
+    check_checkpoints(logdir)
+    check_stats(logdir, epochs)
+    params, _ = final_parameters(logdir)
+    if params != final_parameters(ref)[0]:
+        fail("under a slow link the parameters differ from the uninterrupted run's")
+    print(f"slow_link: host1's link limited to {SLOW_LINK_MBIT} Mbit/s each way (tc tbf): the job "
+          f"finished in {took:.1f} s with the parameters of the unlimited run, bit for bit, and "
+          "no false alarm of the heartbeats")
+
+
 def scenario_mismatch(job):
     for what, flag0, flag1, expect in (
             ("max-epoch", ["--max-epoch", "3"], ["--max-epoch", "4"],
@@ -437,7 +463,7 @@ def main():
     p.add_argument("--torchrun", default="/usr/bin/torchrun",
                    help="the torchrun whose Python runs trainpack_torchrun.py")
     p.add_argument("scenario", choices=["two_hosts", "host_killed", "link_cut", "store_host_lost",
-                                        "mismatch", "no_rendezvous"])
+                                        "slow_link", "mismatch", "no_rendezvous"])
     args = p.parse_args()
     why = netns_hosts.unavailable()
     if why is None and not os.path.exists(args.torchrun):
@@ -465,6 +491,8 @@ def main():
             scenario_link_cut(job, epochs, kill_after)
         elif args.scenario == "store_host_lost":
             scenario_store_host_lost(job, epochs, kill_after)
+        elif args.scenario == "slow_link":
+            scenario_slow_link(job, epochs)
         elif args.scenario == "mismatch":
             scenario_mismatch(job)
         else:
