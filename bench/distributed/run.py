@@ -63,12 +63,17 @@ def parse_args():
                    help="run the ranks on this many test hosts (network namespaces on one "
                         "bridge, tests/multihost/netns_hosts.py; root), one rank each; 0: all on "
                         "this machine's loopback")
+    p.add_argument("--reps", type=int, default=0,
+                   help="all-reduce repetitions per size (0: the binary's 50; 5 with --smoke "
+                        "or --rate-mbit, where one of 16 MB takes seconds)")
     p.add_argument("--rate-mbit", type=float, default=0,
                    help="with --hosts: limit host1's link to this rate each way (tc tbf)")
     p.add_argument("--verbose", action="store_true", help="show every side's whole output")
     args = p.parse_args()
     if args.smoke:
         args.rounds, args.steps, args.warmup = 1, 4, 2
+    if not args.reps and (args.smoke or args.rate_mbit):
+        args.reps = 5
     for name in ("rounds", "steps", "warmup", "batch_size", "ranks", "threads"):
         if getattr(args, name) < (0 if name == "warmup" else 1):
             p.error(f"--{name.replace('_', '-')} must be positive")
@@ -210,7 +215,8 @@ def measure(args):
         "single": ([args.binary, "--single"] + common(args) +
                    ["--threads", str(single_threads)], environment(single_threads)),
         "allreduce": (torchrun(args) + ["--no_python", args.binary, "--allreduce"] +
-                      (["--reps", "5"] if args.smoke else []), environment(args.threads)),
+                      (["--reps", str(args.reps)] if args.reps else []),
+                      environment(args.threads)),
     }
     # Across hosts the single process is no peer of anything: left out.
     order = ["trainpack", "ddp", "allreduce"] if args.hosts else ["trainpack", "ddp", "single",
