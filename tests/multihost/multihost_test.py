@@ -30,6 +30,9 @@ slow_link      host1's link limited to 50 Mbit/s each way (tc tbf; this kernel h
                delay): the job finishes, with the parameters of the unlimited run bit for bit and
                no false alarm. (The step time against PyTorch's DDP under the same link:
                bench/distributed/run.py --hosts 2 --rate-mbit R.)
+chief_killed_writing  host0 (the chief) killed the moment a checkpoint's temporary file appears:
+               every checkpoint left is valid, and the relaunched job resumes from the newest one
+               and ends with the uninterrupted run's parameters bit for bit.
 mismatch       host1 given another --max-epoch (and then another --batch-size): the job refuses to
                start, before any step, with a message naming host1 and the difference.
 no_rendezvous  an endpoint where nothing answers: torchrun gives up within its store's connect
@@ -46,6 +49,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -410,6 +414,60 @@ def scenario_slow_link(job, epochs):
           "no false alarm of the heartbeats")
 
 
+def scenario_chief_killed_writing(job, epochs, kill_after):
+    """host0 (the chief) killed while it writes a checkpoint: caught by watching the log directory
+    for the writer's temporary file (`model-N.data.tmp.<pid>.<n>`) after checkpoint
+    `kill_after`; tried at each later checkpoint until a kill lands inside a write."""
+    ref = reference(job, epochs)
+    logdir = os.path.join(job.workdir, "writing")
+    flags = ["--max-epoch", str(epochs)]
+    procs = [job.launch(h, f"writing-host{h}", logdir, flags) for h in (0, 1)]
+    wait_checkpoint(logdir, kill_after * STEPS_PER_EPOCH, procs)
+    pids = job.hosts.pids(0)  # gathered now: at the moment of the kill, no time to ask
+    caught = None
+    deadline = time.monotonic() + 120
+    while caught is None and time.monotonic() < deadline and procs[0][0].poll() is None:
+        try:
+            names = os.listdir(logdir)
+        except OSError:
+            names = []
+        temporary = [n for n in names if n.startswith("model-") and ".data.tmp." in n]
+        if temporary:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            caught = temporary[0]
+    if caught is None:
+        fail("no checkpoint write was caught in the act", procs[0][1])
+    out1 = procs[1][1]
+    try:
+        procs[1][0].wait(timeout=END_BOUND + 30)
+    except subprocess.TimeoutExpired:
+        fail(f"host1 did not end within {END_BOUND + 30} s of host0's loss", out1)
+    job.hosts.kill_all()
+    steps = check_checkpoints(logdir)  # every *.data file (temporary ones are not *.data)
+    left = [n for n in os.listdir(logdir) if ".tmp." in n]
+    target = caught.split(".tmp.")[0]
+    landed = (f"inside the write: {target} never appeared, its temporary file was left" if
+              not os.path.exists(os.path.join(logdir, target)) else
+              f"just after the write: {target} was complete")
+    for status, out, _ in job.run_on([0, 1], "writingresumed", logdir, flags):
+        if status != 0:
+            fail(f"the relaunched job exited with {status}", out)
+    check_checkpoints(logdir)
+    check_stats(logdir, epochs)
+    params, step = final_parameters(logdir)
+    if step != epochs * STEPS_PER_EPOCH or params != final_parameters(ref)[0]:
+        fail("after the chief was killed in a checkpoint write, the resumed run ended otherwise "
+             "than the uninterrupted run")
+    print(f"chief_killed_writing: host0 killed when {caught} was seen, {landed}; the checkpoints "
+          f"left (steps {sorted(s for s in steps if s)}) all valid, {len(left)} temporary file(s) "
+          "beside them; relaunched, the job resumed from the newest valid one and ended with the "
+          "uninterrupted run's parameters bit for bit")
+
+
 def scenario_mismatch(job):
     for what, flag0, flag1, expect in (
             ("max-epoch", ["--max-epoch", "3"], ["--max-epoch", "4"],
@@ -463,7 +521,8 @@ def main():
     p.add_argument("--torchrun", default="/usr/bin/torchrun",
                    help="the torchrun whose Python runs trainpack_torchrun.py")
     p.add_argument("scenario", choices=["two_hosts", "host_killed", "link_cut", "store_host_lost",
-                                        "slow_link", "mismatch", "no_rendezvous"])
+                                        "chief_killed_writing", "slow_link", "mismatch",
+                                        "no_rendezvous"])
     args = p.parse_args()
     why = netns_hosts.unavailable()
     if why is None and not os.path.exists(args.torchrun):
@@ -491,6 +550,8 @@ def main():
             scenario_link_cut(job, epochs, kill_after)
         elif args.scenario == "store_host_lost":
             scenario_store_host_lost(job, epochs, kill_after)
+        elif args.scenario == "chief_killed_writing":
+            scenario_chief_killed_writing(job, epochs, kill_after)
         elif args.scenario == "slow_link":
             scenario_slow_link(job, epochs)
         elif args.scenario == "mismatch":
