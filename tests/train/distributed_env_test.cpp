@@ -235,9 +235,9 @@ TEST(DistributedOptionsTest, Errors) {
                         .heartbeat_timeout(std::chrono::seconds(3)));
   EXPECT_HAS(e, "heartbeat_timeout (3000 ms) must be at least twice heartbeat_interval (2000 ms)");
   EXPECT_HAS(e, "or 0 to turn the heartbeats off");
-  EXPECT_HAS(options_error(DistributedOptions().env(env).heartbeat_timeout(
-                 std::chrono::milliseconds(-1))),
-             "heartbeat_timeout (-1 ms)");
+  EXPECT_HAS(
+      options_error(DistributedOptions().env(env).heartbeat_timeout(std::chrono::milliseconds(-1))),
+      "heartbeat_timeout (-1 ms)");
 }
 
 }  // namespace distributed_env_test
