@@ -133,17 +133,10 @@ def worker_of_rank(torchrun_pid, rank):
 def parameters(path):
     """The module entries (parameters and buffers: names without '/') of a checkpoint, as raw
     bytes of their storages."""
-    info = checkpoint_file.inspect(path)
-    if not info.valid:
-        fail(f"{path} is not a valid checkpoint: {info.why}")
-    import io
-    import zipfile
-    with open(path, "rb") as f:
-        z = zipfile.ZipFile(io.BytesIO(f.read()))
-    prefix = [n for n in z.namelist() if n.endswith("/data.pkl")][0][: -len("data.pkl")]
-    return {name: z.read(f"{prefix}data/{tensor.key}")
-            for name, tensor in info.entries.items()
-            if "/" not in name and isinstance(tensor, checkpoint_file.Tensor)}
+    entries = checkpoint_file.module_entries(path)
+    if entries is None:
+        fail(f"{path} is not a valid checkpoint: {checkpoint_file.inspect(path).why}")
+    return entries
 
 
 def last_stats(logdir):

@@ -80,20 +80,31 @@ bool process_ended(int64_t pid) {
   return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
 }
 
-c10::intrusive_ptr<c10d::Store> make_store(const DistributedEnv& env,
-                                           std::chrono::milliseconds timeout) {
+// A client of the store at MASTER_ADDR:MASTER_PORT whose operations give up after `timeout`;
+// under torchrun's agent store, under the attempt's prefix.
+c10::intrusive_ptr<c10d::Store> connect_to_store(const DistributedEnv& env,
+                                                 std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions opts;
   compat::use_classic_tcp_store(opts);
   opts.port = static_cast<std::uint16_t>(env.master_port);
   opts.timeout = timeout;
-  if (env.agent_store) {
-    // torchrun's agent serves the store; every worker is a client under the attempt's prefix.
-    opts.isServer = false;
-    opts.waitWorkers = false;
-    auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
-    return c10::make_intrusive<c10d::PrefixStore>(
-        fmt::format("/worker/attempt_{}", env.restart_count), tcp);
-  }
+  opts.isServer = false;
+  opts.waitWorkers = false;
+  c10::intrusive_ptr<c10d::Store> store =
+      c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+  if (!env.agent_store) return store;
+  return c10::make_intrusive<c10d::PrefixStore>(
+      fmt::format("/worker/attempt_{}", env.restart_count), store);
+}
+
+c10::intrusive_ptr<c10d::Store> make_store(const DistributedEnv& env,
+                                           std::chrono::milliseconds timeout) {
+  // torchrun's agent serves the store; every worker is a client under the attempt's prefix.
+  if (env.agent_store) return connect_to_store(env, timeout);
+  c10d::TCPStoreOptions opts;
+  compat::use_classic_tcp_store(opts);
+  opts.port = static_cast<std::uint16_t>(env.master_port);
+  opts.timeout = timeout;
   opts.isServer = env.rank == 0;
   opts.numWorkers = static_cast<std::size_t>(env.world_size);
   opts.waitWorkers = true;
@@ -101,23 +112,11 @@ c10::intrusive_ptr<c10d::Store> make_store(const DistributedEnv& env,
   return c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
 }
 
-// A connection of its own to the rendezvous store, for the heartbeats: a client (rank 0 serves
-// the store, or torchrun's agent does), whose operations give up after `timeout`; the keys under
-// the same prefix as the group's ("trainpack/").
+// A connection of its own to the rendezvous store, for the heartbeats (rank 0 serves the store,
+// or torchrun's agent does), the keys under the same prefix as the group's ("trainpack/").
 c10::intrusive_ptr<c10d::Store> make_heartbeat_store(const DistributedEnv& env,
                                                      std::chrono::milliseconds timeout) {
-  c10d::TCPStoreOptions opts;
-  compat::use_classic_tcp_store(opts);
-  opts.port = static_cast<std::uint16_t>(env.master_port);
-  opts.timeout = timeout;
-  opts.isServer = false;
-  opts.waitWorkers = false;
-  c10::intrusive_ptr<c10d::Store> base = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
-  if (env.agent_store) {
-    base = c10::make_intrusive<c10d::PrefixStore>(
-        fmt::format("/worker/attempt_{}", env.restart_count), base);
-  }
-  return c10::make_intrusive<c10d::PrefixStore>("trainpack", base);
+  return c10::make_intrusive<c10d::PrefixStore>("trainpack", connect_to_store(env, timeout));
 }
 
 // Ends this process for a peer lost while it waits in a collective (PeerWatch): the message in

@@ -45,7 +45,6 @@ or network namespaces, or without Debian's torchrun.
 
 import argparse
 import glob
-import io
 import json
 import os
 import shutil
@@ -53,7 +52,6 @@ import signal
 import subprocess
 import sys
 import time
-import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -160,14 +158,9 @@ def final_parameters(logdir):
         fail(f"no checkpoint in {logdir}")
     newest = max(files, key=lambda p: int(p.rsplit("-", 1)[1].split(".")[0]))
     info = checkpoint_file.inspect(newest)
-    if not info.valid:
+    entries = checkpoint_file.module_entries(newest)
+    if entries is None:
         fail(f"{newest} is not a valid checkpoint: {info.why}")
-    with open(newest, "rb") as f:
-        z = zipfile.ZipFile(io.BytesIO(f.read()))
-    prefix = [n for n in z.namelist() if n.endswith("/data.pkl")][0][: -len("data.pkl")]
-    entries = {name: z.read(f"{prefix}data/{tensor.key}")
-               for name, tensor in info.entries.items()
-               if "/" not in name and isinstance(tensor, checkpoint_file.Tensor)}
     return entries, info.global_step
 
 

@@ -221,6 +221,20 @@ def inspect(path):
     return info
 
 
+def module_entries(path):
+    """The module entries of a valid checkpoint (parameters and buffers: names without '/'), as
+    the raw bytes of their storages; None when the file is not a valid checkpoint."""
+    info = inspect(path)
+    if not info.valid:
+        return None
+    with open(path, "rb") as f:
+        z = zipfile.ZipFile(io.BytesIO(f.read()))
+    prefix = [n for n in z.namelist() if n.endswith("/data.pkl")][0][: -len("data.pkl")]
+    return {name: z.read(f"{prefix}data/{tensor.key}")
+            for name, tensor in info.entries.items()
+            if "/" not in name and isinstance(tensor, Tensor)}
+
+
 def _rename_entries(src, dst, new_name):
     """Writes to `dst` the checkpoint `src` with every entry `name` for which new_name(name) is
     not None renamed to that (a name of the same length or not), the archive and trailer rebuilt
