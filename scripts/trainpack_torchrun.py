@@ -70,8 +70,9 @@ def _parse(argv):
 class _Watchdog:
     """Ends an agent left blocked after its workers ended (see the top of this file)."""
 
-    def __init__(self, grace):
+    def __init__(self, grace, exit_barrier):
         self.grace = grace
+        self.exit_barrier = exit_barrier
         self.lock = threading.Lock()
         self.agent = None
         self.last_look = time.monotonic()  # the agent's last look at its workers
@@ -119,7 +120,7 @@ class _Watchdog:
             with self.lock:
                 now = time.monotonic()
                 if self.final_since is not None:
-                    blocked = now - self.final_since > self.grace + EXIT_BARRIER[0]
+                    blocked = now - self.final_since > self.grace + self.exit_barrier
                     where = "in its exit barrier or while closing the rendezvous"
                 else:
                     blocked = (self.agent is not None and not self.restarting and
@@ -135,12 +136,10 @@ class _Watchdog:
             os._exit(0 if state == "SUCCEEDED" else 1)
 
 
-EXIT_BARRIER = [DEFAULT_TIMEOUT]
 
 
 def main():
     seconds, grace, args = _parse(sys.argv[1:])
-    EXIT_BARRIER[0] = seconds
     try:
         from torch.distributed.elastic.agent.server import api
         from torch.distributed.elastic.agent.server import local_elastic_agent
@@ -161,7 +160,7 @@ def main():
     agent.__init__ = init
 
     # The watchdog sees the agent look at its workers and enter its exit barrier.
-    watchdog = _Watchdog(grace)
+    watchdog = _Watchdog(grace, seconds)
     simple = api.SimpleElasticAgent
     if all(hasattr(simple, name) for name in ("_monitor_workers", "_exit_barrier",
                                                "_restart_workers")):
