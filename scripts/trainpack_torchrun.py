@@ -136,8 +136,6 @@ class _Watchdog:
             os._exit(0 if state == "SUCCEEDED" else 1)
 
 
-
-
 def main():
     seconds, grace, args = _parse(sys.argv[1:])
     try:
