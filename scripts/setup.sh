@@ -19,7 +19,8 @@
 # Environment: JOBS (parallel compile jobs; default: all cores); BUILD_DIR (the release build's
 # directory; default build, or build-pip with a Python's torch; the sanitizer builds go to
 # BUILD_DIR-asan/ and BUILD_DIR-tsan/); BUILD_TARGETS (build only these targets, e.g.
-# "fashion_mnist", instead of everything; --test then runs what was built). Compiles go through ccache when it is installed (setup.sh
+# "fashion_mnist", instead of everything; --test then runs what was built); SKIP_LABELS (a ctest
+# label regex that --test leaves out, e.g. "tracking"). Compiles go through ccache when it is installed (setup.sh
 # installs it; its cache, ~/.cache/ccache, is outside the clone): a second clone, or a rebuild
 # after `git clean`, compiles only what changed.
 set -euo pipefail
@@ -56,13 +57,14 @@ BUILD_PACKAGES=(
 # (TRAINPACK_TENSORBOARD_READER in tests/CMakeLists.txt; skipped when that script is absent).
 # python3-venv makes pip's venv (scripts/pip_libtorch.sh; a test makes one too). iproute2 and
 # util-linux make the test hosts of the multi-host tests (network namespaces joined by a bridge,
-# tests/multihost/; skipped without root).
+# tests/multihost/; skipped without root). chromium renders TensorBoard's page headless for the
+# screenshot test (scripts/tensorboard_screenshot.py; skipped without it).
 TEST_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev iproute2 util-linux
   python3-numpy python3-pil python3-torch python3-torchvision
   python3-protobuf python3-grpcio python3-werkzeug python3-markdown python3-six python3-packaging
   python3-absl python3-setuptools python3-bleach
-  python3-venv
+  python3-venv chromium
 )
 # With a Python's torch (--pip-torch, --torch-python), Debian's LibTorch and Python torch are not
 # needed, and pip's venv needs python3-venv whatever is built.
@@ -221,9 +223,18 @@ configure_and_build() {
 }
 
 run_tests() {
-  local dir="$1"
-  step "Running the test suite in $dir"
-  ctest --test-dir "$dir" --output-on-failure -j "$CTEST_JOBS"
+  local dir="$1" skip=()
+  if [[ -n ${SKIP_LABELS:-} ]]; then
+    skip=(-LE "$SKIP_LABELS")
+  else
+    # The real MLflow server and client of the `tracking` tests (PyPI, into .venvs/; made once,
+    # reused): a failure to make it leaves those tests skipped, each saying why.
+    step "Setting up MLflow's and TensorBoard's servers (scripts/tracking_venv.sh)"
+    bash scripts/tracking_venv.sh >/dev/null ||
+      echo "warning: no tracking venv: the tests of label 'tracking' will be skipped" >&2
+  fi
+  step "Running the test suite in $dir${SKIP_LABELS:+ (without the labels $SKIP_LABELS)}"
+  ctest --test-dir "$dir" --output-on-failure -j "$CTEST_JOBS" ${skip[@]+"${skip[@]}"}
 }
 
 # use_python_torch PYTHON: the build's LibTorch is the one inside PYTHON's torch package

@@ -24,8 +24,16 @@ watchdog thread: once every worker of this host has ended, an agent that has not
 workers again (or, after its exit barrier, has not exited) within --agent-grace seconds (default
 30; TRAINPACK_AGENT_GRACE) is ended with status 1 and a line saying why. While workers run, and
 while torchrun restarts them (a new rendezvous, bounded by torchrun's own join timeout), the
-watchdog does nothing. Every other argument is torchrun's,
-unchanged.
+watchdog does nothing.
+
+And it lets a host join a running job (`--nnodes MIN:MAX`, a scale-up). Since PyTorch 2.4 the
+agents share the rendezvous' TCP store with the workers, and an agent whose first rendezvous is a
+later round (the joining host) waits for rank 0 to publish that store's address, which rank 0
+publishes only in its own first round: the joining host waits out the 60 s store timeout and the
+whole group fails to restart. The wrapper sets TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (torchrun's
+own switch; unless the environment sets it), so that every round publishes the address and rank
+0's worker serves the workers' store, as PyTorch 1.13 always did. Every other argument is
+torchrun's, unchanged.
 """
 
 import os
@@ -138,6 +146,7 @@ class _Watchdog:
 
 def main():
     seconds, grace, args = _parse(sys.argv[1:])
+    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     try:
         from torch.distributed.elastic.agent.server import api
         from torch.distributed.elastic.agent.server import local_elastic_agent

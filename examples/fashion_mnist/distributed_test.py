@@ -11,7 +11,9 @@ elastic: `torchrun --max_restarts 1` with a static rendezvous (torchrun's agent 
   TORCHELASTIC_USE_AGENT_STORE=True, the ranks use the prefix /worker/attempt_<n>). Rank 1 is
   killed with SIGKILL once rank 0 has saved a checkpoint; torchrun restarts the group, rank 0
   auto-resumes from its latest checkpoint, and the run ends with status 0 and final parameters
-  (the chief's last checkpoint) bitwise equal to those of a run that was never interrupted.
+  (the chief's last checkpoint) bitwise equal to those of a run that was never interrupted. Both
+  runs trace their reads (--trace-samples): for the steps the run kept, every pass's images are
+  read once each and every step's global batch is the uninterrupted run's.
 
 ctrl_c: the same launch in a real terminal (a pty, as a shell gives), and Ctrl-C typed once rank
   0 trains epoch 2. The terminal sends SIGINT to its foreground process group, and torchrun
@@ -41,6 +43,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "chaos"))
 import checkpoint_file  # noqa: E402  (the chaos suite's checkpoint reader)
+import sample_traces  # noqa: E402  (--trace-samples files)
 
 # Debian's (python3-torch) unless --torchrun names another (pip's venv's, for a build against
 # pip's LibTorch: the launcher's c10d store then matches the program's).
@@ -56,6 +59,8 @@ ELASTIC_FLAGS = ["--train-limit", "256", "--val-limit", "64", "--batch-size", "3
                  "--threads", "1", "--max-val-error", "1", "--dist-timeout", "60"]
 ELASTIC_EPOCHS = 8
 STEPS_PER_EPOCH = 4
+ELASTIC_IMAGES = 256  # --train-limit: 8 global batches of 32 per pass, 2 epochs
+ELASTIC_BATCH = 32
 
 
 def fail(message, *outputs):
@@ -199,10 +204,20 @@ def elastic(binary, workdir):
     def launch(logdir):
         # Not --standalone: a static rendezvous at 127.0.0.1:<port>, where torchrun's agent
         # serves the store. --monitor_interval 0.5: the agent notices a dead worker quickly.
+        # Each rank's reads go to <logdir>.samples (--trace-samples).
+        os.makedirs(logdir + ".samples")
         return (["--nnodes", "1", "--nproc_per_node", "2", "--max_restarts", "1",
                  "--monitor_interval", "0.5", "--master_addr", "127.0.0.1", "--master_port",
                  str(free_port()), "--no_python"] + WORKAROUND +
-                [binary, "--logdir", logdir, "--max-epoch", str(ELASTIC_EPOCHS)] + ELASTIC_FLAGS)
+                [binary, "--logdir", logdir, "--max-epoch", str(ELASTIC_EPOCHS),
+                 "--trace-samples", logdir + ".samples"] + ELASTIC_FLAGS)
+
+    def kept_batches(logdir):
+        try:
+            return sample_traces.read_run(logdir + ".samples", ELASTIC_EPOCHS * STEPS_PER_EPOCH,
+                                          ELASTIC_BATCH, ELASTIC_IMAGES // ELASTIC_BATCH)[1]
+        except sample_traces.TraceError as e:
+            fail(f"{logdir}: {e}")
 
     # The reference: never interrupted.
     reference = os.path.join(workdir, "reference")
@@ -247,12 +262,19 @@ def elastic(binary, workdir):
     if different:
         fail(f"after the restart, {len(different)} of {len(expected)} parameters and buffers "
              f"differ from the uninterrupted run's: {different}", out, out_ref)
+    # The images: every pass read once each, every step the uninterrupted run's global batch.
+    reference_batches = sample_traces.global_batches(kept_batches(reference))
+    problem = sample_traces.partition_problem(kept_batches(killed), ELASTIC_BATCH, ELASTIC_IMAGES,
+                                              reference_batches)
+    if problem:
+        fail(f"after the restart: {problem}", out)
     a, b = last_stats(reference), last_stats(killed)
     if a.get("val-error-top1") != b.get("val-error-top1"):
         fail(f"final val-error-top1 {b.get('val-error-top1')} after the restart, "
              f"{a.get('val-error-top1')} uninterrupted", out, out_ref)
     print(f"elastic: rank 1 killed after {killed_at}; {resumed.strip()}; the final "
-          f"{len(expected)} parameters and buffers equal the uninterrupted run's bitwise")
+          f"{len(got)} parameters and buffers equal the uninterrupted run's bitwise; every "
+          "pass's images read once each, every step's global batch the uninterrupted run's")
 
 
 def ctrl_c(binary, workdir):

@@ -62,7 +62,10 @@
 // chief, owns --logdir (log.log, checkpoints, stats.json, events), resumes from its checkpoints
 // (the others receive its state), runs RunFlags and EpochSummary, and prints the verdict; the other
 // ranks print warnings and errors only, and exit with the chief's status. --threads defaults to the
-// hardware threads divided by the ranks on this machine; --dist-timeout bounds every collective.
+// hardware threads divided by the ranks on this machine; --dist-timeout bounds every collective,
+// --join-timeout the wait for the others to join, --heartbeat-timeout the time to notice a lost
+// rank. A rank that fails before joining (a flag refused on its host) tells the others, which end
+// at once naming it.
 //
 // Flags are checked before anything runs: `nan`, `inf`, negative seeds, fractions for counts and
 // --threads above the hardware threads (unless --oversubscribe) are refused naming the flag
@@ -99,6 +102,7 @@
 #include "model.h"
 #include "ranks.h"
 #include "run_flags.h"
+#include "sample_trace.h"
 #include "trainpack/trainpack.h"
 
 namespace {
@@ -121,12 +125,17 @@ int64_t minor_faults() {
 // only when limit > 0.
 std::shared_ptr<trainpack::DataFromList> load_split(const std::string& split,
                                                     const std::string& dir, int64_t limit,
-                                                    trainpack::DataFromListOptions options) {
+                                                    trainpack::DataFromListOptions options,
+                                                    bool with_index = false) {
   auto [images, labels] = trainpack::FashionMnist::read(split, dir);
   const int64_t n = limit > 0 ? std::min(limit, images.size(0)) : images.size(0);
   std::vector<trainpack::Datapoint> points;
   points.reserve(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) points.push_back({images[i], labels[i]});
+  for (int64_t i = 0; i < n; ++i) {
+    points.push_back({images[i], labels[i]});
+    // --trace-samples: the image's index, a third component that SampleTrace takes off.
+    if (with_index) points.back().push_back(torch::scalar_tensor(i, torch::kInt64));
+  }
   return std::make_shared<trainpack::DataFromList>(std::move(points), options);
 }
 
@@ -391,6 +400,25 @@ int verdict(const trainpack::Trainer& trainer, const EpochSummary& summary,
   return 0;
 }
 
+// ---- failing before the group forms ----
+
+// Whether run_main got as far as joining the group; until then, the error it ends with (for the
+// ranks that wait for this one: main() hands it to ProcessGroup::report_failure_before_joining,
+// so that they end at once naming this rank and the error instead of waiting for the join
+// timeout).
+bool g_reached_join = false;
+std::string g_error_before_joining;
+// --join-timeout (main() uses it too: a chief that fails before joining serves the store for the
+// others until they have read why, at most this long).
+double g_join_timeout_seconds = 120;
+
+// Prints `message` on stderr, keeps it for the other ranks and returns `status`.
+int refuse_before_joining(const std::string& message, int status) {
+  std::fprintf(stderr, "%s\n", message.c_str());
+  g_error_before_joining = message;
+  return status;
+}
+
 }  // namespace
 
 int run_main(int argc, char** argv) {
@@ -420,6 +448,7 @@ int run_main(int argc, char** argv) {
   std::string device_text = "cpu";
   bool cuda_graph = false;
   std::string console_file = "INJECT_SHELL.tmp";
+  std::string trace_samples;  // "": no trace (sample_trace.h)
 
   // Bounds said in words; `nan`, `inf`, `-1` for the seed and `1e3` for a count are refused here,
   // naming the flag (flag_checks.h).
@@ -485,13 +514,18 @@ int run_main(int argc, char** argv) {
                "Allow --threads above the number of hardware threads (under torchrun: --threads "
                "times the ranks on this machine; each step then waits for threads that share a "
                "core; refused without this flag)");
-  app.add_option(
-         "--dist-timeout", dist_timeout,
-         "Under torchrun: seconds any collective (or joining the group) waits for the other "
-         "ranks before failing; bounds how long the others wait for a rank that hangs (a "
-         "rank that dies is noticed at once)")
+  app.add_option("--dist-timeout", dist_timeout,
+                 "Under torchrun: seconds any collective waits for the other "
+                 "ranks before failing; bounds how long the others wait for a rank that hangs (a "
+                 "rank that dies is noticed at once)")
       ->capture_default_str()
       ->check(kPositive);
+  app.add_option("--join-timeout", g_join_timeout_seconds,
+                 "Under torchrun: seconds a rank waits for the others to join the group (a rank "
+                 "that fails before joining with an error is named at once; one that crashed, "
+                 "after this)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--heartbeat-timeout", heartbeat_timeout,
                  "Under torchrun: seconds without a heartbeat (sent every 2 s by a thread of each "
                  "rank) after which a rank, or the host of the rendezvous store, counts as lost "
@@ -551,6 +585,12 @@ int run_main(int argc, char** argv) {
   app.add_flag("--cuda-graph", cuda_graph,
                "Capture the training step as a CUDA graph after 3 warm-up steps and replay it "
                "(--device cuda; SGD; docs/gpu.md)");
+  app.add_option("--trace-samples", trace_samples,
+                 "Directory (existing) where each rank writes the index of every training image "
+                 "it reads, one file per process (samples-rank<R>-pid<P>.txt: lines "
+                 "\"<pass> <position> <index>\"), to check that the ranks' shares of an epoch "
+                 "are a partition of it (docs/distributed.md)")
+      ->check(CLI::ExistingDirectory);
   app.add_option("--console-file", console_file,
                  "The file whose appearance pauses training at the next epoch end in the "
                  "training console (InjectShell; its lines are the console's commands without a "
@@ -565,19 +605,19 @@ int run_main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    if (app.exit(e) == 0) return 0;
+    g_error_before_joining = e.what();
+    return 2;
   }
   // Where this process stands among the ranks (none of torchrun's or SLURM's variables: alone).
   trainpack::DistributedEnv env;
   try {
     env = trainpack::DistributedEnv::from_environment();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fashion_mnist: error: %s\n", e.what());
-    return 2;
+    return refuse_before_joining(fmt::format("fashion_mnist: error: {}", e.what()), 2);
   }
   if (auto problem = fashion_mnist::batch_size_problem(batch_size, env.world_size)) {
-    std::fprintf(stderr, "fashion_mnist: error: %s\n", problem->c_str());
-    return 2;
+    return refuse_before_joining(fmt::format("fashion_mnist: error: {}", problem->c_str()), 2);
   }
   const unsigned hardware_threads = std::max(1u, std::thread::hardware_concurrency());
   const bool threads_given = threads > 0;
@@ -585,13 +625,13 @@ int run_main(int argc, char** argv) {
     threads = fashion_mnist::default_threads(hardware_threads, env.local_world_size);
   if (threads_given && env.local_world_size > 1 &&
       static_cast<int64_t>(threads) * env.local_world_size > hardware_threads && !oversubscribe) {
-    std::fprintf(stderr,
-                 "--threads: %d on each of the %lld ranks on this machine (LOCAL_WORLD_SIZE) is "
-                 "more than the %u hardware threads; every step would wait for threads sharing a "
-                 "core. Lower --threads (or leave it out: the hardware threads divided by the "
-                 "ranks), or pass --oversubscribe to use %d anyway\n",
-                 threads, static_cast<long long>(env.local_world_size), hardware_threads, threads);
-    return 2;
+    return refuse_before_joining(
+        fmt::format("--threads: {} on each of the {} ranks on this machine (LOCAL_WORLD_SIZE) is "
+                    "more than the {} hardware threads; every step would wait for threads sharing "
+                    "a core. Lower --threads (or leave it out: the hardware threads divided by the "
+                    "ranks), or pass --oversubscribe to use {} anyway",
+                    threads, env.local_world_size, hardware_threads, threads),
+        2);
   }
   // The device: checked before anything is loaded, so that a machine without a GPU says so at once.
   c10::Device device(c10::kCPU);
@@ -600,22 +640,22 @@ int run_main(int argc, char** argv) {
     trainpack::check_precision_supported(trainpack::parse_precision(precision_text), device,
                                          "--precision");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fashion_mnist: error: %s\n", e.what());
-    return 2;
+    return refuse_before_joining(fmt::format("fashion_mnist: error: {}", e.what()), 2);
   }
   if (cuda_graph && !device.is_cuda()) {
-    std::fprintf(stderr,
-                 "fashion_mnist: error: --cuda-graph needs a CUDA device (--device cuda); on the "
-                 "CPU the step runs eager\n");
-    return 2;
+    return refuse_before_joining(
+        "fashion_mnist: error: --cuda-graph needs a CUDA device (--device cuda); on the CPU the "
+        "step runs eager",
+        2);
   }
   if (static_cast<unsigned>(threads) > hardware_threads && !oversubscribe) {
-    std::fprintf(stderr,
-                 "--threads: %d is more than the %u hardware threads of this machine; every step "
-                 "would wait for threads sharing a core. Lower --threads, or pass --oversubscribe "
-                 "to use %d anyway\n",
-                 threads, hardware_threads, threads);
-    return 2;
+    return refuse_before_joining(
+        fmt::format(
+            "--threads: {} is more than the {} hardware threads of this machine; every step "
+            "would wait for threads sharing a core. Lower --threads, or pass "
+            "--oversubscribe to use {} anyway",
+            threads, hardware_threads, threads),
+        2);
   }
 
   // Threads, BLAS, malloc and OpenMP's waiting (trainpack/utils/runtime.h): before anything
@@ -636,38 +676,41 @@ int run_main(int argc, char** argv) {
   std::shared_ptr<trainpack::DataFromList> train_points, test_points;
   try {
     train_points = load_split("train", data_dir, train_limit,
-                              trainpack::DataFromListOptions().shuffle(true).seed(seed));
+                              trainpack::DataFromListOptions().shuffle(true).seed(seed),
+                              /*with_index=*/!trace_samples.empty());
     test_points = load_split("test", data_dir, val_limit, {});
   } catch (const std::exception& e) {
     if (trainpack::is_out_of_memory(e)) {
-      std::fprintf(stderr, "fashion_mnist: error: %s\n",
-                   trainpack::describe_out_of_memory(e).c_str());
-      return trainpack::kOutOfMemoryExitStatus;
+      return refuse_before_joining(
+          fmt::format("fashion_mnist: error: {}", trainpack::describe_out_of_memory(e)),
+          trainpack::kOutOfMemoryExitStatus);
     }
-    std::fprintf(stderr, "fashion_mnist: error: %s\n", e.what());
-    return 2;
+    return refuse_before_joining(fmt::format("fashion_mnist: error: {}", e.what()), 2);
   }
   const int64_t train_size = *train_points->size();
   if (train_size < batch_size) {
-    std::fprintf(stderr,
-                 "fashion_mnist: error: --batch-size %lld is larger than the %lld training images; "
-                 "lower --batch-size or raise --train-limit\n",
-                 static_cast<long long>(batch_size), static_cast<long long>(train_size));
-    return 2;
+    return refuse_before_joining(
+        fmt::format("fashion_mnist: error: --batch-size {} is larger than the {} training images; "
+                    "lower --batch-size or raise --train-limit",
+                    batch_size, train_size),
+        2);
   }
 
   // The ranks meet (a group of one when alone). After configure_runtime, which may execute the
   // program again, and before the log directory: when the chief cannot use it, the others hear of
   // it at their first collective instead of waiting for the chief to join.
   trainpack::ProcessGroupPtr group;
+  g_reached_join = true;
   const std::chrono::milliseconds heartbeat_ms(static_cast<int64_t>(heartbeat_timeout * 1000));
   try {
-    group =
-        trainpack::ProcessGroup::from_environment(trainpack::DistributedOptions()
-                                                      .timeout(std::chrono::seconds(dist_timeout))
-                                                      .heartbeat_timeout(heartbeat_ms)
-                                                      .env(env)
-                                                      .cuda(device.is_cuda()));
+    group = trainpack::ProcessGroup::from_environment(
+        trainpack::DistributedOptions()
+            .timeout(std::chrono::seconds(dist_timeout))
+            .join_timeout(
+                std::chrono::milliseconds(static_cast<int64_t>(g_join_timeout_seconds * 1000)))
+            .heartbeat_timeout(heartbeat_ms)
+            .env(env)
+            .cuda(device.is_cuda()));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fashion_mnist: error: cannot join the other ranks: %s\n", e.what());
     return 1;
@@ -704,9 +747,18 @@ int run_main(int argc, char** argv) {
   // Every rank reads the same seeded order and takes its part of every global batch: the ranks'
   // batches k together are the single-process batch k (ShardData; alone, the whole set).
   const int64_t rank_batch = batch_size / group->world_size();
-  auto train = std::make_shared<trainpack::BatchData>(
-      std::make_shared<trainpack::ShardData>(train_points, group->rank(), group->world_size()),
-      rank_batch);
+  trainpack::DataFlowPtr shard =
+      std::make_shared<trainpack::ShardData>(train_points, group->rank(), group->world_size());
+  if (!trace_samples.empty()) {
+    try {
+      shard = std::make_shared<fashion_mnist::SampleTrace>(shard, trace_samples, group->rank(),
+                                                           group->world_size());
+    } catch (const std::exception& e) {
+      TP_LOG_ERROR("fashion_mnist: {}", e.what());
+      return fail_before_training(e.what());
+    }
+  }
+  auto train = std::make_shared<trainpack::BatchData>(shard, rank_batch);
   auto val =
       std::make_shared<trainpack::BatchData>(test_points, val_batch_size, /*remainder=*/true);
   TP_LOG_INFO(
@@ -803,7 +855,14 @@ int run_main(int argc, char** argv) {
       tracking.push_back(comet);
     }
     if (const char* uri = std::getenv("MLFLOW_TRACKING_URI"); chief && uri != nullptr && *uri) {
-      auto mlflow = std::make_shared<trainpack::MLflowMonitor>();
+      // The run's settings as MLflow params (the learning rate comes from its setter).
+      auto mlflow =
+          std::make_shared<trainpack::MLflowMonitor>(trainpack::MLflowMonitorOptions().params(
+              {{"batch_size", std::to_string(batch_size)},
+               {"max_epoch", std::to_string(max_epoch)},
+               {"weight_decay", fmt::format("{}", weight_decay)},
+               {"seed", std::to_string(seed)},
+               {"ranks", std::to_string(group->world_size())}}));
       TP_LOG_INFO(
           "fashion_mnist: MLFLOW_TRACKING_URI is set: sending the run to MLflow at {}, "
           "experiment {}",
@@ -901,17 +960,30 @@ int run_main(int argc, char** argv) {
 
 // An exception that escapes run_main (a log directory that cannot be made, a failure outside the
 // training loop) ends the program with its whole chain on stderr and status 1, not an abort; a
-// failed allocation or configure_runtime's MemoryLimitError with one line and status 3.
+// failed allocation or configure_runtime's MemoryLimitError with one line and status 3. A rank
+// that ends with an error before it joined the group tells the ranks waiting for it (under
+// torchrun or SLURM; nothing when alone).
 int main(int argc, char** argv) {
+  int status = 1;
   try {
-    return run_main(argc, argv);
+    status = run_main(argc, argv);
   } catch (const std::exception& e) {
     if (trainpack::is_out_of_memory(e)) {
-      std::fprintf(stderr, "fashion_mnist: error: %s\n",
-                   trainpack::describe_out_of_memory(e).c_str());
-      return trainpack::kOutOfMemoryExitStatus;
+      g_error_before_joining =
+          fmt::format("fashion_mnist: error: {}", trainpack::describe_out_of_memory(e));
+      std::fprintf(stderr, "%s\n", g_error_before_joining.c_str());
+      status = trainpack::kOutOfMemoryExitStatus;
+    } else {
+      trainpack::print_exception(e);
+      g_error_before_joining = e.what();
     }
-    trainpack::print_exception(e);
-    return 1;
   }
+  if (status != 0 && !g_reached_join) {
+    trainpack::ProcessGroup::report_failure_before_joining(
+        g_error_before_joining.empty() ? fmt::format("exited with status {}", status)
+                                       : g_error_before_joining,
+        trainpack::DistributedOptions().join_timeout(
+            std::chrono::milliseconds(static_cast<int64_t>(g_join_timeout_seconds * 1000))));
+  }
+  return status;
 }

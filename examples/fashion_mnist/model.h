@@ -110,6 +110,11 @@ class Model : public trainpack::ModelDesc {
       ctx.add_moving_summary("cost", cost);
       ctx.add_moving_summary("train-error-top1", wrong1.mean());
       ctx.add_moving_summary("train-error-top5", wrong5.mean());
+      // What TensorBoard's Images and Histograms dashboards show, at each epoch's last step
+      // (MergeAllSummaries): the step's first 3 training images (tags input/image/0..2) and the
+      // classifier's weights (fc/weight-histogram). Recording them costs a 3-image slice a step.
+      ctx.summary_image("input", inputs[0].slice(0, 0, 3).unsqueeze(-1).mul(255).round(), 3);
+      ctx.summary_histogram("fc/weight", net.fc->weight.detach());
     }
     return cost;
   }

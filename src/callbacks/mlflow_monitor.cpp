@@ -6,6 +6,8 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -25,9 +27,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr size_t kMaxNameBytes = 250;         // MAX_ENTITY_KEY_LENGTH
-constexpr size_t kMaxParamValueBytes = 6000;  // MAX_PARAM_VAL_LENGTH
-constexpr size_t kMaxTagValueBytes = 5000;    // MAX_TAG_VAL_LENGTH
+constexpr size_t kMaxNameBytes = 250;  // MAX_ENTITY_KEY_LENGTH
 constexpr size_t kMaxExperimentNameBytes = 500;
 
 bool name_char_ok(char c) {
@@ -113,6 +113,19 @@ std::string string_at(const Json& j, std::initializer_list<const char*> path) {
   return at->is_string() ? at->get<std::string>() : "";
 }
 
+// A successful answer that is not MLflow's JSON, for a warning: an HTML page is said to be one (a
+// proxy's login page, or another web server at the URI), else its first 200 characters.
+std::string unexpected_answer(const std::string& body, const std::string& uri) {
+  const size_t first = body.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && body[first] == '<') {
+    return fmt::format(
+        "an HTML page, not MLflow's JSON (a proxy's login page, or another web server than "
+        "MLflow's at {}? check MLFLOW_TRACKING_URI): {}",
+        uri, body.substr(first, 120));
+  }
+  return body.substr(0, 200);
+}
+
 std::string metric_json(const TrackingRecord& r) {
   Json value;
   if (std::isnan(r.value)) {
@@ -189,8 +202,30 @@ std::string mlflow_name_problem(const std::string& name) {
 
 }  // namespace detail
 
+namespace {
+
+// `tracking` with MLflow's client's TLS variables applied where the options leave them unset.
+TrackingOptions with_tls_environment(TrackingOptions tracking) {
+  HttpClientOptions http = tracking.http();
+  if (http.ca_file().empty()) {
+    http.ca_file(detail::environment_variable("MLFLOW_TRACKING_SERVER_CERT_PATH"));
+  }
+  std::string insecure = detail::environment_variable("MLFLOW_TRACKING_INSECURE_TLS");
+  std::transform(insecure.begin(), insecure.end(), insecure.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (insecure == "true") {
+    http.verify_tls(false);
+    TP_LOG_WARN(
+        "MLflowMonitor: MLFLOW_TRACKING_INSECURE_TLS=true: the server's TLS certificate is not "
+        "checked");
+  }
+  return tracking.http(http);
+}
+
+}  // namespace
+
 MLflowMonitor::MLflowMonitor(MLflowMonitorOptions options)
-    : TrackingMonitor("MLflow", options.tracking()) {
+    : TrackingMonitor("MLflow", with_tls_environment(options.tracking())) {
   set_chief_only(true);
   uri_ = options.tracking_uri().empty() ? detail::environment_variable("MLFLOW_TRACKING_URI")
                                         : options.tracking_uri();
@@ -269,6 +304,23 @@ MLflowMonitor::MLflowMonitor(MLflowMonitorOptions options)
     }
   }
   tags_ = options.tags();
+  for (const auto& [key, value] : options.params()) {
+    const std::string name = detail::mlflow_name(key);
+    if (params_.count(name) != 0) {
+      throw std::invalid_argument(fmt::format(
+          "MLflowMonitor: params: '{}' and another param are both sent as '{}' (MLflow's names "
+          "allow letters, digits, '_', '-', '.', ' ' and '/'); rename one",
+          key, name));
+    }
+    std::string sent = cut_utf8(value, kMaxParamValueBytes);
+    if (sent.size() < value.size()) {
+      TP_LOG_WARN(
+          "MLflowMonitor: params: the value of '{}' is {} bytes long; MLflow keeps at most {}: its "
+          "first {} bytes are sent",
+          key, value.size(), kMaxParamValueBytes, sent.size());
+    }
+    params_.emplace(name, std::move(sent));
+  }
 
   given_run_id_ =
       !options.run_id().empty() ? options.run_id() : detail::environment_variable("MLFLOW_RUN_ID");
@@ -364,6 +416,13 @@ std::string MLflowMonitor::credentials_hint() const {
       auth_source_.empty() ? "sends no credentials" : "sent " + auth_source_);
 }
 
+std::string MLflowMonitor::certificate_hint() const {
+  return "if the server's certificate is right, set MLFLOW_TRACKING_SERVER_CERT_PATH to the "
+         "certificate (PEM) of the CA that signed it, as MLflow's client reads it, or add that CA "
+         "to this machine's store (Debian: /usr/local/share/ca-certificates/ and "
+         "update-ca-certificates)";
+}
+
 std::string MLflowMonitor::find_or_create_experiment() {
   const HttpRequest lookup = make_request(
       "GET", "experiments/get-by-name?experiment_name=" + url_encode(experiment_name_), "");
@@ -379,7 +438,7 @@ std::string MLflowMonitor::find_or_create_experiment() {
         TP_LOG_WARN(
             "MLflowMonitor: experiments/get-by-name answered without an experiment id: {}; "
             "training goes on",
-            redact_secrets(r.body.substr(0, 200)));
+            redact_secrets(unexpected_answer(r.body, uri_)));
         return "";
       }
       if (string_at(body, {"experiment", "lifecycle_stage"}) == "deleted") {
@@ -435,7 +494,7 @@ bool MLflowMonitor::create_run() {
   if (id.empty()) id = string_at(answer, {"run", "info", "run_uuid"});
   if (id.empty()) {
     TP_LOG_WARN("MLflowMonitor: runs/create answered without a run id: {}; training goes on",
-                redact_secrets(r.body.substr(0, 200)));
+                redact_secrets(unexpected_answer(r.body, uri_)));
     return false;
   }
   set_run(id, experiment);
@@ -482,9 +541,9 @@ bool MLflowMonitor::open() {
   return create_run();
 }
 
-void MLflowMonitor::post_batch(const std::vector<std::string>& metrics,
-                               const std::vector<std::string>& params,
-                               const std::vector<std::string>& tags) {
+HttpResponse MLflowMonitor::post_batch(const std::vector<std::string>& metrics,
+                                       const std::vector<std::string>& params,
+                                       const std::vector<std::string>& tags) {
   std::string body = Json{{"run_id", run_id()}}.dump();
   body.pop_back();  // the closing '}'
   auto list = [&body](const char* name, const std::vector<std::string>& items) {
@@ -499,7 +558,21 @@ void MLflowMonitor::post_batch(const std::vector<std::string>& metrics,
   list("params", params);
   list("tags", tags);
   body += '}';
-  HttpResponse r = request(make_request("POST", "runs/log-batch", std::move(body)), "log-batch");
+  return request(make_request("POST", "runs/log-batch", std::move(body)), "log-batch");
+}
+
+void MLflowMonitor::_before_train() {
+  TrackingMonitor::_before_train();
+  for (const auto& [key, value] : params_) {
+    TrackingRecord r;
+    r.kind = TrackingRecord::Kind::kParam;
+    r.key = key;
+    r.text = value;
+    r.step = global_step();
+    r.epoch = epoch_num();
+    r.timestamp_ms = detail::unix_time_ms();
+    enqueue(std::move(r));
+  }
 }
 
 void MLflowMonitor::deliver(std::vector<TrackingRecord>& batch) {
@@ -507,30 +580,36 @@ void MLflowMonitor::deliver(std::vector<TrackingRecord>& batch) {
   // The request's size without its entries: {"run_id": "<id>", "metrics": [], "params": [],
   // "tags": []}, with room to spare.
   const size_t overhead = 64 + run_id().size();
-  std::vector<std::string> metrics, params, tags;
-  size_t bytes = overhead;
-  auto flush = [&] {
-    if (metrics.empty() && params.empty() && tags.empty()) return;
-    post_batch(metrics, params, tags);
-    metrics.clear();
-    params.clear();
-    tags.clear();
-    bytes = overhead;
+  // The log-batch requests, split by MLflow's limits, with the records each one carries.
+  struct Request {
+    std::vector<std::string> metrics, params, tags;
+    std::vector<size_t> records;          // indices into `batch`
+    std::vector<std::string> param_keys;  // the params it sends (undone when it is kept)
+    size_t bytes = 0;
   };
-  auto add = [&](std::vector<std::string>& list, int list_limit, std::string entry) {
-    const size_t entries = metrics.size() + params.size() + tags.size();
-    if (static_cast<int>(list.size()) >= list_limit ||
+  std::vector<Request> requests(1);
+  requests.back().bytes = overhead;
+  auto add = [&](std::vector<std::string> Request::*list, int list_limit, std::string entry,
+                 size_t index) {
+    Request* q = &requests.back();
+    const size_t entries = q->metrics.size() + q->params.size() + q->tags.size();
+    if (static_cast<int>((q->*list).size()) >= list_limit ||
         static_cast<int>(entries) >= kMaxEntriesPerBatch ||
-        bytes + entry.size() + 2 > static_cast<size_t>(kMaxBatchBytes)) {
-      flush();
+        q->bytes + entry.size() + 2 > static_cast<size_t>(kMaxBatchBytes)) {
+      requests.emplace_back();
+      q = &requests.back();
+      q->bytes = overhead;
     }
-    bytes += entry.size() + 2;
-    list.push_back(std::move(entry));
+    q->bytes += entry.size() + 2;
+    (q->*list).push_back(std::move(entry));
+    q->records.push_back(index);
+    return q;
   };
-  for (const TrackingRecord& r : batch) {
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const TrackingRecord& r = batch[i];
     switch (r.kind) {
       case TrackingRecord::Kind::kMetric:
-        add(metrics, kMaxMetricsPerBatch, metric_json(r));
+        add(&Request::metrics, kMaxMetricsPerBatch, metric_json(r), i);
         break;
       case TrackingRecord::Kind::kParam: {
         if (!send_params_) break;
@@ -547,18 +626,37 @@ void MLflowMonitor::deliver(std::vector<TrackingRecord>& batch) {
           break;
         }
         params_sent_.emplace(key, value);
-        add(params, kMaxParamsPerBatch, key_value_json(key, value));
+        add(&Request::params, kMaxParamsPerBatch, key_value_json(key, value), i)
+            ->param_keys.push_back(key);
         break;
       }
       case TrackingRecord::Kind::kOther:
-        add(tags, kMaxTagsPerBatch,
-            key_value_json(detail::mlflow_name(r.key), cut_utf8(r.text, kMaxTagValueBytes)));
+        add(&Request::tags, kMaxTagsPerBatch,
+            key_value_json(detail::mlflow_name(r.key), cut_utf8(r.text, kMaxTagValueBytes)), i);
         break;
       case TrackingRecord::Kind::kImage:
         break;  // MLflow's REST API has no image endpoint (see the header)
     }
   }
-  flush();
+  for (size_t k = 0; k < requests.size(); ++k) {
+    const Request& q = requests[k];
+    if (q.records.empty()) continue;
+    const HttpResponse r = post_batch(q.metrics, q.params, q.tags);
+    if (r.ok() || key_refused()) continue;  // a refused key drops everything (the base's count)
+    if (!r.retryable()) {
+      drop_refused(static_cast<int64_t>(q.records.size()));  // request() warned with the answer
+      continue;
+    }
+    // No server (or the flush timeout's abort): this request's records and the rest's are kept,
+    // in order, for the next delivery; their params count as not sent.
+    std::vector<TrackingRecord> kept;
+    for (size_t l = k; l < requests.size(); ++l) {
+      for (size_t index : requests[l].records) kept.push_back(std::move(batch[index]));
+      for (const std::string& key : requests[l].param_keys) params_sent_.erase(key);
+    }
+    keep_for_retry(std::move(kept));
+    return;
+  }
 }
 
 void MLflowMonitor::finish(TrackingStatus status) {

@@ -104,6 +104,12 @@ std::string TrackingMonitor::redact_secrets(std::string text) const {
 
 std::string TrackingMonitor::credentials_hint() const { return "the API key given to the monitor"; }
 
+std::string TrackingMonitor::certificate_hint() const {
+  return "if the server's certificate is right, add the CA that signed it to this machine's store "
+         "(Debian: copy it to /usr/local/share/ca-certificates/ and run update-ca-certificates) "
+         "or give it as TrackingOptions().http(HttpClientOptions().ca_file(...))";
+}
+
 // ---- the training thread ----
 
 void TrackingMonitor::enqueue(TrackingRecord record) {
@@ -315,6 +321,16 @@ void TrackingMonitor::drop_for_refused_key(int64_t n) {
   queue_.clear();
 }
 
+void TrackingMonitor::keep_for_retry(std::vector<TrackingRecord> records) {
+  kept_.insert(kept_.end(), std::make_move_iterator(records.begin()),
+               std::make_move_iterator(records.end()));
+}
+
+void TrackingMonitor::drop_refused(int64_t n) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  dropped_ += n;
+}
+
 void TrackingMonitor::run() {
   try {
     serve();
@@ -351,6 +367,7 @@ void TrackingMonitor::serve() {
   // 2. Deliver whenever woken; 3. at the end, finish.
   std::vector<TrackingRecord> batch;
   SteadyClock::time_point last = SteadyClock::now();
+  std::chrono::milliseconds retry_backoff = options_.initial_backoff();
   while (true) {
     bool ending;
     TrackingStatus status;
@@ -368,12 +385,55 @@ void TrackingMonitor::serve() {
       in_flight_ = static_cast<int64_t>(batch.size());
     }
     last = SteadyClock::now();
+    kept_.clear();
+    const auto given = static_cast<int64_t>(batch.size());  // deliver() may move from it
     if (!batch.empty()) deliver(batch);
-    const int64_t delivered = static_cast<int64_t>(batch.size());
+    const int64_t delivered = given - static_cast<int64_t>(kept_.size());
     batch.clear();
+    const int64_t kept = static_cast<int64_t>(kept_.size());
+    int64_t arrived = 0;
+    bool newly_held = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       in_flight_ = 0;
+      newly_held = kept > 0 && held_ == 0;
+      if (kept > 0) {
+        // Back to the head of the queue, before what was put meanwhile; the oldest go first
+        // when that passes the capacity.
+        queue_.insert(queue_.begin(), std::make_move_iterator(kept_.begin()),
+                      std::make_move_iterator(kept_.end()));
+        const int64_t excess = static_cast<int64_t>(queue_.size()) - options_.queue_capacity();
+        if (excess > 0) {
+          queue_.erase(queue_.begin(), queue_.begin() + excess);
+          dropped_ += excess;
+        }
+        held_ = std::min<int64_t>(kept, static_cast<int64_t>(queue_.size()));
+      } else if (held_ > 0) {
+        arrived = held_;
+        held_ = 0;
+      }
+    }
+    kept_.clear();
+    if (newly_held) {
+      TP_LOG_WARN("{}: {} not sent (the server did not answer); {} kept and sent again when it "
+                  "answers (at most TrackingOptions::queue_capacity records are held)",
+                  service_, kept == 1 ? "1 record was" : fmt::format("{} records were", kept),
+                  kept == 1 ? "it is" : "they are");
+    }
+    if (arrived > 0) {
+      TP_LOG_INFO(
+          "{}: the server answers again: the records held back since a delivery failed ({}) "
+          "were sent",
+          service_, arrived);
+    }
+    if (kept > 0) {
+      // The server is away: wait before the next try (the end's flush tries until its timeout).
+      if (!sleep_unless_stopped(retry_backoff)) return;
+      retry_backoff = std::min(retry_backoff * 2, options_.max_backoff());
+      std::lock_guard<std::mutex> lock(mutex_);
+      deliver_now_ = true;
+    } else {
+      retry_backoff = options_.initial_backoff();
     }
     if (key_refused()) {
       drop_for_refused_key(delivered);
@@ -431,11 +491,15 @@ HttpResponse TrackingMonitor::request(const HttpRequest& req, const std::string&
         ++failed_;
       }
       const std::string kind = r.status == 0 ? "no answer" : "HTTP " + std::to_string(r.status);
-      warn_once(kind, fmt::format("{}: {} failed{}: {}; training goes on (later failures are "
+      const std::string hint =
+          r.certificate_refused
+              ? "; the server's TLS certificate was refused: " + certificate_hint()
+              : "";
+      warn_once(kind, fmt::format("{}: {} failed{}: {}{}; training goes on (later failures are "
                                   "counted and the count is logged when training ends)",
                                   service_, where,
                                   r.retryable() ? fmt::format(" after {} attempts", attempt) : "",
-                                  r.describe()));
+                                  r.describe(), hint));
       return r;
     }
     std::chrono::milliseconds wait = backoff;

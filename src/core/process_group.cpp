@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <fstream>
@@ -25,6 +26,7 @@
 #endif
 
 #include "trainpack/core/distributed.h"
+#include "trainpack/detail/group_join.h"
 #include "trainpack/detail/peer_watch.h"
 #include "trainpack/detail/torch_compat.h"
 #include "trainpack/utils/error_file.h"
@@ -33,11 +35,6 @@
 namespace trainpack {
 
 namespace detail {
-
-struct PeerInfo {
-  std::string host;
-  int64_t pid = 0;
-};
 
 struct ProcessGroupImpl {
   DistributedEnv env;
@@ -107,9 +104,19 @@ c10::intrusive_ptr<c10d::Store> make_store(const DistributedEnv& env,
   opts.timeout = timeout;
   opts.isServer = env.rank == 0;
   opts.numWorkers = static_cast<std::size_t>(env.world_size);
-  opts.waitWorkers = true;
+  opts.waitWorkers = false;  // the ranks meet in the store instead (detail/group_join.h)
   opts.multiTenant = true;
   return c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+}
+
+// The meeting's view of trainpack's keys in the store (`store`: under the prefix "trainpack/").
+detail::JoinStore join_store(const c10::intrusive_ptr<c10d::Store>& store) {
+  return {[store](const std::string& key, const std::string& value) {
+            store->set(key, to_bytes(value));
+          },
+          [store](const std::string& key) { return from_bytes(store->get(key)); },
+          [store](const std::string& key) { return store->check({key}); },
+          [store](const std::string& key, int64_t n) { return store->add(key, n); }};
 }
 
 // A connection of its own to the rendezvous store, for the heartbeats (rank 0 serves the store,
@@ -298,6 +305,12 @@ std::shared_ptr<ProcessGroup> ProcessGroup::from_environment(DistributedOptions 
         "ranks, e.g. std::chrono::minutes(10)), got {} ms",
         options.timeout().count()));
   }
+  if (options.join_timeout().count() <= 0) {
+    throw std::invalid_argument(fmt::format(
+        "DistributedOptions().join_timeout: must be > 0 (the longest a rank waits for the others "
+        "to join, e.g. std::chrono::minutes(2)), got {} ms",
+        options.join_timeout().count()));
+  }
   if (options.heartbeat_interval().count() < 0 || options.heartbeat_timeout().count() < 0 ||
       (options.heartbeat_interval().count() > 0 && options.heartbeat_timeout().count() > 0 &&
        options.heartbeat_timeout() < 2 * options.heartbeat_interval())) {
@@ -326,22 +339,50 @@ std::shared_ptr<ProcessGroup> ProcessGroup::from_environment(DistributedOptions 
   TP_LOG_INFO("Joining the process group: rank {} of {} (local rank {}), {} at {}:{}{}, via {} ...",
               env.rank, env.world_size, env.local_rank, impl->backend, env.master_addr,
               env.master_port, env.agent_store ? " (torchrun's store)" : "", env.launcher);
+  // Reaching the store and meeting the other ranks in it wait at most the join timeout; the
+  // store's operations after that, the collective timeout.
   c10::intrusive_ptr<c10d::Store> base;
   try {
-    base = make_store(env, options.timeout());
+    base = make_store(env, options.join_timeout());
   } catch (const std::exception& e) {
     throw DistributedError(
-        fmt::format("rank {} could not reach the rendezvous store at {}:{} within {} s: {}. Check "
-                    "MASTER_ADDR and MASTER_PORT, and that rank 0 started",
-                    env.rank, env.master_addr, env.master_port, options.timeout().count() / 1000.0,
-                    e.what()),
+        fmt::format("rank {} could not reach the rendezvous store at {}:{} within {} s "
+                    "(DistributedOptions().join_timeout): {}. Check MASTER_ADDR and MASTER_PORT, "
+                    "and that rank 0 started (and see its output: it may have failed before "
+                    "joining)",
+                    env.rank, env.master_addr, env.master_port,
+                    static_cast<double>(options.join_timeout().count()) / 1000.0, e.what()),
         -1);
   }
   impl->store = c10::make_intrusive<c10d::PrefixStore>("trainpack", base);
+  // Who is who (for naming a rank that dies): every rank announces itself and waits for the
+  // others, so that one that fails before joining is named at once, not after the backend's
+  // rendezvous times out.
+  const detail::JoinStore meeting = join_store(impl->store);
+  const bool serves_store = env.rank == 0 && !env.agent_store;
+  try {
+    impl->peers = detail::meet_ranks(meeting, env.rank, env.world_size, this_host(),
+                                     static_cast<int64_t>(::getpid()), options.join_timeout());
+  } catch (const DistributedError&) {
+    // Another rank failed before joining: the store (and its message) ends with this process.
+    if (serves_store) {
+      try {
+        detail::wait_until_failure_known(meeting, env.world_size, options.join_timeout());
+      } catch (...) {  // the rank's own error says what matters
+      }
+    }
+    throw;
+  } catch (const std::exception& e) {
+    throw DistributedError(fmt::format("rank {} lost the rendezvous store at {}:{} while meeting "
+                                       "the other ranks: {}",
+                                       env.rank, env.master_addr, env.master_port, e.what()),
+                           -1);
+  }
+  base->setTimeout(options.timeout());
   auto group_store = c10::make_intrusive<c10d::PrefixStore>("group", base);
   try {
-    const int rank = static_cast<int>(env.rank);
-    const int size = static_cast<int>(env.world_size);
+    [[maybe_unused]] const int rank = static_cast<int>(env.rank);
+    [[maybe_unused]] const int size = static_cast<int>(env.world_size);
     if (impl->backend == "gloo") {
 #ifdef TRAINPACK_WITH_GLOO
       auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout());
@@ -363,16 +404,6 @@ std::shared_ptr<ProcessGroup> ProcessGroup::from_environment(DistributedOptions 
     throw DistributedError(fmt::format("rank {} could not connect to the other ranks ({}): {}",
                                        env.rank, impl->backend, e.what()),
                            -1);
-  }
-  // Who is who, for naming a rank that dies (its process, when it runs on this machine).
-  const std::string host = this_host();
-  impl->store->set(fmt::format("peer/{}", env.rank),
-                   to_bytes(fmt::format("{}\n{}", host, ::getpid())));
-  impl->peers.resize(static_cast<size_t>(env.world_size));
-  for (int64_t r = 0; r < env.world_size; ++r) {
-    std::istringstream in(from_bytes(impl->store->get(fmt::format("peer/{}", r))));
-    std::getline(in, impl->peers[static_cast<size_t>(r)].host);
-    in >> impl->peers[static_cast<size_t>(r)].pid;
   }
   if (options.heartbeat_interval().count() > 0 && options.heartbeat_timeout().count() > 0) {
     start_heartbeats(*impl, options);
@@ -556,6 +587,44 @@ void ProcessGroup::report_failure(const std::string& message, bool own_failure) 
     }
   } catch (const std::exception& e) {
     TP_LOG_WARN("Could not write torchrun's error file {}: {}", impl_->env.error_file, e.what());
+  }
+}
+
+void ProcessGroup::report_failure_before_joining(const std::string& message,
+                                                 DistributedOptions options) noexcept {
+  DistributedEnv env;
+  try {
+    env = options.env() ? *options.env() : DistributedEnv::from_environment();
+  } catch (...) {  // no group to tell (the environment itself is the error)
+    return;
+  }
+  if (!env.distributed()) return;
+  try {
+    if (!env.error_file.empty()) {
+      write_torchrun_error_file(env.error_file, fmt::format("rank {}: {}", env.rank, message));
+    }
+  } catch (const std::exception& e) {
+    TP_LOG_WARN("Could not write torchrun's error file {}: {}", env.error_file, e.what());
+  }
+  try {
+    // Rank 0 serves the store unless torchrun does: it starts it to post, and keeps it until
+    // every rank has read the failure. The others connect, post and go.
+    const bool serves_store = env.rank == 0 && !env.agent_store;
+    const std::chrono::milliseconds connect_timeout =
+        serves_store ? options.join_timeout()
+                     : std::min(options.join_timeout(), std::chrono::milliseconds(10000));
+    c10::intrusive_ptr<c10d::Store> store =
+        c10::make_intrusive<c10d::PrefixStore>("trainpack", make_store(env, connect_timeout));
+    const detail::JoinStore meeting = join_store(store);
+    detail::post_failure_before_joining(meeting, env.rank, this_host(), message);
+    if (serves_store) {
+      detail::wait_until_failure_known(meeting, env.world_size, options.join_timeout());
+    }
+  } catch (const std::exception& e) {
+    TP_LOG_WARN(
+        "Could not tell the other ranks through the rendezvous store at {}:{} that rank {} fails "
+        "before joining ({}); they will wait for it up to their join timeout",
+        env.master_addr, env.master_port, env.rank, e.what());
   }
 }
 

@@ -3,6 +3,7 @@
 #include "trainpack/train/data_parallel.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 #include <torch/torch.h>
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -34,6 +36,48 @@ namespace {
 
 c10::intrusive_ptr<c10d::ProcessGroup> c10d_group(const ProcessGroup& group) {
   return *static_cast<c10::intrusive_ptr<c10d::ProcessGroup>*>(group.c10d_process_group());
+}
+
+// One line per trainable parameter, in order: "#<k> `<name>` of shape [a, b] <dtype>".
+std::vector<std::string> parameter_lines(const std::vector<at::Tensor>& params,
+                                         const std::unordered_map<size_t, std::string>& names) {
+  std::vector<std::string> lines;
+  for (size_t k = 0; k < params.size(); ++k) {
+    lines.push_back(fmt::format("#{} `{}` of shape [{}] {}", k + 1, names.at(k),
+                                fmt::join(params[k].sizes(), ", "),
+                                c10::toString(params[k].scalar_type())));
+  }
+  return lines;
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// Every rank must build the same module: the first rank whose trainable parameters differ from
+// rank 0's is named, with its host and the first parameter that differs, before any step (a
+// collective: every rank calls it).
+void check_same_model(ProcessGroup& group, const std::vector<std::string>& lines) {
+  std::string signature;
+  for (const std::string& line : lines) signature += line + "\n";
+  const std::optional<ProcessGroup::RankDifference> d = group.first_difference("model", signature);
+  if (!d) return;
+  const std::vector<std::string> theirs = split_lines(d->value);
+  const std::vector<std::string> chiefs = split_lines(d->chief_value);
+  size_t k = 0;
+  while (k < theirs.size() && k < chiefs.size() && theirs[k] == chiefs[k]) ++k;
+  const auto line_or_none = [k](const std::vector<std::string>& v) {
+    return k < v.size() ? "trainable parameter " + v[k]
+                        : std::string("no parameter #") + std::to_string(k + 1);
+  };
+  throw std::invalid_argument(fmt::format(
+      "DataParallelTrainer: the ranks' models differ: rank {} (host {}) has {}, rank 0 (host {}) "
+      "has {} ({} and {} trainable parameters in all); every rank must build the same module",
+      d->rank, d->host, line_or_none(theirs), d->chief_host, line_or_none(chiefs), theirs.size(),
+      chiefs.size()));
 }
 
 c10::Device default_device(const ProcessGroupPtr& group) {
@@ -127,6 +171,7 @@ std::vector<CallbackPtr> DataParallelTrainer::_setup_graph() {
     throw std::invalid_argument(
         "DataParallelTrainer: the module has no trainable parameters; nothing to average");
   }
+  check_same_model(*process_group(), parameter_lines(params, names));
   auto pg = c10d_group(group);
   try {
     // Every rank must hold the same model (same parameters, shapes and dtypes), as DDP checks.

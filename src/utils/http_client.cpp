@@ -135,6 +135,10 @@ HttpResponse HttpClient::send(const HttpRequest& request) {
                    static_cast<long>(options_.connect_timeout().count()));
   curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(options_.timeout().count()));
   curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+  if (!options_.ca_file().empty())
+    curl_easy_setopt(curl, CURLOPT_CAINFO, options_.ca_file().c_str());
+  curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, options_.verify_tls() ? 1L : 0L);
+  curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, options_.verify_tls() ? 2L : 0L);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &write_body);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &response.body);
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, &read_header);
@@ -209,6 +213,8 @@ HttpResponse HttpClient::send(const HttpRequest& request) {
       // server" inside "Failed to connect to 127.0.0.1 port 9 after 0 ms: Couldn't connect to
       // server", "Timeout was reached: Operation timed out after 200 milliseconds with 0 bytes
       // received".
+      response.certificate_refused =
+          code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE;
       const std::string what = curl_easy_strerror(code);
       const std::string detail = impl_->error;
       if (detail.empty()) {

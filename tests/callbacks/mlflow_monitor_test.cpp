@@ -602,6 +602,90 @@ TEST_F(MLflowMonitorTest, Answers429And500AreRetriedAndNothingIsLost) {
   EXPECT_TRUE(mlflow.violations().empty()) << ::testing::PrintToString(mlflow.violations());
 }
 
+TEST_F(MLflowMonitorTest, ADeliveryThatFindsNoServerIsKeptAndSentOnceItAnswers) {
+  mlflow.create_experiment("fashion");
+  // The first delivery's 5 attempts fail (it is kept), then the next try's first 2.
+  mlflow.add_fault(FakeMLflow::Fault{"runs/log-batch", 503, std::nullopt, false, 7});
+  auto monitor = std::make_shared<MLflowMonitor>(options());
+  LogCapture log;
+  train(monitor, 2);
+  const FakeMLflow::Run run = mlflow.only_run();
+  EXPECT_EQ(run_points(run), stats_json_points(dir()));  // every point, none twice
+  EXPECT_EQ(run.params.size(), 1u);
+  EXPECT_EQ(run.status, "FINISHED");
+  EXPECT_EQ(monitor->records_dropped(), 0);
+  EXPECT_EQ(monitor->requests_failed(), 1);  // the first delivery's request, after its retries
+  bool kept = false, arrived = false;
+  for (const auto& line : log.lines()) {
+    kept = kept || line.find("kept and sent again when it answers") != std::string::npos;
+    arrived = arrived || line.find(
+                             "MLflow: the server answers again: the records held back "
+                             "since a delivery failed (") != std::string::npos;
+  }
+  EXPECT_TRUE(kept);
+  EXPECT_TRUE(arrived);
+  EXPECT_TRUE(mlflow.violations().empty()) << ::testing::PrintToString(mlflow.violations());
+}
+
+TEST_F(MLflowMonitorTest, ARequestTheServerRefusesIsDroppedAndCounted) {
+  mlflow.create_experiment("fashion");
+  mlflow.add_fault(FakeMLflow::Fault{"runs/log-batch", 400, std::nullopt, false, 1});
+  auto monitor = std::make_shared<MLflowMonitor>(options());
+  // The second epoch starts once the first epoch's delivery was answered (refused), so that the
+  // second epoch's records go in a delivery of their own.
+  auto after_first_delivery = std::make_shared<ActionCallback>();
+  after_first_delivery->before_epoch_fn = [this](ActionCallback& self) {
+    if (self.epoch_num() != 2) return;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (mlflow.count("runs/log-batch") < 1 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  };
+  LogCapture log;
+  train(monitor, 2, false, {after_first_delivery});
+  const FakeMLflow::Run run = mlflow.only_run();
+  EXPECT_EQ(run.status, "FINISHED");
+  // The first epoch's delivery (its param and metrics) was refused; the second's arrived.
+  const auto all = stats_json_points(dir());
+  const auto got = run_points(run);
+  EXPECT_LT(got.size(), all.size());
+  EXPECT_GT(got.size(), 0u);
+  EXPECT_EQ(monitor->records_dropped(), static_cast<int64_t>(all.size() - got.size()) + 1);
+  EXPECT_EQ(monitor->requests_failed(), 1);  // a 400 is not sent again
+  EXPECT_GE(mlflow.count("runs/log-batch"), 2);
+  bool counted = false;
+  for (const auto& line : log.lines()) {
+    counted = counted ||
+              (line.find("records were dropped") != std::string::npos &&
+               line.find(fmt::format("{} of", monitor->records_dropped())) != std::string::npos);
+  }
+  EXPECT_TRUE(counted);
+}
+
+TEST_F(MLflowMonitorTest, TheOptionsParamsAreSentOnceAndALongValueIsCut) {
+  mlflow.create_experiment("fashion");
+  const std::string long_value(7000, 'v');
+  LogCapture log;
+  auto monitor = std::make_shared<MLflowMonitor>(
+      options().params({{"batch_size", "8"}, {"layers", long_value}, {"a:b", "x"}}));
+  train(monitor, 2);
+  const FakeMLflow::Run run = mlflow.only_run();
+  EXPECT_EQ(run.params.at("batch_size"), "8");
+  EXPECT_EQ(run.params.at("layers"), long_value.substr(0, 6000));
+  EXPECT_EQ(run.params.at("a_b"), "x");
+  EXPECT_EQ(run.params.count("learning_rate"), 1u);
+  bool warned = false;
+  for (const auto& line : log.lines()) {
+    warned = warned || line.find(
+                           "WRN MLflowMonitor: params: the value of 'layers' is 7000 bytes "
+                           "long; MLflow keeps at most 6000") != std::string::npos;
+  }
+  EXPECT_TRUE(warned);
+  EXPECT_TRUE(mlflow.violations().empty()) << ::testing::PrintToString(mlflow.violations());
+  EXPECT_THROW(MLflowMonitor(options().params({{"a:b", "1"}, {"a_b", "2"}})),
+               std::invalid_argument);
+}
+
 TEST_F(MLflowMonitorTest, AServerThatNeverAnswersCostsAtMostTheFlushTimeout) {
   mlflow.hang_next(1000);
   auto monitor = std::make_shared<MLflowMonitor>(

@@ -334,6 +334,63 @@ TEST_F(TwoProcessTest, AHangingRankMakesTheOtherFailAfterTheTimeout) {
   EXPECT_NE(err0.find("a rank may hang (the timeout is 2 s)"), std::string::npos) << err0;
 }
 
+// A rank that fails before joining (a flag it refuses) says so in the store: the other ends at
+// once, naming it, its host and its message, instead of waiting for the join timeout (60 s here).
+// For rank 1 (a client of the store) and for rank 0, which serves the store and keeps it until
+// rank 1 has read the message.
+TEST_F(TwoProcessTest, ARankFailingBeforeJoiningEndsTheOtherAtOnceNamingIt) {
+  for (int failing : {1, 0}) {
+    SCOPED_TRACE(fmt::format("rank {} fails before joining", failing));
+    const int other = 1 - failing;
+    const std::map<std::string, std::string> env[2] = {
+        {{"TORCHELASTIC_ERROR_FILE", path(fmt::format("prejoin{}.error0.json", failing))}},
+        {{"TORCHELASTIC_ERROR_FILE", path(fmt::format("prejoin{}.error1.json", failing))}}};
+    const std::vector<std::string> args{
+        "--join-timeout-ms",  "60000",
+        "--only-rank",        std::to_string(failing),
+        "--fail-before-join", "--batch-size 50 is not a multiple of 2"};
+    auto pair = start(fmt::format("prejoin{}", failing), args, args, env);
+    EXPECT_EQ((*pair)[failing].wait_exit(kRunSeconds), 2) << (*pair)[failing].describe();
+    EXPECT_EQ((*pair)[other].wait_exit(kRunSeconds), 1) << (*pair)[other].describe();
+    EXPECT_LT(seconds((*pair)[other].ended() - (*pair)[other].started()), 20)
+        << "rank " << other << " waited for the join timeout";
+    const std::string err = (*pair)[other].err();
+    EXPECT_NE(err.find(fmt::format("DistributedError (failed rank {})", failing)),
+              std::string::npos)
+        << err;
+    EXPECT_NE(
+        err.find(fmt::format("rank {} cannot join the group: rank {} (host ", other, failing)),
+        std::string::npos)
+        << err;
+    EXPECT_NE(err.find(") failed before joining: --batch-size 50 is not a multiple of 2"),
+              std::string::npos)
+        << err;
+    const auto file = nlohmann::json::parse(
+        read_text(path(fmt::format("prejoin{}.error{}.json", failing, failing))));
+    EXPECT_EQ(file["message"].get<std::string>(),
+              fmt::format("rank {}: --batch-size 50 is not a multiple of 2", failing));
+  }
+}
+
+// A rank that never joins (it crashed before joining, without a word): the other fails when the
+// join timeout (2 s) has passed, naming it; not after the collective timeout (20 s).
+TEST_F(TwoProcessTest, ARankThatNeverJoinsIsNamedAfterTheJoinTimeout) {
+  auto pair = start("nojoin", {"--join-timeout-ms", "2000"},
+                    {"--join-timeout-ms", "2000", "--only-rank", "1", "--never-join"});
+  EXPECT_EQ((*pair)[0].wait_exit(kRunSeconds), 1) << (*pair)[0].describe();
+  const double took = seconds((*pair)[0].ended() - (*pair)[0].started());
+  EXPECT_GT(took, 1.9);
+  EXPECT_LT(took, 15);
+  (*pair)[1].signal(SIGKILL);
+  (*pair)[1].wait_exit(kRunSeconds);
+  const std::string err0 = (*pair)[0].err();
+  EXPECT_NE(err0.find("DistributedError (failed rank 1)"), std::string::npos) << err0;
+  EXPECT_NE(err0.find("rank 0 cannot join the group: rank 1 of 2 did not join within 2 s "
+                      "(DistributedOptions().join_timeout)"),
+            std::string::npos)
+      << err0;
+}
+
 // Ranks given different loops would pair their collectives wrongly and hang: both fail at once
 // with an error that says so.
 TEST_F(TwoProcessTest, DifferentStepsPerEpochAreAClearError) {
@@ -367,6 +424,28 @@ TEST_F(TwoProcessTest, RanksGivenOtherDataSeedsFailBeforeTheFirstStep) {
         << err;
     EXPECT_NE(err.find(") reads " + data + "4), and rank 0 (host "), std::string::npos) << err;
     EXPECT_NE(err.find(") reads " + data + "3) (another seed"), std::string::npos) << err;
+    EXPECT_EQ((*pair)[r].line("step "), "") << "a step ran on rank " << r;
+  }
+}
+
+// Ranks that built different modules (rank 1 has a BatchNorm1d after the first layer): both fail
+// before the first step, naming rank 1, its host and the first trainable parameter that differs.
+TEST_F(TwoProcessTest, RanksWithDifferentModelsFailBeforeTheFirstStep) {
+  auto pair = start("models", {}, {"--bn"});
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ((*pair)[r].wait_exit(kRunSeconds), 1) << "rank " << r << " " << (*pair)[r].describe();
+    const std::string err = (*pair)[r].err();
+    EXPECT_NE(err.find("DataParallelTrainer: the ranks' models differ: rank 1 (host "),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find(") has trainable parameter #3 `norm.weight` of shape [16] Float, rank 0 "
+                       "(host "),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find(") has trainable parameter #3 `fc2.weight` of shape [1, 16] Float (6 and 4 "
+                       "trainable parameters in all); every rank must build the same module"),
+              std::string::npos)
+        << err;
     EXPECT_EQ((*pair)[r].line("step "), "") << "a step ran on rank " << r;
   }
 }

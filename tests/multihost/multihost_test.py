@@ -33,8 +33,18 @@ slow_link      host1's link limited to 50 Mbit/s each way (tc tbf; this kernel h
 chief_killed_writing  host0 (the chief) killed the moment a checkpoint's temporary file appears:
                every checkpoint left is valid, and the relaunched job resumes from the newest one
                and ends with the uninterrupted run's parameters bit for bit.
+local_logdir   each host with a log directory of its own: host0's holds everything, host1's stays
+               empty; host1 killed, host0 ends naming it; relaunched, the job resumes from host0's
+               directory to the uninterrupted run's parameters, bit for bit.
+elastic        3 hosts, 1 rank each, `--nnodes 1:3`: host0 and host1 start, host2 joins after the
+               first epoch (torchrun regroups: 3 ranks resume mid-epoch), and is killed once the 3
+               ranks finished an epoch (host0 and host1 go on as 2). With --trace-samples: every
+               epoch's images, as read for the steps the run kept, are the training set once each,
+               and every step's global batch is the uninterrupted run's.
 mismatch       host1 given another --max-epoch (and then another --batch-size): the job refuses to
-               start, before any step, with a message naming host1 and the difference.
+               start, before any step, with a message naming host1 and the difference. Then a
+               --batch-size host1's ranks refuse before joining: host0's ranks end at once naming
+               host1 and the error (not after the join timeout).
 no_rendezvous  an endpoint where nothing answers: torchrun gives up within its store's connect
                timeout (--rdzv_conf read_timeout=10; 60 s by default) with an error naming the
                endpoint.
@@ -58,6 +68,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples", "fashion_mnist", "chaos"))
 import checkpoint_file  # noqa: E402
+import sample_traces  # noqa: E402
 import netns_hosts  # noqa: E402
 
 SKIP = 77
@@ -96,6 +107,16 @@ def fail(message, *outputs):
 def read(path):
     with open(path, encoding="utf-8", errors="replace") as f:
         return f.read()
+
+
+def wait_success(proc, out, what):
+    """Waits for `proc` (at most RUN_TIMEOUT); fails naming `what` unless it exits with 0."""
+    try:
+        status = proc.wait(timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        fail(f"{what} did not end within {RUN_TIMEOUT} s", out)
+    if status != 0:
+        fail(f"{what} exited with {status}", out)
 
 
 def merge_flags(base, extra):
@@ -175,7 +196,7 @@ def check_checkpoints(logdir):
     return steps
 
 
-def check_stats(logdir, epochs):
+def check_stats(logdir, epochs, steps_per_epoch=STEPS_PER_EPOCH):
     """stats.json is valid JSON with epochs 1..`epochs`, each once, at the right steps."""
     path = os.path.join(logdir, "stats.json")
     try:
@@ -186,7 +207,7 @@ def check_stats(logdir, epochs):
     if seen != list(range(1, epochs + 1)):
         fail(f"stats.json has the epochs {seen}, expected 1..{epochs} once each")
     for e in entries:
-        if e.get("global_step") != e["epoch_num"] * STEPS_PER_EPOCH:
+        if e.get("global_step") != e["epoch_num"] * steps_per_epoch:
             fail(f"stats.json: epoch {e['epoch_num']} at global_step {e.get('global_step')}")
 
 
@@ -386,6 +407,53 @@ def scenario_store_host_lost(job, epochs, kill_after):
           "ended with the uninterrupted run's parameters bit for bit")
 
 
+def scenario_local_logdir(job, epochs, kill_after):
+    """Each host with a log directory of its own (no shared file system): host0's (the chief's)
+    holds everything, host1's stays empty; host1 killed after checkpoint `kill_after`, host0 ends
+    naming it, and the same commands run again resume from host0's directory to the uninterrupted
+    run's parameters, bit for bit."""
+    ref = reference(job, epochs)
+    local = [os.path.join(job.workdir, "local", f"host{h}", "train_log") for h in (0, 1)]
+    flags = ["--max-epoch", str(epochs)]
+    procs = [job.launch(h, f"local-host{h}", local[h], flags) for h in (0, 1)]
+    wait_checkpoint(local[0], kill_after * STEPS_PER_EPOCH, procs)
+    time.sleep(0.1)
+    killed_at = time.monotonic()
+    job.hosts.kill(1)
+    proc0, out0 = procs[0]
+    try:
+        status = proc0.wait(timeout=END_BOUND + 30)
+    except subprocess.TimeoutExpired:
+        fail(f"host0 did not end within {END_BOUND + 30} s of host1's loss", out0)
+    ended_s = time.monotonic() - killed_at
+    if status == 0 or "on host host1 sent no heartbeat" not in read(out0):
+        fail(f"host0 exited with {status} without naming the lost host1", out0)
+    job.hosts.kill_all()
+    check_checkpoints(local[0])
+    started = time.monotonic()
+    relaunched = [(job.launch(h, f"localresumed-host{h}", local[h], flags), h) for h in (0, 1)]
+    for (proc, out), h in relaunched:
+        wait_success(proc, out, f"the relaunched host{h}")
+    took = time.monotonic() - started
+    text = read(relaunched[0][0][1])
+    if f"Will load checkpoint at {local[0]}/model-" not in text:
+        fail("the relaunched chief did not resume from host0's directory", relaunched[0][0][1])
+    check_checkpoints(local[0])
+    check_stats(local[0], epochs)
+    params, step = final_parameters(local[0])
+    if step != epochs * STEPS_PER_EPOCH or params != final_parameters(ref)[0]:
+        fail("with local log directories the resumed run ended otherwise than the uninterrupted "
+             "run with a shared one")
+    written = [os.path.join(d, n) for d, _, names in os.walk(os.path.dirname(local[1]))
+               for n in names]
+    if written:
+        fail(f"the ranks on host1 wrote into their local log directory: {written[:5]}")
+    print(f"local_logdir: a log directory on each host: host1 killed after epoch {kill_after}, "
+          f"host0 ended after {ended_s:.1f} s naming it; relaunched ({took:.1f} s), the chief "
+          "resumed from host0's directory and ended with the uninterrupted run's parameters bit "
+          "for bit; host1's directory received nothing")
+
+
 def scenario_slow_link(job, epochs):
     ref = reference(job, epochs)
     job.hosts.shape(1, SLOW_LINK_MBIT)
@@ -461,6 +529,106 @@ def scenario_chief_killed_writing(job, epochs, kill_after):
           "uninterrupted run's parameters bit for bit")
 
 
+ELASTIC_STEPS = 30  # --steps-per-epoch: one pass of the 1440 images in batches of 48
+ELASTIC_BATCH = 48  # a multiple of 1, 2 and 3 ranks
+JOINING = "Joining the process group: rank 0 of {}"  # once per start of rank 0
+ELASTIC_FLAGS = ["--train-limit", str(ELASTIC_STEPS * ELASTIC_BATCH), "--batch-size",
+                 str(ELASTIC_BATCH), "--steps-per-epoch", str(ELASTIC_STEPS)]
+
+
+def scenario_elastic(job, epochs, join_after):
+    """A host joins late and one leaves under `--nnodes 1:3`, one rank per host: host0 and host1
+    start; after checkpoint `join_after` host2's agent starts, and torchrun regroups the 3 hosts
+    (the ranks stop together, the chief saves, they resume as 3 ranks); after the first epoch the
+    3 ranks finish, host2 is killed (it leaves between epochs), and host0 and host1 continue as 2
+    ranks. Each epoch's images, as read by the ranks of the attempts whose steps the run kept,
+    must be the whole training set once (a partition), and each step's global batch that of the
+    uninterrupted run."""
+    # The uninterrupted run (2 hosts x 1 rank) and what each of its steps read.
+    ref_trace = os.path.join(job.workdir, "elastic_reference_trace")
+    os.makedirs(ref_trace)
+    flags = ELASTIC_FLAGS + ["--max-epoch", str(epochs)]
+    results = job.run_on([0, 1], "elasticref", os.path.join(job.workdir, "elastic_reference"),
+                         flags + ["--trace-samples", ref_trace], nproc=1)
+    for status, out, _ in results:
+        if status != 0:
+            fail(f"the uninterrupted 2-host run exited with {status}", out)
+    total = epochs * ELASTIC_STEPS
+    images = ELASTIC_STEPS * ELASTIC_BATCH
+    try:
+        _, ref_kept = sample_traces.read_run(ref_trace, total, ELASTIC_BATCH, ELASTIC_STEPS)
+    except sample_traces.TraceError as e:
+        fail(f"the uninterrupted run's traces: {e}")
+    problem = sample_traces.partition_problem(ref_kept, ELASTIC_BATCH, images)
+    if problem:
+        fail(f"the uninterrupted run: {problem}")
+    expected = sample_traces.global_batches(ref_kept)
+
+    trace = os.path.join(job.workdir, "elastic_trace")
+    os.makedirs(trace)
+    logdir = os.path.join(job.workdir, "elastic")
+    flags += ["--trace-samples", trace]
+    elastic = ["--max_restarts", "3", "--rdzv_conf", "last_call_timeout=3"]
+    procs = [job.launch(h, f"elastic-host{h}", logdir, flags, nnodes="1:3", nproc=1,
+                        torchrun=elastic) for h in (0, 1)]
+    out0 = procs[0][1]
+    wait_checkpoint(logdir, join_after * ELASTIC_STEPS, procs)
+    joined_at = time.monotonic()
+    procs.append(job.launch(2, "elastic-host2", logdir, flags, nnodes="1:3", nproc=1,
+                            torchrun=elastic))
+    if not netns_hosts.wait_for(lambda: JOINING.format(3) in read(out0) or
+                                procs[0][0].poll() is not None, 120, 0.1):
+        fail("torchrun did not regroup the 3 hosts within 120 s of host2's start", out0,
+             procs[2][1])
+    regrouped_s = time.monotonic() - joined_at
+    # The first epoch the 3 ranks complete: then host2 leaves (killed, as a preempted host is).
+    three_from = len(read(out0).split(JOINING.format(3))[0])
+    deadline = time.monotonic() + 120
+    leave_step = None
+    while leave_step is None and time.monotonic() < deadline and procs[0][0].poll() is None:
+        finished = [int(line.split("(global_step ")[1].split(")")[0])
+                    for line in read(out0)[three_from:].splitlines()
+                    if "finished, time:" in line and "(global_step " in line]
+        if finished and os.path.exists(os.path.join(logdir, f"model-{finished[0]}.data")):
+            leave_step = finished[0]
+        time.sleep(0.02)
+    if leave_step is None:
+        fail("the 3 ranks completed no epoch", out0)
+    left_at = time.monotonic()
+    job.hosts.kill(2)
+    if not netns_hosts.wait_for(lambda: read(out0).count(JOINING.format(2)) >= 2 or
+                                procs[0][0].poll() is not None, END_BOUND + 30, 0.1):
+        fail("torchrun did not regroup host0 and host1 after host2 left", out0)
+    shrunk_s = time.monotonic() - left_at
+    for h in (0, 1):
+        wait_success(*procs[h], f"host{h}, after host2 left,")
+    check_checkpoints(logdir)
+    check_stats(logdir, epochs, ELASTIC_STEPS)
+
+    try:
+        attempts, kept = sample_traces.read_run(trace, total, ELASTIC_BATCH, ELASTIC_STEPS)
+    except sample_traces.TraceError as e:
+        fail(f"the elastic run's traces: {e}")
+    problem = sample_traces.partition_problem(kept, ELASTIC_BATCH, images, expected)
+    if problem:
+        fail(f"the elastic run: {problem}", out0)
+    worlds = []
+    for step in range(1, total + 1):
+        if not worlds or worlds[-1] != kept[step][0].world:
+            worlds.append(kept[step][0].world)
+    if worlds != [2, 3, 2]:
+        fail(f"the steps the run kept were trained by world sizes {worlds}, expected 2, then 3, "
+             "then 2", out0)
+    changes = [s for s in range(2, total + 1) if kept[s][0] is not kept[s - 1][0]]
+    print(f"elastic: host2 joined after epoch {join_after} (regrouped as 3 ranks after "
+          f"{regrouped_s:.1f} s) and left after step {leave_step} (host0 and host1 regrouped as 2 "
+          f"after {shrunk_s:.1f} s); {len(attempts)} starts of the ranks, the kept steps changed "
+          f"hands at steps {changes}; world sizes {worlds}; every epoch's images read once each "
+          f"({ELASTIC_STEPS * ELASTIC_BATCH} per epoch, {epochs} epochs), every step's global batch "
+          "that of the uninterrupted run; every checkpoint valid, stats.json epochs 1.."
+          f"{epochs} once each")
+
+
 def scenario_mismatch(job):
     for what, flag0, flag1, expect in (
             ("max-epoch", ["--max-epoch", "3"], ["--max-epoch", "4"],
@@ -485,8 +653,34 @@ def scenario_mismatch(job):
                  f"({expect!r})", *outs)
         if glob.glob(os.path.join(logdir, "model-*.data")):
             fail(f"--{what} differing: a step ran before the refusal", *outs)
+    # A flag that host1's ranks refuse before they join (a global batch that 4 ranks cannot
+    # split): host0's ranks, waiting for them to join, end at once naming host1 and the error,
+    # not after the join timeout (120 s).
+    logdir = os.path.join(job.workdir, "mismatch-prejoin")
+    started = time.monotonic()
+    procs = [job.launch(0, "mismatchprejoin-host0", logdir, ["--max-epoch", "3"]),
+             job.launch(1, "mismatchprejoin-host1", logdir, ["--max-epoch", "3", "--batch-size",
+                                                             "50"])]
+    outs = [o for _, o in procs]
+    ended = []
+    for proc, out in procs:
+        try:
+            status = proc.wait(timeout=RUN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            fail("host1 refusing its flags before joining: the job did not end", *outs)
+        ended.append(time.monotonic() - started)
+        if status == 0:
+            fail("host1 refusing its flags before joining: a host reported success", *outs)
+    text0 = read(outs[0])
+    if ("(host host1) failed before joining: fashion_mnist: error: --batch-size 50 is not a "
+            "multiple of the 4 ranks" not in text0):
+        fail("host0's ranks do not name host1 and the error it failed with before joining", *outs)
+    if ended[0] > END_BOUND:
+        fail(f"host0 ended {ended[0]:.1f} s after the start, waiting for host1's ranks to join",
+             *outs)
     print("mismatch: another --max-epoch or --batch-size on host1 is refused before any step, "
-          "naming host1 and the difference")
+          "naming host1 and the difference; a --batch-size that host1's ranks refuse before "
+          f"joining ends host0 after {ended[0]:.1f} s, naming host1 and the error")
 
 
 def scenario_no_rendezvous(job):
@@ -515,7 +709,7 @@ def main():
                    help="the torchrun whose Python runs trainpack_torchrun.py")
     p.add_argument("scenario", choices=["two_hosts", "host_killed", "link_cut", "store_host_lost",
                                         "chief_killed_writing", "slow_link", "mismatch",
-                                        "no_rendezvous"])
+                                        "no_rendezvous", "elastic", "local_logdir"])
     args = p.parse_args()
     why = netns_hosts.unavailable()
     if why is None and not os.path.exists(args.torchrun):
@@ -533,7 +727,7 @@ def main():
     os.makedirs(args.workdir)
     long = args.long or os.environ.get("TRAINPACK_MULTIHOST_LONG") == "1"
     epochs, kill_after = (24, 10) if long else (8, 3)
-    with netns_hosts.Hosts(2) as hosts:
+    with netns_hosts.Hosts(3 if args.scenario == "elastic" else 2) as hosts:
         job = Job(hosts, os.path.abspath(args.binary), args.workdir)
         if args.scenario == "two_hosts":
             scenario_two_hosts(job, epochs)
@@ -547,6 +741,10 @@ def main():
             scenario_chief_killed_writing(job, epochs, kill_after)
         elif args.scenario == "slow_link":
             scenario_slow_link(job, epochs)
+        elif args.scenario == "local_logdir":
+            scenario_local_logdir(job, epochs, kill_after)
+        elif args.scenario == "elastic":
+            scenario_elastic(job, 80 if long else 30, 1)
         elif args.scenario == "mismatch":
             scenario_mismatch(job)
         else:

@@ -10,7 +10,7 @@ fail() { echo "dispatch_test.sh: $*" >&2; exit 1; }
 out=$("$programs" 2>&1); status=$?
 ((status == 2)) || fail "no program name: exit $status, not 2 ($out)"
 for name in trainpack_resume_child trainpack_dp_worker trainpack_inference_worker \
-  trainpack_runtime_child trainpack_timeout_child trainpack_shell_child; do
+  trainpack_runtime_child trainpack_timeout_child trainpack_shell_child trainpack_tracking_child; do
   [[ $out == *" $name"* ]] || fail "the list of programs lacks $name: $out"
 done
 

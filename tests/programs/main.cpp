@@ -22,6 +22,7 @@ constexpr Program kPrograms[] = {
     {"trainpack_runtime_child", runtime_child_main},
     {"trainpack_timeout_child", timeout_child_main},
     {"trainpack_shell_child", shell_child_main},
+    {"trainpack_tracking_child", tracking_child_main},
 };
 
 // The program called `name` (a path's last component counts), or nullptr.

@@ -12,3 +12,4 @@ int inference_worker_main(int argc, char** argv);  // distributed/inference_work
 int runtime_child_main(int argc, char** argv);     // utils/runtime_child/main.cpp
 int timeout_child_main(int argc, char** argv);     // callbacks/timeout_child/main.cpp
 int shell_child_main(int argc, char** argv);       // callbacks/shell_child/main.cpp
+int tracking_child_main(int argc, char** argv);    // tracking/tracking_child/main.cpp

@@ -43,17 +43,18 @@ FakeResponse error(int status, const std::string& code, const std::string& messa
   return FakeResponse{status, Json{{"error_code", code}, {"message", message}}.dump(), {}, false};
 }
 
-// MLflow's name rule (validation.py): letters, digits, '_', '-', '.', ' ', '/' (non-ASCII letters
-// pass too, as Python's \w does), and a path that normalises to itself.
+// MLflow's name rule (validation.py) as a server on Linux applies it: letters, digits, '_', '-',
+// '.', ' ', ':', '/' (non-ASCII letters pass too, as Python's \w does), and a path that normalises
+// to itself. (A server on Windows also refuses ':'; MLflowMonitor sends none.)
 std::string name_problem(const std::string& kind, const std::string& name) {
   if (name.empty()) return kind + " name is empty";
   for (unsigned char c : name) {
-    const bool ok =
-        std::isalnum(c) || c == '_' || c == '-' || c == '.' || c == ' ' || c == '/' || c >= 0x80;
+    const bool ok = std::isalnum(c) || c == '_' || c == '-' || c == '.' || c == ' ' || c == ':' ||
+                    c == '/' || c >= 0x80;
     if (!ok) {
       return fmt::format(
           "Invalid {} name: '{}'. Names may only contain alphanumerics, underscores (_), dashes "
-          "(-), periods (.), spaces ( ), and slashes (/).",
+          "(-), periods (.), spaces ( ), colon(:) and slashes (/).",
           kind, name);
     }
   }
@@ -303,8 +304,8 @@ FakeResponse FakeMLflow::route(const RecordedRequest& request, const std::string
           return violation(endpoint, "a tag must be {key: string, value: string}: " + t.dump());
         }
         if (auto p = name_problem("tag", t["key"]); !p.empty()) return violation(endpoint, p);
-        if (t["value"].get<std::string>().size() > 5000)
-          return violation(endpoint, "tag value > 5000");
+        if (t["value"].get<std::string>().size() > 8000)  // MAX_TAG_VAL_LENGTH of MLflow 3
+          return violation(endpoint, "tag value > 8000");
         run.tags[t["key"]] = t["value"];
       }
     }
@@ -454,6 +455,8 @@ FakeResponse FakeMLflow::route(const RecordedRequest& request, const std::string
     }
     if (auto problem = name_problem("parameter", p["key"]); !problem.empty())
       return violation(endpoint, problem);
+    // As a server started with MLFLOW_TRUNCATE_LONG_VALUES=false, or one older than MLflow 3,
+    // answers; MLflow 3 by default cuts the value to 6000 characters and accepts the request.
     if (p["value"].get<std::string>().size() > 6000)
       return violation(endpoint, "param value > 6000");
     const std::string key = p["key"];

@@ -228,6 +228,11 @@ TEST(DistributedOptionsTest, Errors) {
   EXPECT_HAS(e, "got 0 ms");
   EXPECT_HAS(options_error(DistributedOptions().env(env).timeout(std::chrono::seconds(-1))),
              "got -1000 ms");
+  e = options_error(DistributedOptions().env(env).join_timeout(std::chrono::milliseconds(0)));
+  EXPECT_HAS(e,
+             "DistributedOptions().join_timeout: must be > 0 (the longest a rank waits for the "
+             "others to join");
+  EXPECT_HAS(e, "got 0 ms");
   // A heartbeat timeout a rank beating on time could miss.
   e = options_error(DistributedOptions()
                         .env(env)

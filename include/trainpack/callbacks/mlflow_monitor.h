@@ -16,6 +16,8 @@ namespace trainpack {
 
 // A run's tags: name -> value.
 using MLflowTags = std::map<std::string, std::string>;
+// A run's params: name -> value.
+using MLflowParams = std::map<std::string, std::string>;
 
 struct MLflowMonitorOptions {
   // "http(s)://host:port[/prefix]", the scheme in any case (a user and password in it,
@@ -28,6 +30,11 @@ struct MLflowMonitorOptions {
   TORCH_ARG(std::string, run_name);
   // Tags of a new run, besides MLflow's own (mlflow.runName, mlflow.source.*, mlflow.user).
   TORCH_ARG(MLflowTags, tags);
+  // Params of a new run besides the hyper-parameters that HyperParamSetters set (Lightning's
+  // log_hyperparams: the batch size, the model's name, ...). Names as detail::mlflow_name makes
+  // them; a value over MLflow's 6000 bytes is cut to its first 6000 (whole UTF-8 characters),
+  // with a warning naming the param (MLflow refuses the whole request with it otherwise).
+  TORCH_ARG(MLflowParams, params);
   // Log into this existing run instead of creating one. Empty: MLFLOW_RUN_ID, else a new run.
   TORCH_ARG(std::string, run_id);
   // Queue, batches, retries, timeouts (trainpack/callbacks/tracking_monitor.h).
@@ -40,10 +47,16 @@ struct MLflowMonitorOptions {
 // MLFLOW_EXPERIMENT_NAME (else "Default"), MLFLOW_RUN_ID; run_name: the logger directory's name.
 // Authentication: MLFLOW_TRACKING_USERNAME + MLFLOW_TRACKING_PASSWORD (HTTP Basic), else
 // MLFLOW_TRACKING_TOKEN (Bearer), else the URI's user:pass; secrets never reach a log or error.
-// When: before_train queues the params and starts the thread, which finds or creates the
+// TLS, as MLflow's client: MLFLOW_TRACKING_SERVER_CERT_PATH is the CA file to trust (unless
+// HttpClientOptions::ca_file is given); MLFLOW_TRACKING_INSECURE_TLS=true skips the check (a
+// warning says so).
+// When: before_train queues the params (options' params, then the hyper-parameters) and starts
+// the thread, which finds or creates the
 // experiment and creates the run (or reopens the restored run or run_id: runs/update RUNNING) and
 // logs its page at INFO; deliveries are runs/log-batch (metric step: global_step when put),
-// split by MLflow's limits, at every epoch end, every batch_size records and every send_interval;
+// split by MLflow's limits, at every epoch end, every batch_size records and every send_interval
+// (records whose request found no server are sent again with the next delivery; those MLflow
+// refuses with a 4xx are dropped, counted and named in a warning);
 // after_train sends runs/update FINISHED | FAILED | KILLED with the end time, waiting at most
 // TrackingOptions::flush_timeout. Params are sent only by the run that created the MLflow run.
 // Names are made MLflow's (detail::mlflow_name). Images are not sent. chief_only: true.
@@ -61,6 +74,10 @@ class MLflowMonitor : public TrackingMonitor {
   static constexpr int kMaxTagsPerBatch = 100;
   static constexpr int kMaxEntriesPerBatch = 1000;
   static constexpr int kMaxBatchBytes = 1000000;
+  // The longest param and tag values sent, in bytes: MLflow's MAX_PARAM_VAL_LENGTH, and the
+  // MAX_TAG_VAL_LENGTH of older servers (MLflow 3 takes tags of 8000).
+  static constexpr size_t kMaxParamValueBytes = 6000;
+  static constexpr size_t kMaxTagValueBytes = 5000;
 
   explicit MLflowMonitor(MLflowMonitorOptions options = {});
   ~MLflowMonitor() override;
@@ -83,10 +100,12 @@ class MLflowMonitor : public TrackingMonitor {
   void load_state(const CallbackState& state) override;
 
  protected:
+  void _before_train() override;
   bool open() override;
   void deliver(std::vector<TrackingRecord>& batch) override;
   void finish(TrackingStatus status) override;
   std::string credentials_hint() const override;
+  std::string certificate_hint() const override;
 
  private:
   HttpRequest make_request(const std::string& method, const std::string& endpoint,
@@ -95,14 +114,16 @@ class MLflowMonitor : public TrackingMonitor {
   std::string find_or_create_experiment();
   bool create_run();
   bool reopen_run(const std::string& run_id, bool restored);
-  void post_batch(const std::vector<std::string>& metrics, const std::vector<std::string>& params,
-                  const std::vector<std::string>& tags);
+  HttpResponse post_batch(const std::vector<std::string>& metrics,
+                          const std::vector<std::string>& params,
+                          const std::vector<std::string>& tags);
   void set_run(std::string run_id, std::string experiment_id);
 
   std::string uri_;  // without a trailing '/'
   std::string experiment_name_;
   std::string run_name_;
   std::map<std::string, std::string> tags_;
+  MLflowParams params_;  // options' params, values cut to kMaxParamValueBytes
   std::string given_run_id_;
   std::string auth_header_;  // "" or "Basic ..." / "Bearer ..."
   std::string auth_source_;  // which variables it came from, for the 401 hint
@@ -124,7 +145,8 @@ namespace detail {
 // path parts are removed (`a//b` -> `a/b`, `./x` -> `x`, `../x` -> `__/x`); at most 250 bytes;
 // an empty result is `_`.
 std::string mlflow_name(const std::string& name);
-// Why MLflow refuses `name` as a metric, param or tag name, or "" when it accepts it.
+// Why `name` is not a metric, param or tag name that every MLflow server takes, or "" when it is
+// (a server on Linux also takes ':' and non-ASCII letters; one on Windows refuses ':').
 std::string mlflow_name_problem(const std::string& name);
 }  // namespace detail
 

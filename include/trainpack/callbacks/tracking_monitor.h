@@ -67,11 +67,13 @@ struct TrackingOptions {
 // send_interval passed, and finish(status) at the end.
 // request() retries 429, 5xx and no answer up to max_attempts with a doubling back-off
 // (Retry-After wins, capped at max_backoff); a 401/403 is one warning, after which nothing more is
-// sent; other failures are one warning per kind, then counted. A full queue drops new records
-// (counted). after_train waits at most flush_timeout (flush_timeout_after_signal after a stop
-// signal), then aborts and logs the records not sent. Secrets given to set_secret() are redacted
-// from every message. A subclass that overrides _before_train, _trigger_epoch or _after_train
-// calls these too (they start, wake, flush and join the thread).
+// sent; other failures are one warning per kind, then counted. Records whose delivery found no
+// server are kept and sent again with the next delivery (keep_for_retry), and their arrival is
+// logged. A full queue drops new records (counted). after_train waits at most flush_timeout
+// (flush_timeout_after_signal after a stop signal), then aborts and logs the records not sent.
+// Secrets given to set_secret() are redacted from every message. A subclass that overrides
+// _before_train, _trigger_epoch or _after_train calls these too (they start, wake, flush and join
+// the thread).
 class TrackingMonitor : public MonitorBase {
  public:
   ~TrackingMonitor() override;  // stops and joins the background thread (no flush)
@@ -104,8 +106,8 @@ class TrackingMonitor : public MonitorBase {
   // Creates (or, resumed, reopens) the run. false when it failed for good (already logged through
   // request()); it is tried again after a back-off unless the key was refused.
   virtual bool open() = 0;
-  // Sends `batch` (records in put order). Records that could not be sent are lost (counted by
-  // request()).
+  // Sends `batch` (records in put order). Records the service could not be reached for go to
+  // keep_for_retry(); records it refused (a 4xx other than 401/403/429) go to drop_refused().
   virtual void deliver(std::vector<TrackingRecord>& batch) = 0;
   // Ends the run with `status`.
   virtual void finish(TrackingStatus status) = 0;
@@ -117,11 +119,23 @@ class TrackingMonitor : public MonitorBase {
                        const std::function<bool(const HttpResponse&)>& expected = {});
   // True once a 401/403 was answered: nothing more is sent.
   bool key_refused() const;
+  // From deliver(): records not sent because the service could not be reached (no answer, 429
+  // or 5xx after request()'s retries, or the flush timeout's abort). They go back to the head of
+  // the queue, in order, and are sent with the next delivery, after a back-off (so a server that
+  // was stopped and started again gets them, each once). While held they count against
+  // queue_capacity: beyond it the oldest are dropped (counted). Background thread only.
+  void keep_for_retry(std::vector<TrackingRecord> records);
+  // From deliver(): `n` records the service refused (request() warned, naming the answer); they
+  // are counted as dropped. Background thread only.
+  void drop_refused(int64_t n);
 
   // What to check when the server refuses the key, for the warning "the <service> server refused
   // the API key (HTTP 401); check <credentials_hint()>", e.g. "COMET_API_KEY or
   // CometMLMonitorOptions::api_key". The default: "the API key given to the monitor".
   virtual std::string credentials_hint() const;
+  // What to do when the server's TLS certificate is refused, for the warning that says so. The
+  // default: add the CA to the system's store, or give it as HttpClientOptions::ca_file.
+  virtual std::string certificate_hint() const;
 
   // Stops and joins the background thread without flushing (what the destructor does). A
   // subclass calls it first in its own destructor, so that the thread never calls open / deliver /
@@ -163,7 +177,9 @@ class TrackingMonitor : public MonitorBase {
   int64_t queued_ = 0, dropped_ = 0, sent_ = 0, failed_ = 0;
   int64_t in_flight_ = 0;  // records of the batch deliver() is sending
   bool key_refused_ = false;
-  std::vector<std::string> warned_;  // kinds of failure already logged (background thread)
+  std::vector<std::string> warned_;   // kinds of failure already logged (background thread)
+  std::vector<TrackingRecord> kept_;  // deliver()'s records for the next delivery (background)
+  int64_t held_ = 0;                  // records kept since the last delivery that got through
   std::thread worker_;
 };
 

@@ -68,6 +68,11 @@ struct DistributedOptions {
   // how long the others wait for a rank that hangs (one that dies is noticed at once). PyTorch's
   // default is 30 minutes; 10 leaves room for a slow checkpoint on the chief.
   TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::minutes(10);
+  // The longest a rank waits, when joining, for the rendezvous store and for the other ranks to
+  // join. Launchers start the ranks together, so a rank missing after this crashed before joining
+  // (one that fails with an error it reports, report_failure_before_joining, is named at once).
+  // Raise it when a program does long work (loading a large dataset) before it joins.
+  TORCH_ARG(std::chrono::milliseconds, join_timeout) = std::chrono::minutes(2);
   // Heartbeats beside the collectives: every `heartbeat_interval`, each rank adds to its counter
   // in the rendezvous store from a thread of its own. A rank whose counter stays still for
   // `heartbeat_timeout` (its host died, it hangs, or the network to it is cut), or a store that
@@ -104,8 +109,17 @@ struct ProcessGroupImpl;
 class ProcessGroup {
  public:
   // Joins the group that the environment describes (a group of one when it describes none).
-  // Blocks until every rank has joined, at most `timeout`.
+  // Blocks until every rank has joined, at most `join_timeout`: a DistributedError names a rank
+  // that reported a failure before joining, or lists those that did not come.
   static std::shared_ptr<ProcessGroup> from_environment(DistributedOptions options = {});
+  // For a program that fails before it joins (a bad flag, a missing file): tells the ranks that
+  // wait for this one in from_environment, which then fail at once naming this rank, its host and
+  // `message` (instead of waiting for the join timeout), and writes TORCHELASTIC_ERROR_FILE. Rank 0
+  // serves the store (unless torchrun does), so there it waits until every rank has read the
+  // message, at most `join_timeout`. Nothing when the environment describes no group. Never
+  // throws (a store that cannot be reached is a warning in the log).
+  static void report_failure_before_joining(const std::string& message,
+                                            DistributedOptions options = {}) noexcept;
   // A group of one process: every collective returns its input.
   static std::shared_ptr<ProcessGroup> single();
 

@@ -39,10 +39,15 @@ struct HttpResponse {
   // Why no answer arrived (libcurl's message: "Couldn't connect to server", "Timeout was
   // reached", ...) or "aborted"; "" when the server answered.
   std::string error;
+  // No answer because the server's TLS certificate was refused (not signed by a CA this client
+  // trusts, expired, or for another host): sending again cannot help.
+  bool certificate_refused = false;
 
   bool ok() const { return status >= 200 && status < 300; }
-  // Worth sending again: no answer, 429 or 5xx.
-  bool retryable() const { return status == 0 || status == 429 || status >= 500; }
+  // Worth sending again: no answer (but a refused certificate), 429 or 5xx.
+  bool retryable() const {
+    return (status == 0 && !certificate_refused) || status == 429 || status >= 500;
+  }
   // "HTTP 401: <first 200 characters of the body>" ("HTTP 401" for an empty body) or
   // "no answer: <error>".
   std::string describe() const;
@@ -53,6 +58,12 @@ struct HttpClientOptions {
   TORCH_ARG(std::chrono::milliseconds, connect_timeout) = std::chrono::seconds(5);
   // Time for the whole request, connection included. > 0.
   TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::seconds(15);
+  // https: a PEM file of the CA certificates to trust instead of the system's (a server whose
+  // certificate a private CA signed). "": the system's store (/etc/ssl/certs).
+  TORCH_ARG(std::string, ca_file);
+  // https: false skips checking the server's certificate and name (a test server; never where
+  // the traffic matters).
+  TORCH_ARG(bool, verify_tls) = true;
 };
 
 class HttpClient {

@@ -72,12 +72,18 @@ struct Args {
   std::string logdir;
   bool bn = false;
   int64_t timeout_ms = 20000;
+  int64_t join_timeout_ms = 20000;
   int64_t accumulate = 1;
   uint64_t data_seed = 3;
   // What happens at which step, on which rank (-1: every rank).
   int64_t wait_signal_at = -1, wait_rank = -1;
   int64_t stop_at = -1, stop_rank = -1;
   int64_t throw_at = -1, throw_rank = -1;
+  // Before joining, on rank `before_join_rank` (-1: every rank): report `fail_before_join` and
+  // exit 2, or (never_join) wait until killed.
+  std::string fail_before_join;
+  bool never_join = false;
+  int64_t before_join_rank = -1;
 };
 
 struct NetImpl : torch::nn::Module {
@@ -192,6 +198,14 @@ Args parse(int argc, char** argv) {
       a.accumulate = std::stoll(value());
     } else if (arg == "--timeout-ms") {
       a.timeout_ms = std::stoll(value());
+    } else if (arg == "--join-timeout-ms") {
+      a.join_timeout_ms = std::stoll(value());
+    } else if (arg == "--fail-before-join") {
+      a.fail_before_join = value();
+      a.before_join_rank = only;
+    } else if (arg == "--never-join") {
+      a.never_join = true;
+      a.before_join_rank = only;
     } else if (arg == "--only-rank") {
       only = std::stoll(value());
     } else if (arg == "--wait-signal-at") {
@@ -232,8 +246,23 @@ void write_tensors(const std::string& path, const std::vector<at::Tensor>& tenso
 
 int run(const Args& args) {
   torch::set_num_threads(1);
-  auto group = ProcessGroup::from_environment(
-      DistributedOptions().timeout(std::chrono::milliseconds(args.timeout_ms)));
+  const DistributedOptions options =
+      DistributedOptions()
+          .timeout(std::chrono::milliseconds(args.timeout_ms))
+          .join_timeout(std::chrono::milliseconds(args.join_timeout_ms));
+  const DistributedEnv env = DistributedEnv::from_environment();
+  if (args.before_join_rank < 0 || args.before_join_rank == env.rank) {
+    if (!args.fail_before_join.empty()) {
+      ProcessGroup::report_failure_before_joining(args.fail_before_join, options);
+      say("failed before joining");
+      return 2;
+    }
+    if (args.never_join) {
+      say("never joining");
+      while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+  }
+  auto group = ProcessGroup::from_environment(options);
   std::vector<Datapoint> points;
   for (int i = 0; i < 96; ++i) {
     const float a = std::sin(0.37f * static_cast<float>(i));
