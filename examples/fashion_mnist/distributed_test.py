@@ -36,7 +36,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -44,6 +43,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "chaos"))
 import checkpoint_file  # noqa: E402  (the chaos suite's checkpoint reader)
 import sample_traces  # noqa: E402  (--trace-samples files)
+import test_report  # noqa: E402
+from test_report import free_port, read  # noqa: E402
 
 # Debian's (python3-torch) unless --torchrun names another (pip's venv's, for a build against
 # pip's LibTorch: the launcher's c10d store then matches the program's).
@@ -64,28 +65,7 @@ ELASTIC_BATCH = 32
 
 
 def fail(message, *outputs):
-    for path in outputs:
-        print(f"---- {path}")
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                print(f.read())
-        except OSError as e:
-            print(f"(unreadable: {e})")
-    print(f"distributed_test.py: FAILED: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
-def free_port():
-    """A TCP port free on 127.0.0.1 now (the kernel's pick for port 0), so that tests running in
-    parallel never share one."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def read(path):
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return f.read()
+    test_report.fail("distributed_test.py", message, *outputs)
 
 
 def start(args, out, cwd=None):

@@ -20,6 +20,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "chaos"))
+import test_report  # noqa: E402
+
 F_SETPIPE_SZ = 1031  # Linux's fcntl command (Python's fcntl module has it from 3.10 on)
 STOP_BOUND = 30  # seconds from SIGTERM to the exit; the stop itself takes about one
 FLAGS = ["--train-limit", "256", "--val-limit", "64", "--batch-size", "64", "--val-batch-size",
@@ -27,12 +30,7 @@ FLAGS = ["--train-limit", "256", "--val-limit", "64", "--batch-size", "64", "--v
 
 
 def fail(message, *paths):
-    for path in paths:
-        print(f"---- {path}")
-        with open(path, encoding="utf-8", errors="replace") as f:
-            print(f.read())
-    print(f"unread_output_test.py: FAILED: {message}", file=sys.stderr)
-    sys.exit(1)
+    test_report.fail("unread_output_test.py", message, *paths)
 
 
 def size(path):

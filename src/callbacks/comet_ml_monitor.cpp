@@ -288,17 +288,17 @@ bool CometMLMonitor::open() {
     experiment_link_ = link;
   }
   TP_LOG_INFO("CometMLMonitor: experiment at {}", redact(link, api_key_));
-  if (!options_.tags().empty() && !key_refused()) {
+  if (!options_.tags().empty() && !gave_up()) {
     json tags = {{"experimentKey", key}, {"addedTags", options_.tags()}};
     request(post_json("/write/experiment/tags", tags.dump()), "tags");
   }
-  if (!key_refused()) send_other("Created from", "trainpack", detail::unix_time_ms());
-  if (!key_refused()) keep_alive(/*force=*/true);
+  if (!gave_up()) send_other("Created from", "trainpack", detail::unix_time_ms());
+  if (!gave_up()) keep_alive(/*force=*/true);
   return true;
 }
 
 void CometMLMonitor::keep_alive(bool force) {
-  if (key_refused()) return;
+  if (gave_up()) return;
   const int64_t now = steady_ms();
   if (!force && now - last_beat_ms_ < beat_ms_) return;
   last_beat_ms_ = now;
@@ -386,7 +386,7 @@ void CometMLMonitor::send_image(const TrackingRecord& r) {
 
 void CometMLMonitor::deliver(std::vector<TrackingRecord>& batch) {
   for (const TrackingRecord& r : batch) {
-    if (key_refused()) return;
+    if (gave_up()) return;
     switch (r.kind) {
       case TrackingRecord::Kind::kMetric:
         send_metric(r);
@@ -407,10 +407,10 @@ void CometMLMonitor::deliver(std::vector<TrackingRecord>& batch) {
 }
 
 void CometMLMonitor::finish(TrackingStatus status) {
-  if (key_refused() || experiment_key().empty()) return;
+  if (gave_up() || experiment_key().empty()) return;
   const int64_t end = detail::unix_time_ms();
   send_other("status", tracking_status_name(status), end);
-  if (key_refused()) return;
+  if (gave_up()) return;
   const json body = {{"experimentKey", experiment_key()}, {"endTimeMillis", end}};
   request(post_json("/write/experiment/set-start-end-time", body.dump()), "set-start-end-time");
 }

@@ -113,6 +113,9 @@ std::string string_at(const Json& j, std::initializer_list<const char*> path) {
   return at->is_string() ? at->get<std::string>() : "";
 }
 
+// Why the monitor gave up when a server answered 200 with something else than MLflow's JSON.
+constexpr const char* kNotMlflowsAnswers = "the server's answers are not MLflow's";
+
 // A successful answer that is not MLflow's JSON, for a warning: an HTML page is said to be one (a
 // proxy's login page, or another web server at the URI), else its first 200 characters.
 std::string unexpected_answer(const std::string& body, const std::string& uri) {
@@ -435,18 +438,18 @@ std::string MLflowMonitor::find_or_create_experiment() {
       const Json body = parse_object(r.body);
       const std::string id = string_at(body, {"experiment", "experiment_id"});
       if (id.empty()) {
-        TP_LOG_WARN(
-            "MLflowMonitor: experiments/get-by-name answered without an experiment id: {}; "
-            "training goes on",
-            redact_secrets(unexpected_answer(r.body, uri_)));
+        give_up(kNotMlflowsAnswers,
+                "MLflowMonitor: experiments/get-by-name answered without an experiment id: " +
+                    unexpected_answer(r.body, uri_));
         return "";
       }
       if (string_at(body, {"experiment", "lifecycle_stage"}) == "deleted") {
-        TP_LOG_WARN(
-            "MLflowMonitor: experiment '{}' ({}) is deleted on the server: restore it (`mlflow "
-            "experiments restore --experiment-id {}`) or use another experiment name; nothing is "
-            "sent to MLflow until then",
-            experiment_name_, id, id);
+        // Tried again with back-off (it may be restored meanwhile), warned about once.
+        warn_once("deleted experiment",
+                  fmt::format("MLflowMonitor: experiment '{}' ({}) is deleted on the server: "
+                              "restore it (`mlflow experiments restore --experiment-id {}`) or "
+                              "use another experiment name; nothing is sent to MLflow until then",
+                              experiment_name_, id, id));
         return "";
       }
       return id;
@@ -493,8 +496,8 @@ bool MLflowMonitor::create_run() {
   std::string id = string_at(answer, {"run", "info", "run_id"});
   if (id.empty()) id = string_at(answer, {"run", "info", "run_uuid"});
   if (id.empty()) {
-    TP_LOG_WARN("MLflowMonitor: runs/create answered without a run id: {}; training goes on",
-                redact_secrets(unexpected_answer(r.body, uri_)));
+    give_up(kNotMlflowsAnswers, "MLflowMonitor: runs/create answered without a run id: " +
+                                    unexpected_answer(r.body, uri_));
     return false;
   }
   set_run(id, experiment);
@@ -576,7 +579,7 @@ void MLflowMonitor::_before_train() {
 }
 
 void MLflowMonitor::deliver(std::vector<TrackingRecord>& batch) {
-  if (batch.empty() || key_refused()) return;
+  if (batch.empty() || gave_up()) return;
   // The request's size without its entries: {"run_id": "<id>", "metrics": [], "params": [],
   // "tags": []}, with room to spare.
   const size_t overhead = 64 + run_id().size();
@@ -642,7 +645,7 @@ void MLflowMonitor::deliver(std::vector<TrackingRecord>& batch) {
     const Request& q = requests[k];
     if (q.records.empty()) continue;
     const HttpResponse r = post_batch(q.metrics, q.params, q.tags);
-    if (r.ok() || key_refused()) continue;  // a refused key drops everything (the base's count)
+    if (r.ok() || gave_up()) continue;  // a refused key drops everything (the base's count)
     if (!r.retryable()) {
       drop_refused(static_cast<int64_t>(q.records.size()));  // request() warned with the answer
       continue;

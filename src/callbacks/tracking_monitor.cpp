@@ -117,7 +117,7 @@ void TrackingMonitor::enqueue(TrackingRecord record) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++put_;
-    if (key_refused_ || closed_) {
+    if (gave_up_ || closed_) {
       ++dropped_;
       return;
     }
@@ -160,7 +160,8 @@ void TrackingMonitor::_before_train() {
   stop();  // a thread left by an earlier run that had no after_train
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    deliver_now_ = ending_ = stop_ = closed_ = key_refused_ = warned_full_ = false;
+    deliver_now_ = ending_ = stop_ = closed_ = gave_up_ = warned_full_ = false;
+    gave_up_because_.clear();
     worker_done_ = false;
     status_ = TrackingStatus::kFinished;
   }
@@ -241,21 +242,23 @@ void TrackingMonitor::_after_train() {
   if (worker_.joinable()) worker_.join();
   int64_t sent, failed, dropped, put;
   bool refused;
+  std::string because;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     closed_ = true;
-    if (!key_refused_) unsent = std::max<int64_t>(unsent, static_cast<int64_t>(queue_.size()));
+    if (!gave_up_) unsent = std::max<int64_t>(unsent, static_cast<int64_t>(queue_.size()));
     queue_.clear();
     sent = sent_;
     failed = failed_;
     dropped = dropped_;
     put = put_;
-    refused = key_refused_;
+    refused = gave_up_;
+    because = gave_up_because_;
   }
   if (failed == 0 && dropped == 0 && unsent == 0 && !timed_out) return;
   std::string line = fmt::format("{}: {} of {} requests failed", service_, failed, sent);
   line += fmt::format(", {} of {} records were dropped", dropped, put);
-  if (refused) line += " (the server refused the API key)";
+  if (refused) line += " (" + because + ")";
   if (timed_out) {
     line += fmt::format(
         ", {} records were not sent within the flush timeout ({} ms; "
@@ -292,9 +295,9 @@ TrackingStatus TrackingMonitor::status() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return status_;
 }
-bool TrackingMonitor::key_refused() const {
+bool TrackingMonitor::gave_up() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return key_refused_;
+  return gave_up_;
 }
 
 // ---- the background thread ----
@@ -315,7 +318,19 @@ void TrackingMonitor::warn_once(const std::string& kind, const std::string& mess
   TP_LOG_WARN("{}", redact_secrets(message));
 }
 
-void TrackingMonitor::drop_for_refused_key(int64_t n) {
+void TrackingMonitor::give_up(const std::string& because, const std::string& message) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (gave_up_) return;
+    gave_up_ = true;
+    gave_up_because_ = because;
+  }
+  TP_LOG_WARN("{}", redact_secrets(fmt::format("{}. Nothing more is sent to {} in this run; "
+                                               "training goes on",
+                                               message, service_)));
+}
+
+void TrackingMonitor::drop_after_giving_up(int64_t n) {
   std::lock_guard<std::mutex> lock(mutex_);
   dropped_ += n + static_cast<int64_t>(queue_.size());
   queue_.clear();
@@ -357,8 +372,8 @@ void TrackingMonitor::serve() {
   //    again with back-off (until the key is refused or the thread is told to stop).
   std::chrono::milliseconds backoff = options_.initial_backoff();
   while (!open()) {
-    if (key_refused()) {
-      drop_for_refused_key(0);
+    if (gave_up()) {
+      drop_after_giving_up(0);
       return;
     }
     if (!sleep_unless_stopped(backoff)) return;
@@ -385,7 +400,6 @@ void TrackingMonitor::serve() {
       in_flight_ = static_cast<int64_t>(batch.size());
     }
     last = SteadyClock::now();
-    kept_.clear();
     const auto given = static_cast<int64_t>(batch.size());  // deliver() may move from it
     if (!batch.empty()) deliver(batch);
     const int64_t delivered = given - static_cast<int64_t>(kept_.size());
@@ -415,10 +429,11 @@ void TrackingMonitor::serve() {
     }
     kept_.clear();
     if (newly_held) {
-      TP_LOG_WARN("{}: {} not sent (the server did not answer); {} kept and sent again when it "
-                  "answers (at most TrackingOptions::queue_capacity records are held)",
-                  service_, kept == 1 ? "1 record was" : fmt::format("{} records were", kept),
-                  kept == 1 ? "it is" : "they are");
+      TP_LOG_WARN(
+          "{}: {} not sent (the server did not answer); {} kept and sent again when it "
+          "answers (at most TrackingOptions::queue_capacity records are held)",
+          service_, kept == 1 ? "1 record was" : fmt::format("{} records were", kept),
+          kept == 1 ? "it is" : "they are");
     }
     if (arrived > 0) {
       TP_LOG_INFO(
@@ -435,8 +450,8 @@ void TrackingMonitor::serve() {
     } else {
       retry_backoff = options_.initial_backoff();
     }
-    if (key_refused()) {
-      drop_for_refused_key(delivered);
+    if (gave_up()) {
+      drop_after_giving_up(delivered);
       return;
     }
     if (stopping()) return;
@@ -456,7 +471,7 @@ HttpResponse TrackingMonitor::request(const HttpRequest& req, const std::string&
   std::chrono::milliseconds backoff = options_.initial_backoff();
   HttpResponse r;
   for (int attempt = 1;; ++attempt) {
-    if (key_refused() || stopping()) {
+    if (gave_up() || stopping()) {
       r = HttpResponse();
       r.error = "aborted";
       return r;
@@ -476,13 +491,22 @@ HttpResponse TrackingMonitor::request(const HttpRequest& req, const std::string&
       {
         std::lock_guard<std::mutex> lock(mutex_);
         ++failed_;
-        key_refused_ = true;
       }
-      warn_once("key", fmt::format("{}: the {} server refused the API key (HTTP {}); check {}. "
-                                   "{} answered: {}. Nothing more is sent to {} in this run; "
-                                   "training goes on",
-                                   service_, service_, r.status, credentials_hint(), where,
-                                   r.describe(), service_));
+      give_up("the server refused the API key",
+              fmt::format("{}: the {} server refused the API key (HTTP {}); check {}. {} "
+                          "answered: {}",
+                          service_, service_, r.status, credentials_hint(), where, r.describe()));
+      return r;
+    }
+    if (r.certificate_refused) {
+      // Not retried, here or by a later delivery: the certificate will not change in this run.
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++failed_;
+      }
+      give_up("the server's TLS certificate was refused",
+              fmt::format("{}: {} failed: {}; the server's TLS certificate was refused: {}",
+                          service_, where, r.describe(), certificate_hint()));
       return r;
     }
     if (!r.retryable() || attempt >= options_.max_attempts()) {
@@ -491,15 +515,11 @@ HttpResponse TrackingMonitor::request(const HttpRequest& req, const std::string&
         ++failed_;
       }
       const std::string kind = r.status == 0 ? "no answer" : "HTTP " + std::to_string(r.status);
-      const std::string hint =
-          r.certificate_refused
-              ? "; the server's TLS certificate was refused: " + certificate_hint()
-              : "";
-      warn_once(kind, fmt::format("{}: {} failed{}: {}{}; training goes on (later failures are "
+      warn_once(kind, fmt::format("{}: {} failed{}: {}; training goes on (later failures are "
                                   "counted and the count is logged when training ends)",
                                   service_, where,
                                   r.retryable() ? fmt::format(" after {} attempts", attempt) : "",
-                                  r.describe(), hint));
+                                  r.describe()));
       return r;
     }
     std::chrono::milliseconds wait = backoff;

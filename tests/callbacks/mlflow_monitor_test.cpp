@@ -713,6 +713,53 @@ TEST_F(MLflowMonitorTest, AServerThatIsDownIsAWarningAndTrainingGoesOn) {
   EXPECT_TRUE(warned);
 }
 
+TEST_F(MLflowMonitorTest, AnHtmlPageForAnAnswerIsOneWarningAfterWhichNothingIsSent) {
+  // A proxy's login page, answered 200 to every request: trying again changes nothing.
+  testing::FakeHttpServer proxy([](const testing::RecordedRequest&) {
+    return testing::FakeResponse{200, "<html><body><h1>Sign in</h1></body></html>"};
+  });
+  auto monitor = std::make_shared<MLflowMonitor>(options().tracking_uri(proxy.url()));
+  LogCapture log;
+  train_plain(monitor, 2);
+  EXPECT_EQ(stats_json_points(dir()).size(), 12u);  // training went on to the end
+  EXPECT_EQ(proxy.requests().size(), 1u);           // the lookup, never again
+  int page_warnings = 0;
+  for (const auto& line : log.lines()) {
+    page_warnings += line.find("an HTML page, not MLflow's JSON") != std::string::npos;
+  }
+  EXPECT_EQ(page_warnings, 1);
+  EXPECT_TRUE(log.contains("Nothing more is sent to MLflow in this run; training goes on"));
+  // Every record put was dropped, and the final line says why; nothing waited for the flush.
+  EXPECT_GT(monitor->records_dropped(), 0);
+  EXPECT_TRUE(
+      log.contains(fmt::format("{} of {} records were dropped (the server's answers are "
+                               "not MLflow's); training was not affected",
+                               monitor->records_dropped(), monitor->records_dropped())));
+  EXPECT_FALSE(log.contains("within the flush timeout"));
+}
+
+TEST_F(MLflowMonitorTest, ADeletedExperimentIsTriedAgainAndWarnedAboutOnce) {
+  testing::FakeHttpServer server([](const testing::RecordedRequest&) {
+    return testing::FakeResponse{
+        200, R"({"experiment": {"experiment_id": "7", "lifecycle_stage": "deleted"}})"};
+  });
+  auto monitor = std::make_shared<MLflowMonitor>(
+      options()
+          .tracking_uri(server.url())
+          .tracking(fast().flush_timeout(std::chrono::milliseconds(300))));
+  LogCapture log;
+  train_plain(monitor, 2);
+  EXPECT_EQ(stats_json_points(dir()).size(), 12u);
+  EXPECT_GE(server.requests().size(), 2u);  // looked up again: it may be restored meanwhile
+  int warnings = 0;
+  for (const auto& line : log.lines()) {
+    warnings += line.find("experiment 'fashion' (7) is deleted on the server: restore it") !=
+                std::string::npos;
+  }
+  EXPECT_EQ(warnings, 1);
+  EXPECT_FALSE(log.contains("Nothing more is sent"));
+}
+
 // ---- configuration ----
 
 TEST_F(MLflowMonitorTest, TheEnvironmentGivesTheUriAndTheExperiment) {

@@ -70,6 +70,8 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "fashion_mnist", "chaos"))
 import checkpoint_file  # noqa: E402
 import sample_traces  # noqa: E402
 import netns_hosts  # noqa: E402
+import test_report  # noqa: E402
+from test_report import read  # noqa: E402
 
 SKIP = 77
 PYTHON = "/usr/bin/python3"  # Debian's, with python3-torch (torchrun)
@@ -93,20 +95,7 @@ SLOW_LINK_MBIT = 50  # the 0.42 MB of gradients of a step cross it in about 0.1 
 
 
 def fail(message, *outputs):
-    for path in outputs:
-        print(f"---- {path}")
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                print(f.read()[-20000:])
-        except OSError as e:
-            print(f"(unreadable: {e})")
-    print(f"multihost_test.py: FAILED: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
-def read(path):
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return f.read()
+    test_report.fail("multihost_test.py", message, *outputs)
 
 
 def wait_success(proc, out, what):

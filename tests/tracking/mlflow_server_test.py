@@ -22,9 +22,10 @@ secrets  MLFLOW_TRACKING_URI with a user and password in it, and MLFLOW_TRACKING
          any other file of the log directory.
 bad_servers  training is unaffected (exit 0, every checkpoint written) and the log says what went
          wrong, naming the server, for: an HTTP server that answers every request with an HTML
-         page (a proxy's login page), and an HTTPS server whose certificate nobody signed (not
-         retried, the warning naming MLFLOW_TRACKING_SERVER_CERT_PATH; with it set to that
-         certificate, TLS passes and the HTML page is named). A
+         page (a proxy's login page), and an HTTPS server whose certificate nobody signed (the
+         warning naming MLFLOW_TRACKING_SERVER_CERT_PATH; with it set to that certificate, TLS
+         passes and the HTML page is named). Neither is tried again: one warning, nothing more
+         sent, the job's end not waiting for the flush timeout, the final line saying why. A
          file: or sqlite: URI (MLflow's own stores, not a server) is refused before training
          with the command that starts a server.
 
@@ -55,7 +56,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -400,6 +400,21 @@ def scenario_bad_servers(binary, workdir):
                                      in line and "attempts" not in line for line in warned):
             fail("the refused certificate's warning does not say what to set, or it was retried "
                  f"(a certificate does not change between tries): {warned[:3]}", out)
+        # Neither a certificate nor a proxy's page changes by trying again: one warning, then
+        # nothing more is sent, and the job's end does not wait for the flush timeout.
+        if sum(expect.lower() in line.lower() for line in warned) != 1:
+            fail(f"against the {name} server the warning mentioning {expect!r} is not logged "
+                 f"exactly once: {warned[:5]}", out)
+        if not any("nothing more is sent to mlflow in this run" in line.lower()
+                   for line in warned):
+            fail(f"against the {name} server the monitor did not give up (it would try again "
+                 f"until the flush timeout): {warned[:3]}", out)
+        because = ("the server's TLS certificate was refused" if name == "tls"
+                   else "the server's answers are not MLflow's")
+        if "within the flush timeout" in text or not any(f"({because})" in line
+                                                         for line in warned):
+            fail(f"against the {name} server the job's end waited for the flush timeout, or its "
+                 f"final line does not say why records were dropped ({because})", out)
         print(f"bad_servers ({name}): training unaffected; the log says: {warned[0][:200]}")
     html.shutdown()
     tls.shutdown()

@@ -23,7 +23,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -32,7 +31,7 @@ import urllib.parse
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tracking_support import free_port, read, use_venv  # noqa: E402
+from tracking_support import free_port, use_venv  # noqa: E402
 import tracking_support  # noqa: E402
 
 FLAGS = ["--train-limit", "256", "--val-limit", "64", "--batch-size", "32", "--val-batch-size",

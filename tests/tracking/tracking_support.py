@@ -1,38 +1,16 @@
-"""What the tracking tests share: failing with the outputs shown, a free port, and running the
-test again with the Python of scripts/tracking_venv.sh's venv when the one that started it lacks
-the servers' packages."""
+"""What the tracking tests share: failing with the outputs shown, a free port (both the test
+scripts' own, test_report), and running the test again with the Python of
+scripts/tracking_venv.sh's venv when the one that started it lacks the servers' packages."""
 
 import os
-import socket
 import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "examples", "fashion_mnist", "chaos"))
+from test_report import fail, free_port, read  # noqa: E402,F401  (the tracking tests' names)
+
 SKIP = 77
-
-
-def fail(name, message, *outputs):
-    """Prints the tail of each output file, then `name: FAILED: message`; exits 1."""
-    for path in outputs:
-        print(f"---- {path}")
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                print(f.read()[-20000:])
-        except OSError as e:
-            print(f"(unreadable: {e})")
-    print(f"{name}: FAILED: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
-def read(path):
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return f.read()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def use_venv(what):

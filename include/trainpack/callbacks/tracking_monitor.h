@@ -66,14 +66,14 @@ struct TrackingOptions {
 // then deliver() with everything queued whenever an epoch ends, batch_size records are queued or
 // send_interval passed, and finish(status) at the end.
 // request() retries 429, 5xx and no answer up to max_attempts with a doubling back-off
-// (Retry-After wins, capped at max_backoff); a 401/403 is one warning, after which nothing more is
-// sent; other failures are one warning per kind, then counted. Records whose delivery found no
-// server are kept and sent again with the next delivery (keep_for_retry), and their arrival is
-// logged. A full queue drops new records (counted). after_train waits at most flush_timeout
-// (flush_timeout_after_signal after a stop signal), then aborts and logs the records not sent.
-// Secrets given to set_secret() are redacted from every message. A subclass that overrides
-// _before_train, _trigger_epoch or _after_train calls these too (they start, wake, flush and join
-// the thread).
+// (Retry-After wins, capped at max_backoff); a 401/403 or a refused TLS certificate is one warning,
+// after which nothing more is sent; other failures are one warning per kind, then counted. Records
+// whose delivery found no server are kept and sent again with the next delivery (keep_for_retry),
+// and their arrival is logged. A full queue drops new records (counted). after_train waits at most
+// flush_timeout (flush_timeout_after_signal after a stop signal), then aborts and logs the records
+// not sent. Secrets given to set_secret() are redacted from every message. A subclass that
+// overrides _before_train, _trigger_epoch or _after_train calls these too (they start, wake, flush
+// and join the thread).
 class TrackingMonitor : public MonitorBase {
  public:
   ~TrackingMonitor() override;  // stops and joins the background thread (no flush)
@@ -82,7 +82,7 @@ class TrackingMonitor : public MonitorBase {
 
   // Counters (any thread), for tests and the final log line.
   int64_t records_queued() const;   // accepted by the queue
-  int64_t records_dropped() const;  // refused by a full queue, or dropped after the key was refused
+  int64_t records_dropped() const;  // refused by a full queue, or dropped after gave_up()
   int64_t requests_sent() const;    // HTTP requests made, retries included
   int64_t requests_failed() const;  // requests that failed for good (after their retries)
   // The status after_train gave the run (kFinished before that).
@@ -104,7 +104,7 @@ class TrackingMonitor : public MonitorBase {
 
   // ---- the service: called on the background thread ----
   // Creates (or, resumed, reopens) the run. false when it failed for good (already logged through
-  // request()); it is tried again after a back-off unless the key was refused.
+  // request()); it is tried again after a back-off unless the monitor gave up (gave_up()).
   virtual bool open() = 0;
   // Sends `batch` (records in put order). Records the service could not be reached for go to
   // keep_for_retry(); records it refused (a 4xx other than 401/403/429) go to drop_refused().
@@ -117,8 +117,18 @@ class TrackingMonitor : public MonitorBase {
   // for a lookup) is returned as it is: not retried, warned about or counted as failed.
   HttpResponse request(const HttpRequest& request, const std::string& what,
                        const std::function<bool(const HttpResponse&)>& expected = {});
-  // True once a 401/403 was answered: nothing more is sent.
-  bool key_refused() const;
+  // True once the monitor gave up on the server for this run (give_up()): it refused the key (401,
+  // 403), this machine refused its TLS certificate, or the service's answers are not its own (a
+  // proxy's login page). Nothing more is sent; what is put is dropped and counted.
+  bool gave_up() const;
+  // Gives up on the server for this run, for what trying again will not change: logs `message`
+  // (redacted), followed by "Nothing more is sent to <service> in this run; training goes on", as
+  // a warning; `because` is said in the final line ("the server refused the API key"). The
+  // first call counts; later ones do nothing. open() and deliver() return soon after it.
+  void give_up(const std::string& because, const std::string& message);
+  // Logs `message` (redacted) as a warning the first time a failure of `kind` happens (a kind is
+  // any short name: "HTTP 500", "deleted experiment").
+  void warn_once(const std::string& kind, const std::string& message);
   // From deliver(): records not sent because the service could not be reached (no answer, 429
   // or 5xx after request()'s retries, or the flush timeout's abort). They go back to the head of
   // the queue, in order, and are sent with the next delivery, after a back-off (so a server that
@@ -152,10 +162,8 @@ class TrackingMonitor : public MonitorBase {
   // Sleeps `d` unless stop() / a flush timeout asks the thread to end first (then false).
   bool sleep_unless_stopped(std::chrono::milliseconds d);
   bool stopping() const;
-  // Logs `message` (redacted) as a warning the first time a failure of `kind` happens.
-  void warn_once(const std::string& kind, const std::string& message);
-  // Drops `n` records that will never be sent (the key was refused): counted, not logged.
-  void drop_for_refused_key(int64_t n);
+  // Drops `n` records that will never be sent (gave_up()): counted, not logged.
+  void drop_after_giving_up(int64_t n);
 
   std::string service_;
   TrackingOptions options_;
@@ -176,7 +184,8 @@ class TrackingMonitor : public MonitorBase {
   int64_t put_ = 0;  // records given to enqueue()
   int64_t queued_ = 0, dropped_ = 0, sent_ = 0, failed_ = 0;
   int64_t in_flight_ = 0;  // records of the batch deliver() is sending
-  bool key_refused_ = false;
+  bool gave_up_ = false;
+  std::string gave_up_because_;       // for the final line: "the server refused the API key", ...
   std::vector<std::string> warned_;   // kinds of failure already logged (background thread)
   std::vector<TrackingRecord> kept_;  // deliver()'s records for the next delivery (background)
   int64_t held_ = 0;                  // records kept since the last delivery that got through
