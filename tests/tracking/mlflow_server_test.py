@@ -62,7 +62,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tracking_support import free_port, read, use_venv  # noqa: E402
+from tracking_support import free_port, read, stop_server, use_venv  # noqa: E402
 import tracking_support  # noqa: E402
 
 FLAGS = ["--train-limit", "256", "--val-limit", "64", "--batch-size", "32", "--val-batch-size",
@@ -107,13 +107,7 @@ class MLflowServer:
         fail(f"mlflow server did not answer /health within {SERVER_START_TIMEOUT} s", self.log)
 
     def stop(self):
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_server(self.proc)
         self.proc = None
 
     def __enter__(self):

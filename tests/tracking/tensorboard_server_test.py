@@ -22,7 +22,6 @@ import json
 import math
 import os
 import shutil
-import signal
 import struct
 import subprocess
 import sys
@@ -31,7 +30,7 @@ import urllib.parse
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tracking_support import free_port, use_venv  # noqa: E402
+from tracking_support import free_port, stop_server, use_venv  # noqa: E402
 import tracking_support  # noqa: E402
 
 FLAGS = ["--train-limit", "256", "--val-limit", "64", "--batch-size", "32", "--val-batch-size",
@@ -81,13 +80,7 @@ class TensorBoard:
         return self
 
     def __exit__(self, *exc):
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_server(self.proc)
         return False
 
     def get(self, path, **query):

@@ -3,6 +3,7 @@ scripts' own, test_report), and running the test again with the Python of
 scripts/tracking_venv.sh's venv when the one that started it lacks the servers' packages."""
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -11,6 +12,19 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "fashion_mnist", "chaos"))
 from test_report import fail, free_port, read  # noqa: E402,F401  (the tracking tests' names)
 
 SKIP = 77
+
+
+def stop_server(proc):
+    """Ends a server started with start_new_session=True, its children too: SIGTERM to its
+    process group, SIGKILL after 20 s. Nothing when `proc` is None or has ended."""
+    if proc is None or proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def use_venv(what):
